@@ -1,0 +1,1 @@
+"""elrwatch: real-time ISR / ELR safety monitor for Kafka (KRaft)."""

@@ -1,0 +1,178 @@
+"""The domain objects of elrwatch: a partition registration, a broker registration, a topic.
+
+These mirror Kafka's `PartitionRegistration` / `BrokerRegistration` (see shared/reference/elr-semantics.md §1)
+plus the few fields elrwatch derives (status, since when, last leader change, last applied position).
+They are deliberately small (``__slots__``, tuples of ints, interned strings) because a cluster holds a
+million partitions: the target is <= 1 KiB per partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NO_LEADER = -1  # PartitionRegistration.leader when there is no leader
+NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader is unchanged
+LRS_RECOVERED = 0
+LRS_RECOVERING = 1
+LRS_NO_CHANGE = -1  # PartitionChangeRecord.leaderRecoveryState when unchanged
+
+EMPTY: tuple[int, ...] = ()
+
+# Kinds of the last leader change of a partition (monitor-spec §2).
+LEADER_CHANGE_NONE = "none"  # never changed since creation (or unknown)
+LEADER_CHANGE_CLEAN = "clean"  # new leader came from the ISR
+LEADER_CHANGE_ELR = "elr"  # new leader came from the ELR (clean, KIP-966)
+LEADER_CHANGE_LAST_KNOWN_LEADER = "last_known_leader"  # ISR and ELR empty, last known leader elected (RECOVERING)
+LEADER_CHANGE_UNCLEAN = "unclean"  # classic unclean election (RECOVERING)
+LEADER_CHANGE_LOST = "lost"  # the partition became leaderless
+
+
+class PartitionState:
+    """One partition's registration (Kafka's fields) plus elrwatch's derived bookkeeping.
+
+    Replica lists are tuples of broker ids in Kafka's order; ``elr`` and ``last_known_elr`` keep the order of
+    the record that set them but must be compared as sets (Kafka builds them from a HashSet).
+    """
+
+    __slots__ = (
+        "topic_id",
+        "partition_id",
+        "replicas",
+        "isr",
+        "elr",
+        "last_known_elr",
+        "leader",
+        "leader_epoch",
+        "partition_epoch",
+        "leader_recovery_state",
+        "adding_replicas",
+        "removing_replicas",
+        # derived bookkeeping
+        "status",
+        "status_since_ms",
+        "status_since_offset",
+        "last_leader_change",
+        "last_position",
+        "last_offset",
+        "last_timestamp_ms",
+        "flags",
+    )
+
+    def __init__(
+        self,
+        topic_id: str,
+        partition_id: int,
+        replicas: tuple[int, ...] = EMPTY,
+        isr: tuple[int, ...] = EMPTY,
+        elr: tuple[int, ...] = EMPTY,
+        last_known_elr: tuple[int, ...] = EMPTY,
+        leader: int = NO_LEADER,
+        leader_epoch: int = 0,
+        partition_epoch: int = 0,
+        leader_recovery_state: int = LRS_RECOVERED,
+        adding_replicas: tuple[int, ...] = EMPTY,
+        removing_replicas: tuple[int, ...] = EMPTY,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partition_id = partition_id
+        self.replicas = replicas
+        self.isr = isr
+        self.elr = elr
+        self.last_known_elr = last_known_elr
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.leader_recovery_state = leader_recovery_state
+        self.adding_replicas = adding_replicas
+        self.removing_replicas = removing_replicas
+        self.status: str = ""
+        self.status_since_ms: int | None = None
+        self.status_since_offset: int | None = None
+        self.last_leader_change: str = LEADER_CHANGE_NONE
+        self.last_position: str | None = None
+        self.last_offset: int | None = None
+        self.last_timestamp_ms: int | None = None
+        self.flags: int = 0
+
+    def copy(self) -> PartitionState:
+        """A shallow copy (tuples are immutable, so this is a full copy)."""
+        other = PartitionState.__new__(PartitionState)
+        for name in PartitionState.__slots__:
+            setattr(other, name, getattr(self, name))
+        return other
+
+    def registration(self) -> dict[str, object]:
+        """Kafka's registration fields, camelCase, lists as lists (as in the conformance cases)."""
+        return {
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "elr": list(self.elr),
+            "lastKnownElr": list(self.last_known_elr),
+            "leader": self.leader,
+            "leaderEpoch": self.leader_epoch,
+            "partitionEpoch": self.partition_epoch,
+            "leaderRecoveryState": self.leader_recovery_state,
+            "addingReplicas": list(self.adding_replicas),
+            "removingReplicas": list(self.removing_replicas),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionState({self.topic_id}-{self.partition_id} replicas={list(self.replicas)} "
+            f"isr={list(self.isr)} elr={list(self.elr)} lke={list(self.last_known_elr)} leader={self.leader} "
+            f"le={self.leader_epoch} pe={self.partition_epoch} lrs={self.leader_recovery_state})"
+        )
+
+    def __getstate__(self) -> tuple:
+        return tuple(getattr(self, name) for name in PartitionState.__slots__)
+
+    def __setstate__(self, values: tuple) -> None:
+        for name, value in zip(PartitionState.__slots__, values, strict=True):
+            setattr(self, name, value)
+
+
+@dataclass(slots=True)
+class BrokerState:
+    """A broker registration as the controller sees it (Kafka's BrokerRegistration, the fields elrwatch uses)."""
+
+    broker_id: int
+    epoch: int = -1
+    incarnation_id: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    registered: bool = True
+    rack: str | None = None
+    last_offset: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """Registered, not fenced, not in controlled shutdown: may be elected leader (elr-semantics §5)."""
+        return self.registered and not self.fenced and not self.in_controlled_shutdown
+
+    @property
+    def state_name(self) -> str:
+        """Kafka's BrokerRegistrationState naming: active, fenced, controlled_shutdown or unregistered."""
+        if not self.registered:
+            return "unregistered"
+        if self.fenced:
+            return "fenced"
+        if self.in_controlled_shutdown:
+            return "controlled_shutdown"
+        return "active"
+
+
+@dataclass(slots=True)
+class TopicState:
+    """A topic: name <-> id, its dynamic configs, and its partitions by id."""
+
+    topic_id: str
+    name: str
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+    last_offset: int | None = None
+
+    @property
+    def replication_factor(self) -> int:
+        """Replica count of partition 0 (what Kafka uses for the effective min ISR), 0 if unknown."""
+        p0 = self.partitions.get(0)
+        return len(p0.replicas) if p0 is not None else 0
