@@ -1,0 +1,798 @@
+"""The status store: the streaming job's sink and the API's source (DESIGN.md §7).
+
+SQLAlchemy 2 Core over SQLite (embedded default, WAL mode so the API reads while the job writes) or
+PostgreSQL (``postgresql+psycopg://…``). One schema for both. No Spark here: the job hands plain dicts in the
+report-document shape (DESIGN.md §5) to :meth:`StatusStore.write_batch`.
+
+Tables:
+
+* ``partitions`` — one row per partition: key and status columns (indexed for the API's filters and for cursor
+  pagination by ``(topic, partition_id)``) plus the full partition JSON document.
+* ``partition_replicas`` — (broker, topic, partition) for the API's ``broker`` filter.
+* ``brokers``, ``topics`` — their JSON documents.
+* ``status_transitions`` — history of status changes per partition.
+* ``quarantined`` — quarantined records with their reasons.
+* ``gauges`` — Prometheus sample name (with labels) → value.
+* ``violations`` — current invariant violations.
+* ``meta`` — key → JSON value: last committed batch id, last event time, updated_at, cluster, counts,
+  quarantine summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.engine import URL, Connection, make_url
+
+log = logging.getLogger(__name__)
+
+# Statuses, most severe first (monitor-spec §3). The index is the severity rank (0 = most severe).
+STATUS_ORDER: tuple[str, ...] = (
+    "MANUAL_ELECTION_REQUIRED",
+    "RECOVERING",
+    "LEADERLESS_WAITING",
+    "LEADERLESS_ELECTING",
+    "UNDER_MIN_ISR",
+    "AT_MIN_ISR",
+    "UNDER_REPLICATED",
+    "HEALTHY",
+)
+SEVERITY: dict[str, int] = {name: rank for rank, name in enumerate(STATUS_ORDER)}
+# Statuses that always need an operator's attention (the recommendation says what to do).
+ACTION_STATUSES: frozenset[str] = frozenset(STATUS_ORDER[:5])
+
+CHUNK = 10_000  # rows per executemany
+
+DEFAULT_URL = "sqlite:///var/elrwatch.db"
+
+metadata = MetaData()
+
+partitions_t = Table(
+    "partitions",
+    metadata,
+    Column("topic_id", String(64), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("topic", String(255), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("severity", Integer, nullable=False),
+    Column("needs_action", Boolean, nullable=False),
+    Column("under_min_isr", Boolean, nullable=False),
+    Column("leaderless", Boolean, nullable=False),
+    Column("leader", Integer, nullable=False),
+    Column("effective_min_isr", Integer, nullable=True),
+    Column("status_since_ms", BigInteger, nullable=True),
+    Column("doc", Text, nullable=False),
+    Index("ix_partitions_topic_partition", "topic", "partition_id", unique=True),
+    Index("ix_partitions_status", "status", "topic", "partition_id"),
+    Index("ix_partitions_under_min_isr", "under_min_isr", "topic", "partition_id"),
+    Index("ix_partitions_leaderless", "leaderless", "topic", "partition_id"),
+    Index("ix_partitions_action", "needs_action", "severity", "topic", "partition_id"),
+)
+
+partition_replicas_t = Table(
+    "partition_replicas",
+    metadata,
+    Column("broker_id", Integer, primary_key=True, autoincrement=False),
+    Column("topic", String(255), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("topic_id", String(64), nullable=False),
+    Index("ix_partition_replicas_partition", "topic_id", "partition_id"),
+    sqlite_with_rowid=False,
+)
+
+brokers_t = Table(
+    "brokers",
+    metadata,
+    Column("broker_id", Integer, primary_key=True, autoincrement=False),
+    Column("state", String(32), nullable=False),
+    Column("doc", Text, nullable=False),
+)
+
+topics_t = Table(
+    "topics",
+    metadata,
+    Column("topic_id", String(64), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("doc", Text, nullable=False),
+    Index("ix_topics_topic", "topic"),
+)
+
+status_transitions_t = Table(
+    "status_transitions",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("batch_id", BigInteger, nullable=True),
+    Column("topic_id", String(64), nullable=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition_id", Integer, nullable=False),
+    Column("from_status", String(32), nullable=True),
+    Column("to_status", String(32), nullable=True),
+    Column("at_ms", BigInteger, nullable=True),
+    Column("offset", BigInteger, nullable=True),
+    Column("position", Text, nullable=True),
+    Index("ix_status_transitions_partition", "topic", "partition_id", "id"),
+)
+
+quarantined_t = Table(
+    "quarantined",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("batch_id", BigInteger, nullable=True),
+    Column("reason", String(64), nullable=False),
+    Column("position", Text, nullable=True),
+    Column("doc", Text, nullable=False),
+    Index("ix_quarantined_reason", "reason"),
+)
+
+gauges_t = Table(
+    "gauges",
+    metadata,
+    Column("name", String(512), primary_key=True),
+    Column("value", Float, nullable=False),
+)
+
+violations_t = Table(
+    "violations",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("topic_id", String(64), nullable=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition_id", Integer, nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("doc", Text, nullable=False),
+    Index("ix_violations_partition", "topic", "partition_id", "kind"),
+)
+
+meta_t = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+# meta keys
+LAST_BATCH_ID = "last_batch_id"
+LAST_EVENT_TIME_MS = "last_event_time_ms"
+UPDATED_AT_MS = "updated_at_ms"
+CLUSTER = "cluster"
+COUNTS = "counts"
+QUARANTINE_SUMMARY = "quarantined"
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _loads(text: str | bytes) -> Any:
+    return orjson.loads(text)
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL as text with its password (if any) replaced by ``***`` — the only form that may be logged."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a parseable URL: reveal nothing of it
+        return "<unparseable store URL>"
+
+
+def resolve_url(url: str, password: str | None = None, password_file: str | Path | None = None) -> URL:
+    """Parse a store URL; set its password from ``password`` or the first line of ``password_file``."""
+    parsed = make_url(url)
+    if password_file is not None:
+        lines = Path(password_file).read_text(encoding="utf-8").splitlines()
+        password = lines[0] if lines else ""
+    if password is not None:
+        parsed = parsed.set(password=password)
+    return parsed
+
+
+def _partition_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    status = doc.get("status") or "HEALTHY"
+    severity = SEVERITY.get(status, len(STATUS_ORDER))
+    rec = doc.get("recommendation") or {}
+    commands = rec.get("commands") if isinstance(rec, Mapping) else None
+    needs_action = status in ACTION_STATUSES or bool(commands)
+    if isinstance(rec, Mapping) and isinstance(rec.get("needsOperator"), bool):
+        needs_action = rec["needsOperator"]
+    leader = doc.get("leader")
+    return {
+        "topic_id": doc["topicId"],
+        "partition_id": int(doc["partitionId"]),
+        "topic": doc["topic"],
+        "status": status,
+        "severity": severity,
+        "needs_action": needs_action,
+        "under_min_isr": bool(doc.get("underMinIsr", False)),
+        "leaderless": bool(doc.get("leaderless", leader == -1)),
+        "leader": -1 if leader is None else int(leader),
+        "effective_min_isr": doc.get("effectiveMinIsr"),
+        "status_since_ms": doc.get("statusSinceMs"),
+        "doc": _dumps(doc),
+    }
+
+
+def _replica_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    brokers_of = set(doc.get("replicas") or ()) | set(doc.get("addingReplicas") or ())
+    return [
+        {
+            "broker_id": int(b),
+            "topic": doc["topic"],
+            "partition_id": int(doc["partitionId"]),
+            "topic_id": doc["topicId"],
+        }
+        for b in sorted(brokers_of)
+    ]
+
+
+def _broker_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {"broker_id": int(doc["brokerId"]), "state": str(doc.get("state", "")), "doc": _dumps(doc)}
+
+
+def _topic_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {"topic_id": doc["topicId"], "topic": doc["topic"], "doc": _dumps(doc)}
+
+
+def _violation_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "topic_id": doc.get("topicId"),
+        "topic": doc["topic"],
+        "partition_id": int(doc["partitionId"]),
+        "kind": str(doc["kind"]),
+        "doc": _dumps(doc),
+    }
+
+
+def _quarantine_row(doc: Mapping[str, Any], batch_id: int | None) -> dict[str, Any]:
+    return {
+        "batch_id": batch_id,
+        "reason": str(doc.get("reason", "")),
+        "position": doc.get("position"),
+        "doc": _dumps(doc),
+    }
+
+
+def _transition_row(doc: Mapping[str, Any], batch_id: int | None) -> dict[str, Any]:
+    return {
+        "batch_id": batch_id,
+        "topic_id": doc.get("topicId"),
+        "topic": doc["topic"],
+        "partition_id": int(doc["partitionId"]),
+        "from_status": doc.get("from"),
+        "to_status": doc.get("to"),
+        "at_ms": doc.get("atMs"),
+        "offset": doc.get("offset"),
+        "position": doc.get("position"),
+    }
+
+
+def _chunks(rows: Iterable[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _key_of(item: Any) -> tuple[str, int]:
+    """(topicId, partitionId) from a tuple or from a dict with those keys."""
+    if isinstance(item, Mapping):
+        return str(item["topicId"]), int(item["partitionId"])
+    topic_id, partition_id = item
+    return str(topic_id), int(partition_id)
+
+
+class StatusStore:
+    """The status store at ``url`` (SQLite file path URL or PostgreSQL URL)."""
+
+    def __init__(
+        self,
+        url: str | URL = DEFAULT_URL,
+        *,
+        password: str | None = None,
+        password_file: str | Path | None = None,
+        busy_timeout_ms: int = 10_000,
+        pool_size: int = 8,
+    ) -> None:
+        raw = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+        parsed = resolve_url(raw, password, password_file)
+        self.url: URL = parsed
+        self.masked_url = mask_url(parsed)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        kwargs: dict[str, Any] = {}
+        if self.is_sqlite:
+            database = parsed.database or ""
+            if database and database != ":memory:" and not database.startswith("file:"):
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": busy_timeout_ms / 1000, "check_same_thread": False}
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = 2 * pool_size
+        else:
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = pool_size
+            kwargs["pool_pre_ping"] = True
+        # hide_parameters: never put row data (or anything secret) into exception messages.
+        self.engine: Engine = create_engine(parsed, hide_parameters=True, **kwargs)
+        if self.is_sqlite:
+            self._setup_sqlite(busy_timeout_ms)
+        self._writer = self.engine.execution_options(elrwatch_write=True)
+
+    def __repr__(self) -> str:
+        return f"StatusStore({self.masked_url})"
+
+    def _setup_sqlite(self, busy_timeout_ms: int) -> None:
+        @event.listens_for(self.engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy, not pysqlite, decide when transactions begin (so BEGIN IMMEDIATE works).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys=OFF")
+            cursor.execute("PRAGMA cache_size=-65536")
+            cursor.close()
+
+        @event.listens_for(self.engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # Writers take the write lock up front: no SQLITE_BUSY on a read-to-write upgrade.
+            if conn.get_execution_options().get("elrwatch_write"):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.exec_driver_sql("BEGIN")
+
+    def dispose(self) -> None:
+        """Close all pooled connections."""
+        self.engine.dispose()
+
+    close = dispose
+
+    # ------------------------------------------------------------------ schema
+    def create_schema(self) -> None:
+        """Create the tables and indexes if they do not exist (idempotent)."""
+        with self._writer.begin() as conn:
+            metadata.create_all(conn, checkfirst=True)
+
+    def ping(self) -> bool:
+        """True when the store answers a trivial query."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1)).scalar()
+        return True
+
+    # ------------------------------------------------------------------ helpers
+    def _meta_get(self, conn: Connection, key: str, default: Any = None) -> Any:
+        text = conn.execute(select(meta_t.c.value).where(meta_t.c.key == key)).scalar()
+        return default if text is None else _loads(text)
+
+    def _meta_put(self, conn: Connection, key: str, value: Any) -> None:
+        text = _dumps(value)
+        result = conn.execute(update(meta_t).where(meta_t.c.key == key).values(value=text))
+        if result.rowcount == 0:
+            conn.execute(insert(meta_t).values(key=key, value=text))
+
+    def _upsert(
+        self, conn: Connection, table: Table, rows: list[dict[str, Any]], keys: Sequence[str]
+    ) -> None:
+        if not rows:
+            return
+        dialect = conn.dialect.name
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        elif dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
+            raise ValueError(f"unsupported store database: {dialect}")
+        stmt = dialect_insert(table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[table.c[k] for k in keys],
+            set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys},
+        )
+        for chunk in _chunks(rows):
+            conn.execute(stmt, chunk)
+
+    def _delete_partitions(self, conn: Connection, keys: list[tuple[str, int]]) -> None:
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            for table in (partitions_t, partition_replicas_t, violations_t):
+                conn.execute(delete(table).where(tuple_(table.c.topic_id, table.c.partition_id).in_(chunk)))
+
+    # ------------------------------------------------------------------ writes
+    def last_batch_id(self) -> int | None:
+        """The last committed batch id (None before the first batch)."""
+        with self.engine.connect() as conn:
+            return self._meta_get(conn, LAST_BATCH_ID)
+
+    def write_batch(
+        self,
+        batch_id: int,
+        *,
+        partitions: Iterable[Mapping[str, Any]] = (),
+        removed: Iterable[Any] = (),
+        brokers: Iterable[Mapping[str, Any]] = (),
+        topics: Iterable[Mapping[str, Any]] = (),
+        removed_topics: Iterable[str] = (),
+        transitions: Iterable[Mapping[str, Any]] = (),
+        quarantined: Iterable[Mapping[str, Any]] = (),
+        violations: Iterable[Mapping[str, Any]] | None = None,
+        gauges: Mapping[str, float | None] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Apply one micro-batch in one transaction; False (a no-op) if ``batch_id`` was already committed.
+
+        * ``partitions``: partition documents (DESIGN §5 shape) to insert or replace;
+          ``removed``: ``(topicId, partitionId)`` pairs (or dicts with those keys) to delete.
+        * ``brokers`` / ``topics``: documents to insert or replace; ``removed_topics``: topic ids to delete.
+        * ``transitions``: ``{"topic","topicId","partitionId","from","to","atMs","offset","position"}`` dicts,
+          appended to the history.
+        * ``quarantined``: quarantined-record dicts (``position, field, reason, message``), appended; the
+          quarantine summary (count, byReason) is incremented by them.
+        * ``violations``: the complete current violations of every partition in ``partitions`` (those
+          partitions' previous violations are replaced); ``None`` leaves violations untouched.
+        * ``gauges``: sample name → value, merged (a value of ``None`` deletes the sample).
+        * ``meta``: ``lastEventTimeMs``, ``cluster``, ``counts`` (each optional) — stored as given.
+        """
+        partition_docs = list(partitions)
+        removed_keys = [_key_of(item) for item in removed]
+        with self._writer.begin() as conn:
+            last = self._meta_get(conn, LAST_BATCH_ID)
+            if last is not None and batch_id <= last:
+                log.info("batch %s already committed (last %s): skipped", batch_id, last)
+                return False
+            touched = removed_keys + [(d["topicId"], int(d["partitionId"])) for d in partition_docs]
+            if touched:
+                self._delete_partitions(conn, touched)
+            for chunk in _chunks(_partition_row(d) for d in partition_docs):
+                conn.execute(insert(partitions_t), chunk)
+            for chunk in _chunks(r for d in partition_docs for r in _replica_rows(d)):
+                conn.execute(insert(partition_replicas_t), chunk)
+            if violations is not None:
+                for chunk in _chunks(_violation_row(v) for v in violations):
+                    conn.execute(insert(violations_t), chunk)
+            self._upsert(conn, brokers_t, [_broker_row(b) for b in brokers], ["broker_id"])
+            self._upsert(conn, topics_t, [_topic_row(t) for t in topics], ["topic_id"])
+            removed_topic_ids = list(removed_topics)
+            if removed_topic_ids:
+                conn.execute(delete(topics_t).where(topics_t.c.topic_id.in_(removed_topic_ids)))
+            for chunk in _chunks(_transition_row(t, batch_id) for t in transitions):
+                conn.execute(insert(status_transitions_t), chunk)
+            q_rows = [_quarantine_row(q, batch_id) for q in quarantined]
+            if q_rows:
+                for chunk in _chunks(q_rows):
+                    conn.execute(insert(quarantined_t), chunk)
+                summary = self._meta_get(conn, QUARANTINE_SUMMARY, {"count": 0, "byReason": {}})
+                summary["count"] = int(summary.get("count", 0)) + len(q_rows)
+                by_reason = summary.setdefault("byReason", {})
+                for row in q_rows:
+                    by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
+                self._meta_put(conn, QUARANTINE_SUMMARY, summary)
+            if gauges:
+                drop = [name for name, value in gauges.items() if value is None]
+                keep = [
+                    {"name": name, "value": float(value)}
+                    for name, value in gauges.items()
+                    if value is not None
+                ]
+                if drop:
+                    conn.execute(delete(gauges_t).where(gauges_t.c.name.in_(drop)))
+                self._upsert(conn, gauges_t, keep, ["name"])
+            meta_in = dict(meta or {})
+            if "lastEventTimeMs" in meta_in:
+                self._meta_put(conn, LAST_EVENT_TIME_MS, meta_in["lastEventTimeMs"])
+            if "cluster" in meta_in:
+                self._meta_put(conn, CLUSTER, meta_in["cluster"])
+            if "counts" in meta_in:
+                self._meta_put(conn, COUNTS, meta_in["counts"])
+            self._meta_put(conn, LAST_BATCH_ID, int(batch_id))
+            self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
+        return True
+
+    def load_document(self, doc: Mapping[str, Any], *, batch_id: int | None = None) -> None:
+        """Replace the store's content with a report document (DESIGN §5). Chunked: fine for 1M partitions."""
+        self.create_schema()
+        with self._writer.begin() as conn:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(delete(table))
+            for chunk in _chunks(_partition_row(d) for d in doc.get("partitions", ())):
+                conn.execute(insert(partitions_t), chunk)
+            for chunk in _chunks(r for d in doc.get("partitions", ()) for r in _replica_rows(d)):
+                conn.execute(insert(partition_replicas_t), chunk)
+            for chunk in _chunks(_broker_row(b) for b in doc.get("brokers", ())):
+                conn.execute(insert(brokers_t), chunk)
+            for chunk in _chunks(_topic_row(t) for t in doc.get("topics", ())):
+                conn.execute(insert(topics_t), chunk)
+            for chunk in _chunks(_violation_row(v) for v in doc.get("violations", ())):
+                conn.execute(insert(violations_t), chunk)
+            q = doc.get("quarantined") or {}
+            for chunk in _chunks(_quarantine_row(r, batch_id) for r in q.get("records", ())):
+                conn.execute(insert(quarantined_t), chunk)
+            self._meta_put(
+                conn,
+                QUARANTINE_SUMMARY,
+                {
+                    "count": int(q.get("count", len(q.get("records", ())))),
+                    "byReason": dict(q.get("byReason", {})),
+                },
+            )
+            gauge_rows = [{"name": k, "value": float(v)} for k, v in (doc.get("gauges") or {}).items()]
+            for chunk in _chunks(gauge_rows):
+                conn.execute(insert(gauges_t), chunk)
+            if "cluster" in doc:
+                self._meta_put(conn, CLUSTER, doc["cluster"])
+            if "counts" in doc:
+                self._meta_put(conn, COUNTS, doc["counts"])
+            last_event = _last_event_ms(doc)
+            if last_event is not None:
+                self._meta_put(conn, LAST_EVENT_TIME_MS, last_event)
+            if batch_id is not None:
+                self._meta_put(conn, LAST_BATCH_ID, int(batch_id))
+            self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
+        if self.is_sqlite:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("ANALYZE")
+                conn.commit()
+
+    # ------------------------------------------------------------------ document
+    def read_document(self) -> dict[str, Any]:
+        """The whole store as one report document in the DESIGN §5 shape (same as ``elrwatch replay``)."""
+        with self.engine.connect() as conn:
+            parts = [
+                _loads(doc)
+                for (doc,) in conn.execute(
+                    select(partitions_t.c.doc).order_by(partitions_t.c.topic, partitions_t.c.partition_id)
+                )
+            ]
+            broker_docs = [
+                _loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))
+            ]
+            topic_docs = [
+                _loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))
+            ]
+            gauge_map = {
+                n: _gauge_value(v)
+                for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value).order_by(gauges_t.c.name))
+            }
+            violation_docs = [
+                _loads(d)
+                for (d,) in conn.execute(
+                    select(violations_t.c.doc).order_by(
+                        violations_t.c.topic,
+                        violations_t.c.partition_id,
+                        violations_t.c.kind,
+                        violations_t.c.id,
+                    )
+                )
+            ]
+            q_records = [
+                _loads(d) for (d,) in conn.execute(select(quarantined_t.c.doc).order_by(quarantined_t.c.id))
+            ]
+            summary = self._meta_get(conn, QUARANTINE_SUMMARY) or {"count": len(q_records), "byReason": {}}
+            cluster = self._meta_get(conn, CLUSTER, {})
+            counts = self._meta_get(conn, COUNTS, {})
+        return {
+            "partitions": parts,
+            "brokers": broker_docs,
+            "topics": topic_docs,
+            "cluster": cluster,
+            "gauges": gauge_map,
+            "violations": violation_docs,
+            "quarantined": {
+                "count": summary.get("count", len(q_records)),
+                "byReason": summary.get("byReason", {}),
+                "records": q_records,
+            },
+            "counts": counts,
+        }
+
+    # ------------------------------------------------------------------ queries for the API
+    def get_meta(self) -> dict[str, Any]:
+        """Small meta values: lastBatchId, lastEventTimeMs, updatedAtMs."""
+        with self.engine.connect() as conn:
+            rows = dict(
+                conn.execute(
+                    select(meta_t.c.key, meta_t.c.value).where(
+                        meta_t.c.key.in_([LAST_BATCH_ID, LAST_EVENT_TIME_MS, UPDATED_AT_MS])
+                    )
+                ).all()
+            )
+        return {
+            "lastBatchId": _loads(rows[LAST_BATCH_ID]) if LAST_BATCH_ID in rows else None,
+            "lastEventTimeMs": _loads(rows[LAST_EVENT_TIME_MS]) if LAST_EVENT_TIME_MS in rows else None,
+            "updatedAtMs": _loads(rows[UPDATED_AT_MS]) if UPDATED_AT_MS in rows else None,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """Gauges, meta and cluster info: reads only the small gauges and meta tables (never partitions)."""
+        with self.engine.connect() as conn:
+            gauge_map = {
+                n: _gauge_value(v) for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value))
+            }
+            rows = dict(
+                conn.execute(
+                    select(meta_t.c.key, meta_t.c.value).where(
+                        meta_t.c.key.in_(
+                            [LAST_BATCH_ID, LAST_EVENT_TIME_MS, UPDATED_AT_MS, CLUSTER, QUARANTINE_SUMMARY]
+                        )
+                    )
+                ).all()
+            )
+        values = {k: _loads(v) for k, v in rows.items()}
+        return {
+            "gauges": gauge_map,
+            "lastBatchId": values.get(LAST_BATCH_ID),
+            "lastEventTimeMs": values.get(LAST_EVENT_TIME_MS),
+            "updatedAtMs": values.get(UPDATED_AT_MS),
+            "cluster": values.get(CLUSTER) or {},
+            "quarantined": values.get(QUARANTINE_SUMMARY) or {"count": 0, "byReason": {}},
+        }
+
+    def get_partition(self, topic: str, partition_id: int) -> dict[str, Any] | None:
+        """One partition's full document, or None."""
+        with self.engine.connect() as conn:
+            doc = conn.execute(
+                select(partitions_t.c.doc).where(
+                    partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id
+                )
+            ).scalar()
+        return None if doc is None else _loads(doc)
+
+    def topic_exists(self, topic: str) -> bool:
+        """True when the store knows the topic (from its topic record or any partition)."""
+        with self.engine.connect() as conn:
+            if conn.execute(select(topics_t.c.topic_id).where(topics_t.c.topic == topic).limit(1)).first():
+                return True
+            return (
+                conn.execute(
+                    select(partitions_t.c.partition_id).where(partitions_t.c.topic == topic).limit(1)
+                ).first()
+                is not None
+            )
+
+    def list_partitions(
+        self,
+        *,
+        status: Sequence[str] | None = None,
+        topic: str | None = None,
+        broker: int | None = None,
+        under_min_isr: bool | None = None,
+        leaderless: bool | None = None,
+        after: tuple[str, int] | None = None,
+        limit: int = 100,
+    ) -> tuple[list[dict[str, Any]], tuple[str, int] | None]:
+        """A page of partition documents ordered by (topic, partition), starting at cursor key ``after``
+        (inclusive, like DescribeTopicPartitions' cursor); returns the page and the next page's cursor key."""
+        p = partitions_t
+        if broker is not None:
+            r = partition_replicas_t
+            stmt = (
+                select(p.c.doc, p.c.topic, p.c.partition_id)
+                .select_from(
+                    r.join(p, and_(p.c.topic_id == r.c.topic_id, p.c.partition_id == r.c.partition_id))
+                )
+                .where(r.c.broker_id == broker)
+            )
+            order_topic, order_partition = r.c.topic, r.c.partition_id
+        else:
+            stmt = select(p.c.doc, p.c.topic, p.c.partition_id)
+            order_topic, order_partition = p.c.topic, p.c.partition_id
+        if status:
+            stmt = stmt.where(p.c.status.in_(list(status)) if len(status) > 1 else p.c.status == status[0])
+        if topic is not None:
+            stmt = stmt.where(order_topic == topic)
+        if under_min_isr is not None:
+            stmt = stmt.where(p.c.under_min_isr == under_min_isr)
+        if leaderless is not None:
+            stmt = stmt.where(p.c.leaderless == leaderless)
+        if after is not None:
+            a_topic, a_partition = after
+            stmt = stmt.where(
+                or_(order_topic > a_topic, and_(order_topic == a_topic, order_partition >= a_partition))
+            )
+        stmt = stmt.order_by(order_topic, order_partition).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        nxt = (rows[limit][1], rows[limit][2]) if len(rows) > limit else None
+        return [_loads(row[0]) for row in rows[:limit]], nxt
+
+    def recommendations(
+        self, *, after: tuple[int, str, int] | None = None, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], tuple[int, str, int] | None]:
+        """Partitions that need an operator, most severe status first, then by (topic, partition)."""
+        p = partitions_t
+        stmt = select(p.c.doc, p.c.severity, p.c.topic, p.c.partition_id).where(p.c.needs_action.is_(True))
+        if after is not None:
+            sev, a_topic, a_partition = after
+            stmt = stmt.where(
+                or_(
+                    p.c.severity > sev,
+                    and_(p.c.severity == sev, p.c.topic > a_topic),
+                    and_(p.c.severity == sev, p.c.topic == a_topic, p.c.partition_id >= a_partition),
+                )
+            )
+        stmt = stmt.order_by(p.c.severity, p.c.topic, p.c.partition_id).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        nxt = (rows[limit][1], rows[limit][2], rows[limit][3]) if len(rows) > limit else None
+        return [_loads(row[0]) for row in rows[:limit]], nxt
+
+    def count_needing_action(self) -> int:
+        """How many partitions need an operator (index-only count)."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(partitions_t)
+                    .where(partitions_t.c.needs_action.is_(True))
+                ).scalar()
+                or 0
+            )
+
+    def history(self, topic: str, partition_id: int, *, limit: int = 1000) -> list[dict[str, Any]]:
+        """Status transitions of one partition, oldest first (the newest ``limit``)."""
+        t = status_transitions_t
+        stmt = (
+            select(t.c.from_status, t.c.to_status, t.c.at_ms, t.c.offset, t.c.position, t.c.batch_id, t.c.id)
+            .where(t.c.topic == topic, t.c.partition_id == partition_id)
+            .order_by(t.c.id.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [
+            {"from": r[0], "to": r[1], "atMs": r[2], "offset": r[3], "position": r[4], "batchId": r[5]}
+            for r in reversed(rows)
+        ]
+
+    def list_topics(self) -> list[dict[str, Any]]:
+        """Topic documents, by name."""
+        with self.engine.connect() as conn:
+            return [_loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
+
+    def list_brokers(self) -> list[dict[str, Any]]:
+        """Broker documents, by id."""
+        with self.engine.connect() as conn:
+            return [
+                _loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))
+            ]
+
+
+def _gauge_value(value: float) -> int | float:
+    """Integral gauge values come back as ints (so documents compare equal to replay's)."""
+    return int(value) if float(value).is_integer() and abs(value) < 2**53 else value
+
+
+def _last_event_ms(doc: Mapping[str, Any]) -> int | None:
+    seconds = (doc.get("gauges") or {}).get("elrwatch_last_event_timestamp_seconds")
+    if seconds:
+        return int(float(seconds) * 1000)
+    stamps = [p.get("lastTimestampMs") for p in doc.get("partitions", ()) if p.get("lastTimestampMs")]
+    return max(stamps) if stamps else None
