@@ -1,0 +1,371 @@
+"""The status store (streaming/store.py) on SQLite and on a real PostgreSQL server started here."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from elrwatch.streaming.store import StatusStore, mask_url
+
+DATA = Path(__file__).parent / "data" / "report_small.json"
+
+
+def small_doc() -> dict:
+    return json.loads(DATA.read_text(encoding="utf-8"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """A throw-away PostgreSQL server from Debian's binaries (initdb + pg_ctl, free loopback port)."""
+
+    USER = "elrwatch"
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not found:
+            pytest.fail("PostgreSQL binaries missing: run `make install-system` (apt-get install postgresql)")
+        self.bin = Path(found[-1]).parent
+        self.tmp = Path(tempfile.mkdtemp(prefix="elrwatch-pg-"))
+        self.data = self.tmp / "data"
+        self.port = _free_port()
+        self.password = "s3cret-Pw!"
+        self.password_file = self.tmp / "password"
+        self.password_file.write_text(self.password + "\n", encoding="utf-8")
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses to run as root
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(self.tmp, "postgres")
+            shutil.chown(self.password_file, "postgres")
+            os.chmod(self.tmp, 0o700)
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> PostgresServer:
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            self.USER,
+            "-A",
+            "scram-sha-256",
+            f"--pwfile={self.password_file}",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
+        options = f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.tmp / "log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+        return self
+
+    @property
+    def url(self) -> str:
+        """URL without the password (it comes from the password file)."""
+        return f"postgresql+psycopg://{self.USER}@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StatusStore]:
+    """An empty store with its schema, on each backend."""
+    if request.param == "sqlite":
+        s = StatusStore(f"sqlite:///{tmp_path}/store.db")
+    else:
+        pg: PostgresServer = request.getfixturevalue("postgres")
+        s = StatusStore(pg.url, password_file=pg.password_file)
+        from elrwatch.streaming.store import metadata
+
+        metadata.drop_all(s.engine)
+    s.create_schema()
+    try:
+        yield s
+    finally:
+        s.dispose()
+
+
+def _key(p: dict) -> tuple[str, int]:
+    return p["topic"], p["partitionId"]
+
+
+def test_load_and_read_document_round_trip(store: StatusStore) -> None:
+    doc = small_doc()
+    store.load_document(doc)
+    assert store.read_document() == doc
+    store.load_document(doc)  # replaces, does not duplicate
+    assert store.read_document() == doc
+
+
+def test_read_document_of_empty_store_has_the_report_shape(store: StatusStore) -> None:
+    out = store.read_document()
+    assert set(out) == {
+        "partitions",
+        "brokers",
+        "topics",
+        "cluster",
+        "gauges",
+        "violations",
+        "quarantined",
+        "counts",
+    }
+    assert out["partitions"] == [] and out["quarantined"]["count"] == 0
+
+
+def _batches_from(doc: dict) -> list[dict]:
+    """Split a document into three write_batch calls that together build it."""
+    parts = doc["partitions"]
+    first, second = parts[:4], parts[4:]
+    q = doc["quarantined"]["records"]
+    gauges = doc["gauges"]
+    half = dict(list(gauges.items())[: len(gauges) // 2])
+    return [
+        {
+            "partitions": first,
+            "brokers": doc["brokers"][:2],
+            "topics": doc["topics"],
+            "quarantined": q[:1],
+            "violations": [],
+            "gauges": {**half, "stale_gauge": 5},
+            "meta": {"cluster": doc["cluster"]},
+        },
+        {
+            "partitions": second,
+            "brokers": doc["brokers"][2:],
+            "quarantined": q[1:],
+            "violations": doc["violations"],
+            "gauges": {**gauges, "stale_gauge": None},
+            "transitions": [
+                {
+                    "topic": "payments",
+                    "topicId": p["topicId"],
+                    "partitionId": 0,
+                    "from": "HEALTHY",
+                    "to": "MANUAL_ELECTION_REQUIRED",
+                    "atMs": 1,
+                    "offset": 418,
+                }
+                for p in parts[4:5]
+            ],
+            "meta": {"counts": doc["counts"], "lastEventTimeMs": 1732100009000},
+        },
+    ]
+
+
+def test_write_batches_build_the_same_document_and_are_idempotent(store: StatusStore) -> None:
+    doc = small_doc()
+    b1, b2 = _batches_from(doc)
+    assert store.write_batch(1, **b1) is True
+    assert store.write_batch(2, **b2) is True
+    assert store.read_document() == doc
+    assert store.last_batch_id() == 2
+    # Spark re-runs batch 2 (and an older one): nothing changes, nothing is appended twice.
+    assert store.write_batch(2, **b2) is False
+    assert store.write_batch(1, **b1) is False
+    assert store.read_document() == doc
+    assert len(store.history("payments", 0)) == 1
+    assert store.summary()["quarantined"] == {"count": 2, "byReason": {"invalid_json": 1, "unknown_topic": 1}}
+
+
+def test_write_batch_replaces_removes_and_records_history(store: StatusStore) -> None:
+    doc = small_doc()
+    store.load_document(doc, batch_id=10)
+    p = copy.deepcopy(next(x for x in doc["partitions"] if _key(x) == ("orders", 1)))
+    p.update(
+        isr=[2, 0],
+        elr=[],
+        status="AT_MIN_ISR",
+        underMinIsr=False,
+        atMinIsr=True,
+        partitionEpoch=16,
+        statusSinceMs=1732100010000,
+    )
+    gone = next(x for x in doc["partitions"] if _key(x) == ("orders", 2))
+    ok = store.write_batch(
+        11,
+        partitions=[p],
+        removed=[(gone["topicId"], gone["partitionId"])],
+        transitions=[
+            {
+                "topic": "orders",
+                "topicId": p["topicId"],
+                "partitionId": 1,
+                "from": "UNDER_MIN_ISR",
+                "to": "AT_MIN_ISR",
+                "atMs": 1732100010000,
+                "offset": 430,
+                "position": "ev/0@77",
+            }
+        ],
+        gauges={'elrwatch_partitions{status="AT_MIN_ISR"}': 2, "elrwatch_elr_enabled": None},
+        meta={"lastEventTimeMs": 1732100010000},
+    )
+    assert ok
+    out = store.read_document()
+    keys = [_key(x) for x in out["partitions"]]
+    assert ("orders", 2) not in keys and len(keys) == len(doc["partitions"]) - 1
+    assert store.get_partition("orders", 1) == p
+    assert store.get_partition("orders", 2) is None
+    assert out["gauges"]['elrwatch_partitions{status="AT_MIN_ISR"}'] == 2
+    assert "elrwatch_elr_enabled" not in out["gauges"]
+    assert store.history("orders", 1) == [
+        {
+            "from": "UNDER_MIN_ISR",
+            "to": "AT_MIN_ISR",
+            "atMs": 1732100010000,
+            "offset": 430,
+            "position": "ev/0@77",
+            "batchId": 11,
+        }
+    ]
+    assert [_key(x) for x in store.list_partitions(broker=1)[0]] == [
+        _key(x) for x in out["partitions"] if 1 in x["replicas"]
+    ]
+    meta = store.get_meta()
+    assert meta["lastBatchId"] == 11 and meta["lastEventTimeMs"] == 1732100010000
+
+
+def test_failed_batch_leaves_the_store_unchanged(store: StatusStore) -> None:
+    doc = small_doc()
+    store.load_document(doc, batch_id=3)
+    broken = {"topic": "orders", "partitionId": 9}  # no topicId: the batch must fail as a whole
+    good = copy.deepcopy(doc["partitions"][1])
+    good["status"] = "HEALTHY"
+    with pytest.raises(KeyError):
+        store.write_batch(4, partitions=[good, broken], gauges={"elrwatch_partition_count": 99})
+    assert store.read_document() == doc
+    assert store.last_batch_id() == 3
+    assert store.write_batch(4, partitions=[good]) is True
+
+
+def test_pagination_visits_every_partition_once_under_every_filter(store: StatusStore) -> None:
+    doc = small_doc()
+    store.load_document(doc)
+    everything = sorted(doc["partitions"], key=_key)
+    cases = {
+        "all": ({}, everything),
+        "status": (
+            {"status": ["AT_MIN_ISR", "HEALTHY"]},
+            [p for p in everything if p["status"] in ("AT_MIN_ISR", "HEALTHY")],
+        ),
+        "topic": ({"topic": "payments"}, [p for p in everything if p["topic"] == "payments"]),
+        "broker": ({"broker": 3}, [p for p in everything if 3 in p["replicas"]]),
+        "under": ({"under_min_isr": True}, [p for p in everything if p["underMinIsr"]]),
+        "leaderless": ({"leaderless": True}, [p for p in everything if p["leaderless"]]),
+        "not leaderless+broker": (
+            {"leaderless": False, "broker": 0},
+            [p for p in everything if not p["leaderless"] and 0 in p["replicas"]],
+        ),
+    }
+    for name, (filters, expected) in cases.items():
+        seen, cursor, pages = [], None, 0
+        while True:
+            page, cursor = store.list_partitions(**filters, after=cursor, limit=2)
+            pages += 1
+            seen.extend(page)
+            assert len(page) <= 2
+            if cursor is None:
+                break
+        assert seen == expected, name
+        assert pages == max(1, (len(expected) + 1) // 2), name
+
+
+def test_recommendations_most_severe_first_with_cursor(store: StatusStore) -> None:
+    store.load_document(small_doc())
+    first, cursor = store.recommendations(limit=3)
+    rest, end = store.recommendations(after=cursor, limit=3)
+    assert end is None
+    statuses = [p["status"] for p in first + rest]
+    assert statuses == ["MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "UNDER_MIN_ISR"]
+    assert store.count_needing_action() == 4
+
+
+def test_summary_reads_gauges_and_freshness(store: StatusStore) -> None:
+    doc = small_doc()
+    store.load_document(doc, batch_id=7)
+    s = store.summary()
+    assert s["gauges"] == doc["gauges"]
+    assert s["lastBatchId"] == 7
+    assert s["lastEventTimeMs"] == 1732100009000
+    assert s["cluster"]["elrEnabled"] is True
+
+
+def test_password_is_masked_and_taken_from_file(postgres: PostgresServer) -> None:
+    with_pw = postgres.url.replace(f"{postgres.USER}@", f"{postgres.USER}:{postgres.password}@")
+    assert postgres.password not in mask_url(with_pw)
+    s = StatusStore(with_pw)
+    assert postgres.password not in repr(s) and postgres.password not in s.masked_url
+    assert s.ping()
+    s.dispose()
+    s = StatusStore(postgres.url, password_file=postgres.password_file)
+    assert s.ping()
+    s.dispose()
+    bad = StatusStore(postgres.url, password="wrong")
+    with pytest.raises(Exception) as info:
+        bad.ping()
+    assert "wrong" not in str(info.value)
+    bad.dispose()
+
+
+def test_sqlite_reader_is_not_blocked_by_an_open_write_transaction(tmp_path: Path) -> None:
+    s = StatusStore(f"sqlite:///{tmp_path}/wal.db")
+    doc = small_doc()
+    s.load_document(doc)
+    with s.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    writer = s._writer.connect()
+    tx = writer.begin()  # BEGIN IMMEDIATE: holds the write lock
+    writer.exec_driver_sql("DELETE FROM partitions")
+    result: dict = {}
+
+    def read() -> None:
+        result["doc"] = s.read_document()
+
+    t = threading.Thread(target=read)
+    t.start()
+    t.join(timeout=5)
+    assert not t.is_alive(), "reader blocked by the writer"
+    assert result["doc"] == doc  # readers see the last committed state
+    tx.rollback()
+    writer.close()
+    s.dispose()
