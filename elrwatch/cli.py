@@ -8,7 +8,6 @@ The commands are thin: they parse options and call the library (``elrwatch.state
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -63,6 +62,21 @@ def replay(
         _fail(str(exc))
     sys.stdout.write(dumps_document(document, pretty=pretty))
     sys.stdout.write("\n")
+
+
+@app.command()
+def conformance(
+    file: Annotated[str, typer.Argument(help="Conformance cases (JSON lines, conformance/README.md format).")],
+) -> None:
+    """Replay controller conformance cases through the controller model: PASS/FAIL per case, a summary."""
+    from elrwatch.state.conformance import CaseFileError, run_file
+
+    try:
+        _, failed = run_file(file, sys.stdout)
+    except CaseFileError as exc:
+        _fail(str(exc))
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:
