@@ -22,7 +22,9 @@ EMPTY: tuple[int, ...] = ()
 LEADER_CHANGE_NONE = "none"  # never changed since creation (or unknown)
 LEADER_CHANGE_CLEAN = "clean"  # new leader came from the ISR
 LEADER_CHANGE_ELR = "elr"  # new leader came from the ELR (clean, KIP-966)
-LEADER_CHANGE_LAST_KNOWN_LEADER = "last_known_leader"  # ISR and ELR empty, last known leader elected (RECOVERING)
+LEADER_CHANGE_LAST_KNOWN_LEADER = (
+    "last_known_leader"  # ISR and ELR empty, last known leader elected (RECOVERING)
+)
 LEADER_CHANGE_UNCLEAN = "unclean"  # classic unclean election (RECOVERING)
 LEADER_CHANGE_LOST = "lost"  # the partition became leaderless
 

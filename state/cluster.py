@@ -1,0 +1,849 @@
+"""Cluster state and replay: apply validated metadata records exactly once (monitor-spec §1–§2).
+
+`ClusterState.apply(record)` applies one `Record` (records.py) with Kafka's replay rules (merge.py), keeps every
+partition's derived status (status.py), audit (audit.py) and gauge contributions up to date incrementally, and
+remembers what changed for `drain_changes()` (the streaming job writes those to the status store).
+
+Exactly-once (DESIGN.md §2): an event at or below the last applied position of its source is a duplicate;
+an event carrying a metadata-log offset at or below the last offset applied to its entity (partition, broker,
+topic, config key, feature) is a duplicate too. Duplicates and quarantined records never change state.
+
+Buckets (DESIGN.md §4): with ``bucket=(i, n)`` the state owns only the partitions that hash to bucket ``i``;
+partition 0 of every topic is kept as a shadow (its replica count sets the effective min ISR).
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from elrwatch.state import audit, records
+from elrwatch.state.audit import Violation
+from elrwatch.state.merge import clear_elr, merge_partition_change, partition_from_record
+from elrwatch.state.model import (
+    LEADER_CHANGE_CLEAN,
+    LEADER_CHANGE_ELR,
+    LEADER_CHANGE_LAST_KNOWN_LEADER,
+    LEADER_CHANGE_LOST,
+    LEADER_CHANGE_UNCLEAN,
+    LRS_RECOVERED,
+    LRS_RECOVERING,
+    NO_LEADER,
+    NO_LEADER_CHANGE,
+    BrokerState,
+    PartitionState,
+    TopicState,
+)
+from elrwatch.state.records import Record, RecordError
+from elrwatch.state.routing import bucket_of
+from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, derive
+
+MIN_ISR = "min.insync.replicas"
+UNCLEAN_ENABLE = "unclean.leader.election.enable"
+ELR_FEATURE = "eligible.leader.replicas.version"
+METADATA_VERSION = "metadata.version"
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+PARTITION_TYPES = frozenset(
+    {records.PARTITION_RECORD, records.PARTITION_CHANGE_RECORD, records.REPLICA_LOG_INFO_RECORD}
+)
+
+
+class Outcome(enum.Enum):
+    """What `ClusterState.apply` did with a record."""
+
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"
+    QUARANTINED = "quarantined"
+    NOT_OWNED = "not_owned"  # a partition record routed to a bucket that does not own it (ignored)
+
+
+@dataclass(slots=True)
+class Transition:
+    """A partition moved from one status to another (the store's history table)."""
+
+    topic_id: str
+    partition_id: int
+    topic: str
+    from_status: str | None
+    to_status: str
+    at_ms: int | None
+    offset: int | None
+    position: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "topic": self.topic,
+            "topicId": self.topic_id,
+            "partitionId": self.partition_id,
+            "from": self.from_status,
+            "to": self.to_status,
+            "atMs": self.at_ms,
+            "offset": self.offset,
+            "position": self.position,
+        }
+
+
+@dataclass(slots=True)
+class Changes:
+    """Everything that changed since the previous `drain_changes()`."""
+
+    partitions: list[tuple[TopicState, PartitionState]] = field(default_factory=list)
+    removed: list[tuple[str, int, str]] = field(default_factory=list)  # (topic_id, partition_id, topic name)
+    transitions: list[Transition] = field(default_factory=list)
+    brokers: list[BrokerState] = field(default_factory=list)
+    topics: list[TopicState] = field(default_factory=list)
+    removed_topics: list[tuple[str, str]] = field(default_factory=list)  # (topic_id, name)
+    quarantined: list[RecordError] = field(default_factory=list)
+
+
+class ClusterState:
+    """The monitor's view of a KRaft cluster's metadata, built by applying records in order."""
+
+    def __init__(self, default_min_isr: int = 1, bucket: tuple[int, int] | None = None) -> None:
+        if default_min_isr < 1:
+            raise ValueError("default_min_isr must be >= 1")
+        if bucket is not None and not (bucket[1] >= 1 and 0 <= bucket[0] < bucket[1]):
+            raise ValueError(f"invalid bucket {bucket}")
+        self.default_min_isr = default_min_isr
+        self.bucket = bucket
+        self.topics: dict[str, TopicState] = {}
+        self.topic_ids_by_name: dict[str, str] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.cluster_configs: dict[str, str] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}
+        self.brokers: dict[int, BrokerState] = {}
+        self.features: dict[str, int] = {}
+        self.config_offsets: dict[tuple[int, str, str], int] = {}
+        self.feature_offsets: dict[str, int] = {}
+        self.source_seq: dict[str, int] = {}
+        self.removed_topics: dict[str, int | None] = {}
+        self.shadow_p0: dict[str, PartitionState] = {}
+        self.log_info: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+        self.violations: dict[tuple[str, int], tuple[Violation, ...]] = {}
+        self.counters: Counter[str] = Counter()
+        # incremental gauge contributions of owned partitions
+        self.partition_count = 0
+        self.status_counts: Counter[str] = Counter()
+        self.flag_counts: Counter[int] = Counter()
+        self.electable_counts = [0, 0, 0, 0]
+        self.violation_counts: Counter[str] = Counter()
+        self._reset_transient()
+
+    # --- transient (not serialized) -------------------------------------------------------------------------
+
+    def _reset_transient(self) -> None:
+        self._dirty: dict[int, tuple[TopicState, PartitionState]] = {}
+        self._removed: list[tuple[str, int, str]] = []
+        self._transitions: list[Transition] = []
+        self._dirty_brokers: set[int] = set()
+        self._dirty_topics: set[str] = set()
+        self._removed_topics_out: list[tuple[str, str]] = []
+        self._quarantined: list[RecordError] = []
+        self._by_broker: dict[int, set[PartitionState]] | None = None
+        self._min_isr_cache: dict[str, int] = {}
+        self._active: set[int] = {b.broker_id for b in self.brokers.values() if b.active}
+        self.last_error: RecordError | None = None
+
+    def to_bytes(self, compress: bool = True) -> bytes:
+        """Serialize the state (not the pending changes) compactly, e.g. for Spark's state store."""
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "last_error"}
+        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        return b"Z" + zlib.compress(blob, 1) if compress else b"P" + blob
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> ClusterState:
+        """Inverse of `to_bytes`."""
+        kind, body = blob[:1], blob[1:]
+        state = pickle.loads(zlib.decompress(body) if kind == b"Z" else body)
+        self = cls.__new__(cls)
+        self.__dict__.update(state)
+        self._reset_transient()
+        return self
+
+    # --- queries --------------------------------------------------------------------------------------------
+
+    @property
+    def elr_enabled(self) -> bool:
+        """Whether the finalized eligible.leader.replicas.version is >= 1 (elr-semantics §3)."""
+        return self.features.get(ELR_FEATURE, 0) >= 1
+
+    @property
+    def metadata_version_level(self) -> int | None:
+        """The finalized metadata.version feature level, if known."""
+        return self.features.get(METADATA_VERSION)
+
+    def owns(self, topic_id: str, partition_id: int) -> bool:
+        """Whether this state owns the partition (always, unless bucketed)."""
+        if self.bucket is None:
+            return True
+        return bucket_of(topic_id, partition_id, self.bucket[1]) == self.bucket[0]
+
+    def is_active(self, broker_id: int) -> bool:
+        """Registered, not fenced, not in controlled shutdown."""
+        return broker_id in self._active
+
+    def topic_config(self, topic: TopicState | str, name: str) -> str | None:
+        """Resolve a config for a topic: topic config, then cluster default (monitor-spec §3)."""
+        topic_name = topic if isinstance(topic, str) else topic.name
+        value = self.topic_configs.get(topic_name, {}).get(name)
+        if value is None:
+            value = self.cluster_configs.get(name)
+        return value
+
+    def configured_min_isr(self, topic: TopicState) -> int:
+        """min.insync.replicas as configured for the topic (not capped by the replica count)."""
+        value = self.topic_config(topic, MIN_ISR)
+        return int(value) if value is not None else self.default_min_isr
+
+    def replication_factor(self, topic: TopicState) -> int:
+        """Replica count of the topic's partition 0 (owned or shadow), 0 if unknown."""
+        p0 = topic.partitions.get(0) or self.shadow_p0.get(topic.topic_id)
+        return len(p0.replicas) if p0 is not None else 0
+
+    def effective_min_isr(self, topic: TopicState) -> int:
+        """min(resolved min.insync.replicas, replica count of partition 0) (elr-semantics §4)."""
+        cached = self._min_isr_cache.get(topic.topic_id)
+        if cached is not None:
+            return cached
+        configured = self.configured_min_isr(topic)
+        rf = self.replication_factor(topic)
+        value = min(configured, rf) if rf else configured
+        self._min_isr_cache[topic.topic_id] = value
+        return value
+
+    def unclean_enabled(self, topic: TopicState) -> bool:
+        """Resolved unclean.leader.election.enable for the topic (default false)."""
+        value = self.topic_config(topic, UNCLEAN_ENABLE)
+        return value is not None and value.strip().lower() == "true"
+
+    def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
+        """An owned partition by key."""
+        topic = self.topics.get(topic_id)
+        return topic.partitions.get(partition_id) if topic is not None else None
+
+    def topic_by_name(self, name: str) -> TopicState | None:
+        """A topic by name."""
+        topic_id = self.topic_ids_by_name.get(name)
+        return self.topics.get(topic_id) if topic_id is not None else None
+
+    def iter_partitions(self) -> Iterator[tuple[TopicState, PartitionState]]:
+        """Owned partitions, sorted by (topic name, partition id)."""
+        for topic in sorted(self.topics.values(), key=lambda t: t.name):
+            for partition_id in sorted(topic.partitions):
+                yield topic, topic.partitions[partition_id]
+
+    def partition_violations(self, topic_id: str, partition_id: int) -> tuple[Violation, ...]:
+        """The invariants a partition currently breaks."""
+        return self.violations.get((topic_id, partition_id), ())
+
+    # --- apply ----------------------------------------------------------------------------------------------
+
+    def apply(self, record: Record) -> Outcome:
+        """Apply one validated record exactly once. Never raises on bad data: quarantines it instead."""
+        source = record.source
+        last = self.source_seq.get(source)
+        if last is not None and record.seq <= last:
+            return Outcome.DUPLICATE
+        self.source_seq[source] = record.seq
+        handler = _HANDLERS[record.type]
+        result = handler(self, record)
+        if isinstance(result, RecordError):
+            self.last_error = result
+            if self._reports(record):
+                self._quarantined.append(result)
+            return Outcome.QUARANTINED
+        return result
+
+    def _reports(self, record: Record) -> bool:
+        """Whether this state reports (quarantine) for the record: owner bucket, or bucket 0 for broadcasts."""
+        if self.bucket is None:
+            return True
+        if record.type in PARTITION_TYPES:
+            return self.owns(record.data["topicId"], record.data["partitionId"])
+        return self.bucket[0] == 0
+
+    def _error(self, record: Record, reason: str, field: str | None, message: str) -> RecordError:
+        return RecordError(record.position, reason, field, message, "", record.type, record.offset)
+
+    @staticmethod
+    def _is_dup(entity_offset: int | None, record: Record) -> bool:
+        return record.offset is not None and entity_offset is not None and record.offset <= entity_offset
+
+    # --- partitions -----------------------------------------------------------------------------------------
+
+    def _topic_for(self, record: Record) -> TopicState | RecordError | Outcome:
+        topic_id = record.data["topicId"]
+        topic = self.topics.get(topic_id)
+        if topic is None:
+            if topic_id in self.removed_topics and self._is_dup(self.removed_topics[topic_id], record):
+                return Outcome.DUPLICATE
+            return self._error(record, "unknown_topic", "topicId", f"no TOPIC_RECORD for topic id {topic_id}")
+        return topic
+
+    def _apply_partition_record(self, record: Record) -> Outcome | RecordError:
+        topic = self._topic_for(record)
+        if not isinstance(topic, TopicState):
+            return topic
+        data = record.data
+        partition_id = data["partitionId"]
+        owned = self.owns(topic.topic_id, partition_id)
+        if not owned and partition_id != 0:
+            return Outcome.NOT_OWNED
+        old = topic.partitions.get(partition_id) if owned else self.shadow_p0.get(topic.topic_id)
+        if old is not None and self._is_dup(old.last_offset, record):
+            return Outcome.DUPLICATE
+        new = partition_from_record(data)
+        new.topic_id = topic.topic_id  # share the interned id string
+        self._stamp(new, record)
+        if not owned:
+            self.shadow_p0[topic.topic_id] = new
+            self._replica_count_changed(topic, old, new)
+            return Outcome.APPLIED
+        epoch_note = None
+        if old is not None:
+            new.status = old.status
+            new.status_since_ms = old.status_since_ms
+            new.status_since_offset = old.status_since_offset
+            new.flags = old.flags
+            new.last_leader_change = old.last_leader_change
+            if new.leader_epoch < old.leader_epoch or new.partition_epoch < old.partition_epoch:
+                epoch_note = (
+                    f"PartitionRecord replaced leaderEpoch {old.leader_epoch} -> {new.leader_epoch}, "
+                    f"partitionEpoch {old.partition_epoch} -> {new.partition_epoch}"
+                )
+            self._count_election(old, new, record_lrs=new.leader_recovery_state, leader_set=new.leader)
+            self._unindex(old)
+            self._dirty.pop(id(old), None)
+        else:
+            self.partition_count += 1
+        topic.partitions[partition_id] = new
+        self._dirty_topics.add(topic.topic_id)
+        self._index(new)
+        self._refresh(topic, new, record, epoch_note)
+        if partition_id == 0:
+            self._replica_count_changed(topic, old, new)
+        return Outcome.APPLIED
+
+    def _apply_partition_change(self, record: Record) -> Outcome | RecordError:
+        topic = self._topic_for(record)
+        if not isinstance(topic, TopicState):
+            return topic
+        data = record.data
+        partition_id = data["partitionId"]
+        owned = self.owns(topic.topic_id, partition_id)
+        if not owned and partition_id != 0:
+            return Outcome.NOT_OWNED
+        partition = topic.partitions.get(partition_id) if owned else self.shadow_p0.get(topic.topic_id)
+        if partition is None:
+            return self._error(
+                record,
+                "unknown_partition",
+                "partitionId",
+                f"no PARTITION_RECORD for {topic.name}-{partition_id}",
+            )
+        if self._is_dup(partition.last_offset, record):
+            return Outcome.DUPLICATE
+        old_rf = len(partition.replicas)
+        if not owned:
+            merge_partition_change(partition, data)
+            self._stamp(partition, record)
+            if len(partition.replicas) != old_rf:
+                self._replica_count_changed(topic, None, partition)
+            return Outcome.APPLIED
+        before = partition.copy()
+        merge_partition_change(partition, data)
+        self._stamp(partition, record)
+        self._count_election(
+            before,
+            partition,
+            record_lrs=data.get("leaderRecoveryState", -1),
+            leader_set=data.get("leader", NO_LEADER_CHANGE),
+        )
+        if (
+            partition.replicas != before.replicas
+            or partition.isr != before.isr
+            or partition.elr != before.elr
+            or (partition.last_known_elr != before.last_known_elr)
+        ):
+            self._unindex(before, partition)
+            self._index(partition)
+        self._refresh(topic, partition, record)
+        if partition_id == 0 and len(partition.replicas) != old_rf:
+            self._replica_count_changed(topic, before, partition)
+        return Outcome.APPLIED
+
+    def _apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
+        topic = self._topic_for(record)
+        if not isinstance(topic, TopicState):
+            return topic
+        data = record.data
+        if not self.owns(topic.topic_id, data["partitionId"]):
+            return Outcome.NOT_OWNED
+        partition = topic.partitions.get(data["partitionId"])
+        if partition is None:
+            return self._error(
+                record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition"
+            )
+        key = (topic.topic_id, data["partitionId"])
+        infos = self.log_info.setdefault(key, {})
+        previous = infos.get(data["brokerId"])
+        if previous is not None and self._is_dup(previous.get("offset"), record):
+            return Outcome.DUPLICATE
+        infos[data["brokerId"]] = {
+            "brokerId": data["brokerId"],
+            "brokerEpoch": data["brokerEpoch"],
+            "logEndOffset": data["logEndOffset"],
+            "lastWrittenLeaderEpoch": data["lastWrittenLeaderEpoch"],
+            "currentLeaderEpoch": data["currentLeaderEpoch"],
+            "offset": record.offset,
+            "timestampMs": record.timestamp_ms,
+        }
+        self._dirty[id(partition)] = (topic, partition)
+        return Outcome.APPLIED
+
+    def _stamp(self, partition: PartitionState, record: Record) -> None:
+        if record.offset is not None:
+            partition.last_offset = record.offset
+        if record.timestamp_ms is not None:
+            partition.last_timestamp_ms = record.timestamp_ms
+        partition.last_position = record.position
+
+    def _count_election(
+        self, before: PartitionState, after: PartitionState, record_lrs: int, leader_set: int
+    ) -> None:
+        """Election counters with Kafka's meter semantics (metrics.md §1) and the last leader change kind."""
+        if record_lrs == LRS_RECOVERING:
+            self.counters["unclean_elections"] += 1
+        if before.leader_recovery_state == LRS_RECOVERING and after.leader_recovery_state == LRS_RECOVERED:
+            self.counters["unclean_recovery_finished"] += 1
+        if leader_set == NO_LEADER_CHANGE:
+            return
+        winner = after.leader
+        if winner in before.elr:
+            self.counters["elr_elections"] += 1
+        if winner == before.leader:
+            return
+        if winner == NO_LEADER:
+            kind = LEADER_CHANGE_LOST
+        elif winner in before.isr:
+            kind = LEADER_CHANGE_CLEAN
+        elif winner in before.elr:
+            kind = LEADER_CHANGE_ELR
+        elif not before.isr and not before.elr and winner in before.last_known_elr:
+            kind = LEADER_CHANGE_LAST_KNOWN_LEADER
+            self.counters["last_known_leader_elections"] += 1
+        elif record_lrs == LRS_RECOVERING or winner not in after.isr:
+            kind = LEADER_CHANGE_UNCLEAN
+        else:
+            kind = LEADER_CHANGE_CLEAN  # e.g. a reassignment target that joined the ISR
+        after.last_leader_change = kind
+
+    def _replica_count_changed(
+        self, topic: TopicState, old: PartitionState | None, new: PartitionState
+    ) -> None:
+        if old is not None and len(old.replicas) == len(new.replicas):
+            return
+        self._min_isr_cache.pop(topic.topic_id, None)
+        self._refresh_topic(topic, None)
+
+    # --- derived status, audit, gauges -------------------------------------------------------------------------
+
+    def _refresh(
+        self,
+        topic: TopicState,
+        partition: PartitionState,
+        record: Record | None,
+        epoch_note: str | None = None,
+    ) -> None:
+        """Recompute a partition's status, flags and violations; count transitions; mark it changed."""
+        min_isr = self.effective_min_isr(topic)
+        status, flags = derive(
+            partition, min_isr, self._active.__contains__, self.elr_enabled, self.unclean_enabled(topic)
+        )
+        old_flags = partition.flags if partition.status else None
+        if flags != old_flags:
+            if old_flags is not None:
+                self._count_flags(old_flags, -1)
+            self._count_flags(flags, +1)
+            partition.flags = flags
+        offset = record.offset if record is not None else None
+        at_ms = record.timestamp_ms if record is not None else None
+        position = record.position if record is not None else None
+        if status != partition.status:
+            old_status = partition.status or None
+            if old_status is not None:
+                self.status_counts[old_status] -= 1
+            self.status_counts[status] += 1
+            self._transitions.append(
+                Transition(
+                    topic.topic_id,
+                    partition.partition_id,
+                    topic.name,
+                    old_status,
+                    status,
+                    at_ms,
+                    offset,
+                    position,
+                )
+            )
+            partition.status = status
+            partition.status_since_ms = at_ms
+            partition.status_since_offset = offset
+        self._audit(topic, partition, min_isr, offset, position, epoch_note)
+        self._dirty[id(partition)] = (topic, partition)
+
+    def _count_flags(self, flags: int, delta: int) -> None:
+        for bit in FLAG_BITS:
+            if flags & bit:
+                self.flag_counts[bit] += delta
+        self.electable_counts[(flags >> ELECTABLE_SHIFT) & 3] += delta
+
+    def _is_ineligible(self, broker_id: int) -> bool:
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            return bool(self.brokers)
+        return broker.fenced or not broker.registered
+
+    def _audit(
+        self,
+        topic: TopicState,
+        partition: PartitionState,
+        min_isr: int,
+        offset: int | None,
+        position: str | None,
+        epoch_note: str | None,
+    ) -> None:
+        key = (topic.topic_id, partition.partition_id)
+        found = audit.check(partition, min_isr, self.elr_enabled, self._is_ineligible, epoch_note)
+        previous = self.violations.get(key, ())
+        if not found and not previous:
+            return
+        kept = {v.kind: v for v in previous}
+        current = tuple(
+            kept[kind]
+            if kind in kept and kept[kind].detail == detail
+            else Violation(kind, detail, offset, position)
+            for kind, detail in found
+        )
+        for violation in previous:
+            self.violation_counts[violation.kind] -= 1
+        for violation in current:
+            self.violation_counts[violation.kind] += 1
+        if current:
+            self.violations[key] = current
+        else:
+            self.violations.pop(key, None)
+
+    def _refresh_topic(self, topic: TopicState, record: Record | None) -> None:
+        self._min_isr_cache.pop(topic.topic_id, None)
+        for partition in topic.partitions.values():
+            self._refresh(topic, partition, record)
+
+    def _refresh_all(self, record: Record | None) -> None:
+        self._min_isr_cache.clear()
+        for topic in self.topics.values():
+            self._refresh_topic(topic, record)
+
+    # broker → partitions index (built lazily on the first broker change; not serialized)
+    @staticmethod
+    def _members(partition: PartitionState) -> set[int]:
+        return (
+            set(partition.replicas) | set(partition.isr) | set(partition.elr) | set(partition.last_known_elr)
+        )
+
+    def _index(self, partition: PartitionState) -> None:
+        if self._by_broker is None:
+            return
+        for broker in self._members(partition):
+            self._by_broker.setdefault(broker, set()).add(partition)
+
+    def _unindex(self, old: PartitionState, current: PartitionState | None = None) -> None:
+        if self._by_broker is None:
+            return
+        target = current if current is not None else old
+        for broker in self._members(old):
+            members = self._by_broker.get(broker)
+            if members is not None:
+                members.discard(target)
+
+    def _partitions_of_broker(self, broker_id: int) -> list[PartitionState]:
+        if self._by_broker is None:
+            index: dict[int, set[PartitionState]] = {}
+            for topic in self.topics.values():
+                for partition in topic.partitions.values():
+                    for broker in self._members(partition):
+                        index.setdefault(broker, set()).add(partition)
+            self._by_broker = index
+        return list(self._by_broker.get(broker_id, ()))
+
+    def _broker_changed(self, broker: BrokerState, record: Record) -> None:
+        was_active = broker.broker_id in self._active
+        if broker.active:
+            self._active.add(broker.broker_id)
+        else:
+            self._active.discard(broker.broker_id)
+        self._dirty_brokers.add(broker.broker_id)
+        # Even when liveness is unchanged, fencing changes the KIP-903 audit: refresh every partition of the broker.
+        del was_active
+        for partition in self._partitions_of_broker(broker.broker_id):
+            topic = self.topics.get(partition.topic_id)
+            if topic is not None and topic.partitions.get(partition.partition_id) is partition:
+                self._refresh(topic, partition, record)
+
+    # --- topics ---------------------------------------------------------------------------------------------
+
+    def _apply_topic(self, record: Record) -> Outcome | RecordError:
+        name, topic_id = record.data["name"], record.data["topicId"]
+        existing = self.topics.get(topic_id)
+        if existing is not None:
+            if self._is_dup(existing.last_offset, record):
+                return Outcome.DUPLICATE
+            if existing.name != name:
+                return self._error(
+                    record, "conflict", "name", f"topic id {topic_id} already names topic {existing.name!r}"
+                )
+            return Outcome.DUPLICATE
+        if topic_id in self.removed_topics and self._is_dup(self.removed_topics[topic_id], record):
+            return Outcome.DUPLICATE
+        other = self.topic_ids_by_name.get(name)
+        if other is not None and other in self.topics:
+            return self._error(record, "conflict", "name", f"topic {name!r} already exists with id {other}")
+        topic = TopicState(topic_id=topic_id, name=name, configs=self.topic_configs.setdefault(name, {}))
+        topic.last_offset = record.offset
+        self.topics[topic_id] = topic
+        self.topic_ids_by_name[name] = topic_id
+        self._dirty_topics.add(topic_id)
+        return Outcome.APPLIED
+
+    def _apply_remove_topic(self, record: Record) -> Outcome | RecordError:
+        topic = self._topic_for(record)
+        if not isinstance(topic, TopicState):
+            return topic
+        if self._is_dup(topic.last_offset, record):
+            return Outcome.DUPLICATE
+        for partition in list(topic.partitions.values()):
+            self._forget_partition(topic, partition)
+        self.shadow_p0.pop(topic.topic_id, None)
+        del self.topics[topic.topic_id]
+        if self.topic_ids_by_name.get(topic.name) == topic.topic_id:
+            del self.topic_ids_by_name[topic.name]
+        self.topic_configs.pop(topic.name, None)  # Kafka deletes the topic's configs with it
+        self.removed_topics[topic.topic_id] = record.offset
+        self._min_isr_cache.pop(topic.topic_id, None)
+        self._dirty_topics.discard(topic.topic_id)
+        self._removed_topics_out.append((topic.topic_id, topic.name))
+        return Outcome.APPLIED
+
+    def _forget_partition(self, topic: TopicState, partition: PartitionState) -> None:
+        if partition.status:
+            self.status_counts[partition.status] -= 1
+            self._count_flags(partition.flags, -1)
+        self.partition_count -= 1
+        key = (topic.topic_id, partition.partition_id)
+        for violation in self.violations.pop(key, ()):
+            self.violation_counts[violation.kind] -= 1
+        self.log_info.pop(key, None)
+        self._unindex(partition)
+        self._dirty.pop(id(partition), None)
+        self._removed.append((topic.topic_id, partition.partition_id, topic.name))
+
+    def _apply_clear_elr(self, record: Record) -> Outcome | RecordError:
+        name = record.data["topicName"]
+        if name:
+            topic = self.topic_by_name(name)
+            if topic is None:
+                return self._error(record, "unknown_topic", "topicName", f"no topic named {name!r}")
+            topics: Iterable[TopicState] = (topic,)
+        else:
+            topics = list(self.topics.values())
+        for topic in topics:
+            shadow = self.shadow_p0.get(topic.topic_id)
+            if shadow is not None and not self._is_dup(shadow.last_offset, record) and clear_elr(shadow):
+                self._stamp(shadow, record)
+            for partition in topic.partitions.values():
+                if self._is_dup(partition.last_offset, record):
+                    continue
+                if partition.elr or partition.last_known_elr:
+                    before = partition.copy()
+                    clear_elr(partition)
+                    self._stamp(partition, record)
+                    self._unindex(before, partition)
+                    self._index(partition)
+                    self._refresh(topic, partition, record)
+        return Outcome.APPLIED
+
+    # --- brokers --------------------------------------------------------------------------------------------
+
+    def _apply_register_broker(self, record: Record) -> Outcome | RecordError:
+        data = record.data
+        broker_id = data["brokerId"]
+        existing = self.brokers.get(broker_id)
+        if existing is not None and self._is_dup(existing.last_offset, record):
+            return Outcome.DUPLICATE
+        broker = BrokerState(
+            broker_id=broker_id,
+            epoch=data["brokerEpoch"],
+            incarnation_id=data["incarnationId"],
+            fenced=data.get("fenced", True),
+            in_controlled_shutdown=data.get("inControlledShutdown", False),
+            registered=True,
+            rack=data.get("rack"),
+            last_offset=record.offset,
+        )
+        self.brokers[broker_id] = broker
+        self._broker_changed(broker, record)
+        return Outcome.APPLIED
+
+    def _registered_broker(
+        self, record: Record, id_field: str, epoch_field: str
+    ) -> BrokerState | RecordError | Outcome:
+        broker_id = record.data[id_field]
+        broker = self.brokers.get(broker_id)
+        if broker is None or not broker.registered:
+            if broker is not None and self._is_dup(broker.last_offset, record):
+                return Outcome.DUPLICATE
+            return self._error(record, "unknown_broker", id_field, f"broker {broker_id} is not registered")
+        if self._is_dup(broker.last_offset, record):
+            return Outcome.DUPLICATE
+        if broker.epoch != record.data[epoch_field]:
+            return self._error(
+                record,
+                "conflict",
+                epoch_field,
+                f"broker {broker_id} epoch is {broker.epoch}, record has {record.data[epoch_field]}",
+            )
+        return broker
+
+    def _apply_broker_change(self, record: Record) -> Outcome | RecordError:
+        broker = self._registered_broker(record, "brokerId", "brokerEpoch")
+        if not isinstance(broker, BrokerState):
+            return broker
+        fenced = record.data.get("fenced", 0)
+        if fenced == 1:
+            broker.fenced = True
+        elif fenced == -1:
+            broker.fenced = False
+        if record.data.get("inControlledShutdown", 0) == 1:
+            broker.in_controlled_shutdown = True
+        broker.last_offset = record.offset if record.offset is not None else broker.last_offset
+        self._broker_changed(broker, record)
+        return Outcome.APPLIED
+
+    def _apply_fence(self, record: Record) -> Outcome | RecordError:
+        broker = self._registered_broker(record, "id", "epoch")
+        if not isinstance(broker, BrokerState):
+            return broker
+        broker.fenced = record.type == records.FENCE_BROKER_RECORD
+        broker.last_offset = record.offset if record.offset is not None else broker.last_offset
+        self._broker_changed(broker, record)
+        return Outcome.APPLIED
+
+    def _apply_unregister(self, record: Record) -> Outcome | RecordError:
+        broker = self._registered_broker(record, "brokerId", "brokerEpoch")
+        if not isinstance(broker, BrokerState):
+            return broker
+        broker.registered = False
+        broker.last_offset = record.offset if record.offset is not None else broker.last_offset
+        self._broker_changed(broker, record)
+        return Outcome.APPLIED
+
+    # --- configs and features -------------------------------------------------------------------------------
+
+    def _apply_config(self, record: Record) -> Outcome | RecordError:
+        data = record.data
+        key = (data["resourceType"], data["resourceName"], data["name"])
+        if self._is_dup(self.config_offsets.get(key), record):
+            return Outcome.DUPLICATE
+        if record.offset is not None:
+            self.config_offsets[key] = record.offset
+        resource_type, resource_name, name, value = (
+            data["resourceType"],
+            data["resourceName"],
+            data["name"],
+            data["value"],
+        )
+        if resource_type == RESOURCE_TOPIC:
+            target = self.topic_configs.setdefault(resource_name, {})
+        elif resource_type == RESOURCE_BROKER:
+            target = (
+                self.cluster_configs
+                if resource_name == ""
+                else self.broker_configs.setdefault(resource_name, {})
+            )
+        else:
+            return Outcome.APPLIED  # other resource types do not matter to elrwatch
+        if value is None:
+            target.pop(name, None)
+        else:
+            target[name] = value
+        if name in (MIN_ISR, UNCLEAN_ENABLE):
+            if resource_type == RESOURCE_TOPIC:
+                topic = self.topic_by_name(resource_name)
+                if topic is not None:
+                    self._dirty_topics.add(topic.topic_id)
+                    self._refresh_topic(topic, record)
+            elif resource_name == "":
+                self._dirty_topics.update(self.topics)
+                self._refresh_all(record)
+        return Outcome.APPLIED
+
+    def _apply_feature(self, record: Record) -> Outcome | RecordError:
+        name, level = record.data["name"], record.data["featureLevel"]
+        if self._is_dup(self.feature_offsets.get(name), record):
+            return Outcome.DUPLICATE
+        if record.offset is not None:
+            self.feature_offsets[name] = record.offset
+        if level == 0:
+            self.features.pop(name, None)
+        else:
+            self.features[name] = level
+        if name == ELR_FEATURE:
+            self._refresh_all(record)
+        return Outcome.APPLIED
+
+    # --- changes --------------------------------------------------------------------------------------------
+
+    def drain_changes(self) -> Changes:
+        """Return and forget what changed since the previous call."""
+        changes = Changes(
+            partitions=list(self._dirty.values()),
+            removed=self._removed,
+            transitions=self._transitions,
+            brokers=[self.brokers[b] for b in sorted(self._dirty_brokers) if b in self.brokers],
+            topics=[self.topics[t] for t in sorted(self._dirty_topics) if t in self.topics],
+            removed_topics=self._removed_topics_out,
+            quarantined=self._quarantined,
+        )
+        self._dirty = {}
+        self._removed = []
+        self._transitions = []
+        self._dirty_brokers = set()
+        self._dirty_topics = set()
+        self._removed_topics_out = []
+        self._quarantined = []
+        return changes
+
+
+_HANDLERS = {
+    records.PARTITION_RECORD: ClusterState._apply_partition_record,
+    records.PARTITION_CHANGE_RECORD: ClusterState._apply_partition_change,
+    records.REPLICA_LOG_INFO_RECORD: ClusterState._apply_replica_log_info,
+    records.CLEAR_ELR_RECORD: ClusterState._apply_clear_elr,
+    records.TOPIC_RECORD: ClusterState._apply_topic,
+    records.REMOVE_TOPIC_RECORD: ClusterState._apply_remove_topic,
+    records.REGISTER_BROKER_RECORD: ClusterState._apply_register_broker,
+    records.BROKER_REGISTRATION_CHANGE_RECORD: ClusterState._apply_broker_change,
+    records.UNREGISTER_BROKER_RECORD: ClusterState._apply_unregister,
+    records.FENCE_BROKER_RECORD: ClusterState._apply_fence,
+    records.UNFENCE_BROKER_RECORD: ClusterState._apply_fence,
+    records.CONFIG_RECORD: ClusterState._apply_config,
+    records.FEATURE_LEVEL_RECORD: ClusterState._apply_feature,
+}

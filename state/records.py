@@ -1,0 +1,636 @@
+"""Reading KRaft metadata records: one input line → a validated `Record` or a `RecordError`.
+
+Input lines are either the dump-log JSON envelope ``{"type":…,"version":…,"data":{…}}`` (optionally with
+elrwatch's ``"offset"`` and ``"timestamp"`` keys) or whole lines of ``kafka-dump-log.sh
+--cluster-metadata-decoder`` output (``| offset: 412 CreateTime: … payload: {…}``); see json-format.md.
+
+Validation is driven by Kafka's own record specs (``kafka_schemas/*.json``, copied from Kafka trunk): which fields
+exist in which version, which are tagged (absent = default = unchanged), which are nullable, and their types.
+On top of the schema, "impossible" values are rejected: negative or duplicate broker ids in a replica list,
+negative partition ids or epochs, out-of-range enum values. Nothing here raises on bad input: every problem is
+returned as a `RecordError` naming the position, the field and a reason from a small fixed set.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import orjson
+
+# --- record types -------------------------------------------------------------------------------------------
+
+PARTITION_RECORD = "PARTITION_RECORD"
+PARTITION_CHANGE_RECORD = "PARTITION_CHANGE_RECORD"
+CLEAR_ELR_RECORD = "CLEAR_ELR_RECORD"
+TOPIC_RECORD = "TOPIC_RECORD"
+REMOVE_TOPIC_RECORD = "REMOVE_TOPIC_RECORD"
+REGISTER_BROKER_RECORD = "REGISTER_BROKER_RECORD"
+BROKER_REGISTRATION_CHANGE_RECORD = "BROKER_REGISTRATION_CHANGE_RECORD"
+UNREGISTER_BROKER_RECORD = "UNREGISTER_BROKER_RECORD"
+FENCE_BROKER_RECORD = "FENCE_BROKER_RECORD"
+UNFENCE_BROKER_RECORD = "UNFENCE_BROKER_RECORD"
+CONFIG_RECORD = "CONFIG_RECORD"
+FEATURE_LEVEL_RECORD = "FEATURE_LEVEL_RECORD"
+#: elrwatch's own record: what KIP-966's GetReplicaLogInfo would return for one replica (README "Record types").
+REPLICA_LOG_INFO_RECORD = "REPLICA_LOG_INFO_RECORD"
+
+#: Kafka type name → schema file (the types elrwatch uses).
+KAFKA_SCHEMA_FILES: dict[str, str] = {
+    PARTITION_RECORD: "PartitionRecord.json",
+    PARTITION_CHANGE_RECORD: "PartitionChangeRecord.json",
+    CLEAR_ELR_RECORD: "ClearElrRecord.json",
+    TOPIC_RECORD: "TopicRecord.json",
+    REMOVE_TOPIC_RECORD: "RemoveTopicRecord.json",
+    REGISTER_BROKER_RECORD: "RegisterBrokerRecord.json",
+    BROKER_REGISTRATION_CHANGE_RECORD: "BrokerRegistrationChangeRecord.json",
+    UNREGISTER_BROKER_RECORD: "UnregisterBrokerRecord.json",
+    FENCE_BROKER_RECORD: "FenceBrokerRecord.json",
+    UNFENCE_BROKER_RECORD: "UnfenceBrokerRecord.json",
+    CONFIG_RECORD: "ConfigRecord.json",
+    FEATURE_LEVEL_RECORD: "FeatureLevelRecord.json",
+}
+
+#: elrwatch's own record spec, in Kafka's schema format (documented in the README).
+REPLICA_LOG_INFO_SCHEMA: dict[str, Any] = {
+    "name": "ReplicaLogInfoRecord",
+    "validVersions": "0",
+    "fields": [
+        {"name": "TopicId", "type": "uuid", "versions": "0+"},
+        {"name": "PartitionId", "type": "int32", "versions": "0+"},
+        {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "BrokerEpoch", "type": "int64", "versions": "0+"},
+        {"name": "LogEndOffset", "type": "int64", "versions": "0+"},
+        {"name": "LastWrittenLeaderEpoch", "type": "int32", "versions": "0+"},
+        {"name": "CurrentLeaderEpoch", "type": "int32", "versions": "0+"},
+    ],
+}
+
+#: Every other MetadataRecordType of Kafka trunk: well-formed records of these types are counted and skipped.
+OTHER_KAFKA_TYPES = frozenset(
+    {
+        "ACCESS_CONTROL_ENTRY_RECORD",
+        "REMOVE_ACCESS_CONTROL_ENTRY_RECORD",
+        "DELEGATION_TOKEN_RECORD",
+        "REMOVE_DELEGATION_TOKEN_RECORD",
+        "USER_SCRAM_CREDENTIAL_RECORD",
+        "REMOVE_USER_SCRAM_CREDENTIAL_RECORD",
+        "CLIENT_QUOTA_RECORD",
+        "PRODUCER_IDS_RECORD",
+        "NO_OP_RECORD",
+        "ZK_MIGRATION_STATE_RECORD",
+        "ABORT_TRANSACTION_RECORD",
+        "BEGIN_TRANSACTION_RECORD",
+        "END_TRANSACTION_RECORD",
+        "REGISTER_CONTROLLER_RECORD",
+    }
+)
+_TYPE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*_RECORD$")
+
+# --- errors ---------------------------------------------------------------------------------------------------
+
+#: The fixed set of quarantine reasons (bounded Prometheus label values).
+QUARANTINE_REASONS = (
+    "invalid_json",
+    "invalid_envelope",
+    "unsupported_version",
+    "missing_field",
+    "invalid_field",
+    "unknown_topic",
+    "unknown_partition",
+    "unknown_broker",
+    "conflict",
+)
+
+
+@dataclass(slots=True)
+class RecordError:
+    """Why one input event was quarantined: where it was, which field, the reason code and a readable message."""
+
+    position: str
+    reason: str
+    field: str | None
+    message: str
+    raw: str
+    type: str | None = None
+    offset: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (as in the report's ``quarantined.records``)."""
+        return {
+            "position": self.position,
+            "offset": self.offset,
+            "type": self.type,
+            "reason": self.reason,
+            "field": self.field,
+            "message": self.message,
+            "raw": self.raw[:2000],
+        }
+
+    def __str__(self) -> str:
+        where = f" field {self.field!r}" if self.field else ""
+        return f"{self.position}: {self.reason}{where}: {self.message}"
+
+
+# --- records --------------------------------------------------------------------------------------------------
+
+
+class Record:
+    """One validated metadata record. ``data`` keeps Kafka's camelCase keys; int lists are tuples."""
+
+    __slots__ = ("data", "offset", "position", "seq", "source", "timestamp_ms", "type", "version")
+
+    def __init__(
+        self,
+        type: str,
+        version: int,
+        data: dict[str, Any],
+        *,
+        source: str = "",
+        seq: int = 0,
+        position: str = "",
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.type = type
+        self.version = version
+        self.data = data
+        self.source = source
+        self.seq = seq
+        self.position = position or f"{source}:{seq}"
+        self.offset = offset
+        self.timestamp_ms = timestamp_ms
+
+    def __repr__(self) -> str:
+        return f"Record({self.type} v{self.version} @{self.position} offset={self.offset} {self.data})"
+
+    def envelope(self) -> dict[str, Any]:
+        """The record as an envelope dict (lists as lists), with offset/timestamp when known."""
+        out: dict[str, Any] = {
+            "type": self.type,
+            "version": self.version,
+            "data": {k: list(v) if isinstance(v, tuple) else v for k, v in self.data.items()},
+        }
+        if self.offset is not None:
+            out["offset"] = self.offset
+        if self.timestamp_ms is not None:
+            out["timestamp"] = self.timestamp_ms
+        return out
+
+
+class Ignored:
+    """A line that is not an event (blank, dump-log batch header, control record)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class Skipped:
+    """A well-formed record of a Kafka type elrwatch does not use: counted, not applied."""
+
+    __slots__ = ("offset", "type")
+
+    def __init__(self, type: str, offset: int | None) -> None:
+        self.type = type
+        self.offset = offset
+
+
+# --- schema compilation ---------------------------------------------------------------------------------------
+
+_INT_RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint16": (0, 2**16 - 1),
+}
+
+
+def _version_range(spec: str | None) -> tuple[int, int] | None:
+    """Kafka's version spec ("0+", "1-3", "none") → inclusive (low, high) or None."""
+    if spec is None or spec == "none":
+        return None
+    if spec.endswith("+"):
+        return int(spec[:-1]), 1 << 30
+    if "-" in spec:
+        low, high = spec.split("-")
+        return int(low), int(high)
+    return int(spec), int(spec)
+
+
+def _in(version: int, spec: tuple[int, int] | None) -> bool:
+    return spec is not None and spec[0] <= version <= spec[1]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One field of one record version, compiled from Kafka's schema."""
+
+    json_name: str
+    type: str
+    required: bool
+    nullable: bool
+    broker_ids: bool
+
+
+def _camel(name: str) -> str:
+    return name[0].lower() + name[1:]
+
+
+def _load_schema(type_name: str) -> dict[str, Any]:
+    if type_name == REPLICA_LOG_INFO_RECORD:
+        return REPLICA_LOG_INFO_SCHEMA
+    text = (
+        resources.files("elrwatch.state").joinpath("kafka_schemas", KAFKA_SCHEMA_FILES[type_name]).read_text()
+    )
+    stripped = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+    return orjson.loads(stripped)
+
+
+@cache
+def schema_versions(type_name: str) -> tuple[int, int]:
+    """Valid versions (low, high) of a record type elrwatch uses."""
+    low_high = _version_range(_load_schema(type_name)["validVersions"])
+    assert low_high is not None
+    return low_high
+
+
+@cache
+def compiled_fields(type_name: str, version: int) -> tuple[FieldSpec, ...]:
+    """The fields of ``type_name`` at ``version``, in schema order."""
+    fields = []
+    for field in _load_schema(type_name)["fields"]:
+        if not _in(version, _version_range(field["versions"])):
+            continue
+        tagged = _in(version, _version_range(field.get("taggedVersions")))
+        nullable = _in(version, _version_range(field.get("nullableVersions")))
+        fields.append(
+            FieldSpec(
+                json_name=_camel(field["name"]),
+                type=field["type"],
+                required=not tagged,
+                nullable=nullable,
+                broker_ids=field.get("entityType") == "brokerId" and field["type"] == "[]int32",
+            )
+        )
+    return tuple(fields)
+
+
+@cache
+def _all_field_names(type_name: str) -> frozenset[str]:
+    return frozenset(_camel(f["name"]) for f in _load_schema(type_name)["fields"])
+
+
+USED_TYPES = frozenset([*KAFKA_SCHEMA_FILES, REPLICA_LOG_INFO_RECORD])
+
+# --- value checks ---------------------------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    def __init__(self, reason: str, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.field = field
+        self.message = message
+
+
+def is_uuid(value: object) -> bool:
+    """A Kafka Uuid string: 22 chars of URL-safe base64 without padding (16 bytes)."""
+    if not isinstance(value, str) or len(value) != 22:
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(value + "==")) == 16
+    except (ValueError, TypeError):
+        return False
+
+
+def _check_value(spec: FieldSpec, value: Any) -> Any:
+    """Validate one present field value; return the value to store (int lists as tuples)."""
+    name = spec.json_name
+    if value is None:
+        if spec.nullable:
+            return None
+        raise _Invalid("invalid_field", name, "must not be null")
+    kind = spec.type
+    if kind in _INT_RANGES:
+        if type(value) is not int:
+            raise _Invalid("invalid_field", name, f"expected {kind}, got {type(value).__name__} {value!r}")
+        low, high = _INT_RANGES[kind]
+        if not low <= value <= high:
+            raise _Invalid("invalid_field", name, f"{value} out of range for {kind}")
+        return value
+    if kind == "bool":
+        if type(value) is not bool:
+            raise _Invalid("invalid_field", name, f"expected bool, got {value!r}")
+        return value
+    if kind == "string":
+        if not isinstance(value, str):
+            raise _Invalid("invalid_field", name, f"expected string, got {type(value).__name__}")
+        return value
+    if kind == "uuid":
+        if not is_uuid(value):
+            raise _Invalid("invalid_field", name, f"expected a 22-char base64 Uuid, got {value!r}")
+        return value
+    if kind == "[]int32":
+        if not isinstance(value, list):
+            raise _Invalid("invalid_field", name, f"expected a list of int32, got {type(value).__name__}")
+        for item in value:
+            if type(item) is not int or not -(2**31) <= item < 2**31:
+                raise _Invalid("invalid_field", name, f"expected int32 items, got {item!r}")
+        if spec.broker_ids:
+            if any(item < 0 for item in value):
+                raise _Invalid("invalid_field", name, f"negative broker id in {value}")
+            if len(set(value)) != len(value):
+                raise _Invalid("invalid_field", name, f"duplicate broker id in {value}")
+        return tuple(value)
+    if kind == "[]uuid":
+        if not isinstance(value, list) or not all(is_uuid(item) for item in value):
+            raise _Invalid("invalid_field", name, "expected a list of Uuids")
+        return tuple(value)
+    if kind.startswith("[]"):  # arrays of structs (endPoints, features): shape only
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise _Invalid("invalid_field", name, "expected a list of objects")
+        return value
+    raise _Invalid("invalid_field", name, f"unsupported schema type {kind}")  # pragma: no cover
+
+
+def _validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise _Invalid("invalid_envelope", "data", "data must be a JSON object")
+    out: dict[str, Any] = {}
+    for spec in compiled_fields(type_name, version):
+        if spec.json_name in data:
+            out[spec.json_name] = _check_value(spec, data[spec.json_name])
+        elif spec.required:
+            raise _Invalid("missing_field", spec.json_name, f"required in {type_name} v{version}")
+    present_elsewhere = [
+        key for key in data if key not in out and key in _all_field_names(type_name) and data[key] is not None
+    ]
+    if present_elsewhere:
+        raise _Invalid(
+            "invalid_field", present_elsewhere[0], f"field does not exist in {type_name} version {version}"
+        )
+    _check_semantics(type_name, out)
+    return out
+
+
+def _nonneg(data: dict[str, Any], *names: str) -> None:
+    for name in names:
+        value = data.get(name)
+        if value is not None and value < 0:
+            raise _Invalid("invalid_field", name, f"must be >= 0, got {value}")
+
+
+def _check_semantics(type_name: str, data: dict[str, Any]) -> None:
+    """Impossible values that the schema alone allows."""
+    if type_name == PARTITION_RECORD:
+        _nonneg(data, "partitionId", "leaderEpoch", "partitionEpoch")
+        if data["leader"] < -1:
+            raise _Invalid("invalid_field", "leader", f"must be a broker id or -1, got {data['leader']}")
+        if data.get("leaderRecoveryState", 0) not in (0, 1):
+            raise _Invalid("invalid_field", "leaderRecoveryState", "must be 0 or 1")
+        if not data["replicas"]:
+            raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
+    elif type_name == PARTITION_CHANGE_RECORD:
+        _nonneg(data, "partitionId")
+        if data.get("leader", -2) < -2:
+            raise _Invalid("invalid_field", "leader", f"must be a broker id, -1 or -2, got {data['leader']}")
+        if data.get("leaderRecoveryState", -1) not in (-1, 0, 1):
+            raise _Invalid("invalid_field", "leaderRecoveryState", "must be -1, 0 or 1")
+        if data.get("replicas") == ():
+            raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
+    elif type_name == REGISTER_BROKER_RECORD:
+        _nonneg(data, "brokerId")
+    elif type_name == BROKER_REGISTRATION_CHANGE_RECORD:
+        _nonneg(data, "brokerId")
+        if data.get("fenced", 0) not in (-1, 0, 1):
+            raise _Invalid("invalid_field", "fenced", "must be -1 (unfence), 0 (none) or 1 (fence)")
+        if data.get("inControlledShutdown", 0) not in (0, 1):
+            raise _Invalid("invalid_field", "inControlledShutdown", "must be 0 or 1")
+    elif type_name in (UNREGISTER_BROKER_RECORD,):
+        _nonneg(data, "brokerId")
+    elif type_name in (FENCE_BROKER_RECORD, UNFENCE_BROKER_RECORD):
+        _nonneg(data, "id")
+    elif type_name == CONFIG_RECORD:
+        if data["name"] == "min.insync.replicas" and data["value"] is not None:
+            try:
+                if int(data["value"]) < 1:
+                    raise ValueError
+            except ValueError:
+                raise _Invalid(  # noqa: B904 - the int() error adds nothing
+                    "invalid_field", "value", f"min.insync.replicas must be an int >= 1: {data['value']!r}"
+                )
+        if (
+            data["name"] == "unclean.leader.election.enable"
+            and data["value"] is not None
+            and data["value"].strip().lower() not in ("true", "false")
+        ):
+                raise _Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
+    elif type_name == FEATURE_LEVEL_RECORD:
+        _nonneg(data, "featureLevel")
+    elif type_name == REPLICA_LOG_INFO_RECORD:
+        _nonneg(data, "partitionId", "brokerId", "logEndOffset")
+
+
+# --- line parsing ---------------------------------------------------------------------------------------------
+
+_DUMP_OFFSET = re.compile(r"offset:\s*(-?\d+)")
+_DUMP_TIME = re.compile(r"(?:CreateTime|LogAppendTime):\s*(-?\d+)")
+_HEADER_PREFIXES = (
+    "baseOffset:",
+    "Log starting offset",
+    "Snapshot end offset",
+    "Dumping ",
+    "Starting offset",
+    "Found ",
+    "Skipping ",
+)
+_ERROR_LINE = re.compile(r"^Error at (-?\d+), skipping\.\s*(.*)$")
+
+
+def parse_line(
+    line: str | bytes, source: str = "-", seq: int = 0, position: str | None = None
+) -> Record | RecordError | Ignored | Skipped:
+    """Parse one input line; never raises.
+
+    ``source``/``seq`` identify where the line was read (file + line number, or event-topic partition + offset);
+    ``position`` is their printable form (default ``source:seq``).
+    """
+    if isinstance(line, bytes | bytearray | memoryview):
+        try:
+            text = bytes(line).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return RecordError(
+                position or f"{source}:{seq}",
+                "invalid_json",
+                None,
+                f"not UTF-8: {exc}",
+                repr(bytes(line))[:2000],
+            )
+    else:
+        text = line
+    pos = position or f"{source}:{seq}"
+    stripped = text.strip()
+    if not stripped:
+        return Ignored("blank")
+    offset: int | None = None
+    timestamp: int | None = None
+    payload = stripped
+    if stripped[0] not in "{[":
+        if stripped.startswith("|"):
+            marker = stripped.find("payload:")
+            head = stripped if marker < 0 else stripped[:marker]
+            match = _DUMP_OFFSET.search(head)
+            offset = int(match.group(1)) if match else None
+            if marker < 0:
+                return Ignored("control record")  # e.g. `| offset: 0 ... SnapshotHeader {...}`
+            match = _DUMP_TIME.search(head)
+            timestamp = int(match.group(1)) if match else None
+            payload = stripped[marker + len("payload:") :].strip()
+        elif stripped.startswith(_HEADER_PREFIXES):
+            return Ignored("dump-log header")
+        else:
+            error = _ERROR_LINE.match(stripped)
+            if error:
+                return RecordError(
+                    pos,
+                    "invalid_envelope",
+                    None,
+                    f"kafka-dump-log could not decode: {error.group(2)}",
+                    text,
+                    offset=int(error.group(1)),
+                )
+            return RecordError(
+                pos, "invalid_json", None, "neither a JSON envelope nor a kafka-dump-log line", text
+            )
+    return parse_envelope(
+        payload, source=source, seq=seq, position=pos, offset=offset, timestamp_ms=timestamp, raw=text
+    )
+
+
+def parse_envelope(
+    payload: str | bytes,
+    *,
+    source: str = "-",
+    seq: int = 0,
+    position: str | None = None,
+    offset: int | None = None,
+    timestamp_ms: int | None = None,
+    raw: str | None = None,
+) -> Record | RecordError | Skipped:
+    """Parse and validate one JSON envelope."""
+    pos = position or f"{source}:{seq}"
+    raw_text = (
+        raw
+        if raw is not None
+        else (payload if isinstance(payload, str) else payload.decode("utf-8", "replace"))
+    )
+    try:
+        envelope = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        return RecordError(pos, "invalid_json", None, f"invalid JSON: {exc}", raw_text, offset=offset)
+    if not isinstance(envelope, dict):
+        return RecordError(
+            pos, "invalid_envelope", None, "the event must be a JSON object", raw_text, offset=offset
+        )
+    type_name = envelope.get("type")
+    if not isinstance(type_name, str) or not _TYPE_NAME.match(type_name):
+        return RecordError(
+            pos,
+            "invalid_envelope",
+            "type",
+            f"missing or malformed record type {type_name!r}",
+            raw_text,
+            offset=offset,
+        )
+    extra_offset = envelope.get("offset")
+    if extra_offset is not None:
+        if type(extra_offset) is not int or extra_offset < 0:
+            return RecordError(
+                pos,
+                "invalid_envelope",
+                "offset",
+                f"offset must be an int >= 0, got {extra_offset!r}",
+                raw_text,
+                type_name,
+                offset,
+            )
+        if offset is not None and offset != extra_offset:
+            return RecordError(
+                pos,
+                "invalid_envelope",
+                "offset",
+                f"envelope offset {extra_offset} != dump-log offset {offset}",
+                raw_text,
+                type_name,
+                offset,
+            )
+        offset = extra_offset
+    extra_ts = envelope.get("timestamp")
+    if extra_ts is not None:
+        if type(extra_ts) is not int or extra_ts < 0:
+            return RecordError(
+                pos,
+                "invalid_envelope",
+                "timestamp",
+                f"timestamp must be epoch ms >= 0, got {extra_ts!r}",
+                raw_text,
+                type_name,
+                offset,
+            )
+        timestamp_ms = extra_ts
+    version = envelope.get("version")
+    if type(version) is not int or version < 0:
+        return RecordError(
+            pos,
+            "invalid_envelope",
+            "version",
+            f"missing or malformed version {version!r}",
+            raw_text,
+            type_name,
+            offset,
+        )
+    if "data" not in envelope:
+        return RecordError(pos, "invalid_envelope", "data", "missing data", raw_text, type_name, offset)
+    if type_name not in USED_TYPES:
+        if not isinstance(envelope["data"], dict):
+            return RecordError(
+                pos, "invalid_envelope", "data", "data must be a JSON object", raw_text, type_name, offset
+            )
+        return Skipped(type_name, offset)
+    low, high = schema_versions(type_name)
+    if not low <= version <= high:
+        return RecordError(
+            pos,
+            "unsupported_version",
+            "version",
+            f"{type_name} version {version} is not in {low}-{high}",
+            raw_text,
+            type_name,
+            offset,
+        )
+    try:
+        data = _validate_data(type_name, version, envelope["data"])
+    except _Invalid as exc:
+        return RecordError(pos, exc.reason, exc.field, exc.message, raw_text, type_name, offset)
+    return Record(
+        type_name,
+        version,
+        data,
+        source=source,
+        seq=seq,
+        position=pos,
+        offset=offset,
+        timestamp_ms=timestamp_ms,
+    )
+
+
+def is_known_kafka_type(type_name: str) -> bool:
+    """Whether ``type_name`` is a Kafka metadata record type (used or not)."""
+    return type_name in KAFKA_SCHEMA_FILES or type_name in OTHER_KAFKA_TYPES
