@@ -1,0 +1,363 @@
+"""Response models of the API (pydantic 2), with OpenAPI examples."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal[
+    "MANUAL_ELECTION_REQUIRED",
+    "RECOVERING",
+    "LEADERLESS_WAITING",
+    "LEADERLESS_ELECTING",
+    "UNDER_MIN_ISR",
+    "AT_MIN_ISR",
+    "UNDER_REPLICATED",
+    "HEALTHY",
+]
+
+_OUTLOOK_EXAMPLE = {"summary": "keeps leader 2; acks=all writes fail until the ISR grows back to 2"}
+_RECOMMENDATION_EXAMPLE = {
+    "strategy": "Balanced",
+    "action": "restore_replicas",
+    "summary": "High watermark frozen: bring broker 1 back or let broker 0 catch up.",
+    "risk": "none",
+    "commands": ["kafka-topics.sh --bootstrap-server $BOOTSTRAP --describe --topic orders --partition 1"],
+}
+_PARTITION_EXAMPLE = {
+    "topic": "orders",
+    "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
+    "partitionId": 1,
+    "replicas": [1, 2, 0],
+    "isr": [2],
+    "elr": [0],
+    "lastKnownElr": [],
+    "leader": 2,
+    "leaderEpoch": 7,
+    "partitionEpoch": 15,
+    "leaderRecoveryState": 0,
+    "addingReplicas": [],
+    "removingReplicas": [],
+    "effectiveMinIsr": 2,
+    "underMinIsr": True,
+    "atMinIsr": False,
+    "leaderless": False,
+    "electable": [0, 2],
+    "liveElectable": [0, 2],
+    "status": "UNDER_MIN_ISR",
+    "statusSinceMs": 1732100004000,
+    "statusSinceOffset": 405,
+    "lastLeaderChange": "clean",
+    "lastOffset": 405,
+    "lastTimestampMs": 1732100004000,
+    "lastPosition": "elrwatch-events/0@1234",
+    "violations": [],
+    "outlook": _OUTLOOK_EXAMPLE,
+    "recommendation": _RECOMMENDATION_EXAMPLE,
+}
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document (``application/problem+json``)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "about:blank",
+                    "title": "Not Found",
+                    "status": 404,
+                    "detail": "topic 'orders' has no partition 7",
+                    "instance": "/v1/partitions/orders/7",
+                }
+            ]
+        },
+    )
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+
+
+class PartitionSummary(BaseModel):
+    """A partition's registration and derived status (list view; no advice)."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {k: v for k, v in _PARTITION_EXAMPLE.items() if k not in ("outlook", "recommendation", "violations")}
+            ]
+        },
+    )
+    topic: str
+    topicId: str
+    partitionId: int
+    replicas: list[int]
+    isr: list[int]
+    elr: list[int] = []
+    lastKnownElr: list[int] = []
+    leader: int
+    leaderEpoch: int
+    partitionEpoch: int
+    leaderRecoveryState: int = 0
+    addingReplicas: list[int] = []
+    removingReplicas: list[int] = []
+    effectiveMinIsr: int | None = None
+    underMinIsr: bool
+    atMinIsr: bool = False
+    leaderless: bool
+    electable: list[int] = []
+    liveElectable: list[int] = []
+    status: Status
+    statusSinceMs: int | None = Field(None, description="When the partition entered its status (ms epoch).")
+    statusSinceOffset: int | None = None
+    lastLeaderChange: str | None = None
+    lastOffset: int | None = None
+    lastTimestampMs: int | None = None
+
+
+class Partition(PartitionSummary):
+    """Full registration, derived status, since when, Kafka's outlook and elrwatch's recommendation."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [_PARTITION_EXAMPLE]})
+    lastPosition: str | None = None
+    violations: list[Any] = []
+    outlook: dict[str, Any] | None = Field(None, description="What Kafka's controller will do by itself.")
+    recommendation: dict[str, Any] | None = Field(
+        None, description="What the operator should do: action, data-loss risk, runnable commands."
+    )
+
+
+class PartitionPage(BaseModel):
+    """One page of partitions ordered by (topic, partition); pass ``nextCursor`` as ``cursor`` for the next."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [_PARTITION_EXAMPLE], "nextCursor": "WyJvcmRlcnMiLDJd", "limit": 1}]}
+    )
+    items: list[PartitionSummary]
+    nextCursor: str | None = Field(None, description="Opaque cursor (topic, partition) of the next page.")
+    limit: int
+
+
+class Transition(BaseModel):
+    """One status change of a partition."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    from_: str | None = Field(None, alias="from")
+    to: str | None = None
+    atMs: int | None = None
+    offset: int | None = None
+    position: str | None = None
+    batchId: int | None = None
+
+
+class History(BaseModel):
+    """A partition's status transitions, oldest first."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "topic": "orders",
+                    "partitionId": 1,
+                    "transitions": [
+                        {
+                            "from": "AT_MIN_ISR",
+                            "to": "UNDER_MIN_ISR",
+                            "atMs": 1732100004000,
+                            "offset": 405,
+                            "position": "elrwatch-events/0@1234",
+                            "batchId": 17,
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    topic: str
+    partitionId: int
+    transitions: list[Transition]
+
+
+class Topic(BaseModel):
+    """A topic: name, id, partition count, replication factor, dynamic configs."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "topic": "orders",
+                    "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
+                    "partitionCount": 3,
+                    "replicationFactor": 3,
+                    "configs": {"min.insync.replicas": "2"},
+                }
+            ]
+        },
+    )
+    topic: str
+    topicId: str
+    partitionCount: int | None = None
+    replicationFactor: int | None = None
+    configs: dict[str, Any] = {}
+
+
+class Broker(BaseModel):
+    """A broker registration as the controller sees it."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "brokerId": 1,
+                    "epoch": 101,
+                    "incarnationId": "Q2tU8wXhR3e7N5sB1fYpLA",
+                    "fenced": True,
+                    "inControlledShutdown": False,
+                    "registered": True,
+                    "rack": "rack-b",
+                    "state": "fenced",
+                }
+            ]
+        },
+    )
+    brokerId: int
+    epoch: int | None = None
+    incarnationId: str | None = None
+    fenced: bool = False
+    inControlledShutdown: bool = False
+    registered: bool = True
+    rack: str | None = None
+    state: str
+
+
+class Freshness(BaseModel):
+    """How current the store is."""
+
+    lastEventTimeMs: int | None = Field(None, description="Timestamp of the last applied record (ms epoch).")
+    dataAgeSeconds: float | None = Field(None, description="Now minus the last applied record's timestamp.")
+    updatedAtMs: int | None = Field(None, description="When the job last committed a batch (ms epoch).")
+    updatedAgeSeconds: float | None = None
+    lastBatchId: int | None = None
+
+
+class Summary(BaseModel):
+    """Gauge values (monitor-spec §4) and data freshness; never scans the partition table."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "partitions": 1000000,
+                    "topics": 2000,
+                    "partitionsByStatus": {"UNDER_MIN_ISR": 12, "AT_MIN_ISR": 40, "HEALTHY": 999948},
+                    "underMinIsr": 12,
+                    "atMinIsr": 40,
+                    "offline": 0,
+                    "needingAction": 12,
+                    "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0},
+                    "elrEnabled": True,
+                    "quarantined": {"count": 2, "byReason": {"invalid_json": 2}},
+                    "freshness": {
+                        "lastEventTimeMs": 1732100009000,
+                        "dataAgeSeconds": 1.2,
+                        "updatedAtMs": 1732100009500,
+                        "updatedAgeSeconds": 0.7,
+                        "lastBatchId": 42,
+                    },
+                    "gauges": {"elrwatch_global_under_min_isr_partitions": 12},
+                }
+            ]
+        }
+    )
+    partitions: int
+    topics: int
+    partitionsByStatus: dict[str, int]
+    underMinIsr: int
+    atMinIsr: int
+    offline: int
+    needingAction: int
+    brokersByState: dict[str, int]
+    elrEnabled: bool | None = None
+    quarantined: dict[str, Any]
+    freshness: Freshness
+    gauges: dict[str, float]
+
+
+class RecommendationItem(BaseModel):
+    """A partition that needs an operator, with Kafka's outlook and the recommended action."""
+
+    model_config = ConfigDict(extra="ignore")
+    topic: str
+    topicId: str
+    partitionId: int
+    status: Status
+    severity: int = Field(description="0 = most severe (status order of monitor-spec §3).")
+    statusSinceMs: int | None = None
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    elr: list[int] = []
+    lastKnownElr: list[int] = []
+    liveElectable: list[int] = []
+    outlook: dict[str, Any] | None = None
+    recommendation: dict[str, Any] | None = None
+
+
+class RecommendationPage(BaseModel):
+    """Partitions needing an operator, most severe first; pass ``nextCursor`` as ``cursor`` for more."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {
+                            "topic": "orders",
+                            "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
+                            "partitionId": 1,
+                            "status": "UNDER_MIN_ISR",
+                            "severity": 4,
+                            "statusSinceMs": 1732100004000,
+                            "leader": 2,
+                            "replicas": [1, 2, 0],
+                            "isr": [2],
+                            "elr": [0],
+                            "lastKnownElr": [],
+                            "liveElectable": [0, 2],
+                            "outlook": _OUTLOOK_EXAMPLE,
+                            "recommendation": _RECOMMENDATION_EXAMPLE,
+                        }
+                    ],
+                    "nextCursor": None,
+                    "limit": 100,
+                }
+            ]
+        }
+    )
+    items: list[RecommendationItem]
+    nextCursor: str | None = None
+    limit: int
+
+
+class Health(BaseModel):
+    """Liveness / readiness."""
+
+    status: str
+    detail: str | None = None
+    updatedAgeSeconds: float | None = None
+
+
+class WhatIf(BaseModel):
+    """What happens if the given brokers go down now (computed by ``elrwatch.state.whatif``)."""
+
+    model_config = ConfigDict(extra="allow")
+    down: list[int]
+    unclean: bool
+    result: Any = None
