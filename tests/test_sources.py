@@ -1,0 +1,164 @@
+"""Event sources against a real Kafka-wire server (noida-db) and real files; reader driven directly (fast)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from elrwatch.streaming.sources import (
+    FilesStreamReader,
+    KafkaStreamReader,
+    SourceError,
+    kafka_python_config,
+    native_kafka_options,
+    split_limit,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+pytestmark = pytest.mark.e2e
+
+
+def _produce(bootstrap: str, topic: str, n: int, partitions: int, prefix: str = "v") -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    for i in range(n):
+        producer.send(topic, value=f"{prefix}{i}".encode(), partition=i % partitions)
+    producer.flush(10)
+    producer.close()
+
+
+def _read_all(reader, start, end) -> list[tuple]:
+    rows = []
+    for split in reader.partitions(start, end):
+        for batch in reader.read(split):
+            rows.extend(zip(*(batch.column(i).to_pylist() for i in range(5)), strict=True))
+    return rows
+
+
+def test_kafka_reader_offsets_cap_new_partitions(kafka_server):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewPartitions
+
+    kafka_server.create_topic("src-a", partitions=2)
+    _produce(kafka_server.bootstrap, "src-a", 10, 2)
+    opts = {"bootstrap.servers": kafka_server.bootstrap, "topic": "src-a", "maxOffsetsPerTrigger": "4"}
+    reader = KafkaStreamReader(opts)
+    start = reader.initialOffset()
+    assert start == {"src-a": {"0": 0, "1": 0}}
+    assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert sum(end["src-a"].values()) == 4  # the cap, shared over partitions
+    rows = _read_all(reader, start, end)
+    assert len(rows) == 4 and {r[1] for r in rows} == {"src-a"}
+    assert all(r[4] is not None for r in rows)  # Kafka timestamp
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert end2 == {"src-a": {"0": 5, "1": 5}}
+    rows += _read_all(reader, end, end2)
+    assert sorted(r[0] for r in rows) == sorted(f"v{i}" for i in range(10))
+    assert sorted((r[2], r[3]) for r in rows) == [(p, o) for p in (0, 1) for o in range(5)]
+    assert reader.reportLatestOffset() == end2
+    # a new partition of the event topic is picked up from its earliest offset
+    admin = KafkaAdminClient(bootstrap_servers=kafka_server.bootstrap)
+    admin.create_partitions({"src-a": NewPartitions(3)})
+    admin.close()
+    _produce(kafka_server.bootstrap, "src-a", 3, 3, prefix="w")
+    reader._refreshed_at = 0.0
+    deadline = time.monotonic() + 10
+    end3 = reader.latestOffset(end2, ReadAllAvailable())
+    while "2" not in end3["src-a"] and time.monotonic() < deadline:
+        reader._refreshed_at = 0.0
+        end3 = reader.latestOffset(end2, ReadAllAvailable())
+    assert end3 == {"src-a": {"0": 6, "1": 6, "2": 1}}
+    assert sorted(r[0] for r in _read_all(reader, end2, end3)) == ["w0", "w1", "w2"]
+    reader.stop()
+
+
+def test_kafka_reader_starting_offsets(kafka_server):
+    kafka_server.create_topic("src-b", partitions=2)
+    _produce(kafka_server.bootstrap, "src-b", 6, 2)
+    base = {"bootstrap.servers": kafka_server.bootstrap, "topic": "src-b"}
+    latest = KafkaStreamReader({**base, "startingOffsets": "latest"})
+    assert latest.initialOffset() == {"src-b": {"0": 3, "1": 3}}
+    latest.stop()
+    spec = KafkaStreamReader({**base, "startingOffsets": '{"src-b": {"0": 2, "1": -2}}'})
+    start = spec.initialOffset()
+    assert start == {"src-b": {"0": 2, "1": 0}}
+    assert len(_read_all(spec, start, spec.latestOffset(start, ReadAllAvailable()))) == 4
+    spec.stop()
+    with pytest.raises(SourceError, match="not subscribed"):
+        KafkaStreamReader({**base, "startingOffsets": '{"other": {"0": 1}}'})
+
+
+def test_kafka_reader_clear_errors_within_bound(kafka_server):
+    t0 = time.monotonic()
+    missing = KafkaStreamReader({"bootstrap.servers": kafka_server.bootstrap, "topic": "nope", "timeout.ms": "2000"})
+    with pytest.raises(SourceError, match="topic nope does not exist"):
+        missing.initialOffset()
+    missing.stop()
+    unreachable = KafkaStreamReader({"bootstrap.servers": "127.0.0.1:1", "topic": "t", "timeout.ms": "2000"})
+    with pytest.raises(SourceError, match="cannot reach Kafka"):
+        unreachable.initialOffset()
+    assert time.monotonic() - t0 < 20
+    with pytest.raises(SourceError, match=r"bootstrap\.servers"):
+        KafkaStreamReader({"topic": "t"})
+
+
+def test_security_options_pass_through(tmp_path, monkeypatch):
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("EW_TEST_KEYPW", "kpw")
+    opts = {
+        "bootstrap.servers": "b1:9093,b2:9093",
+        "topic": "t",
+        "security.protocol": "sasl_ssl",
+        "ssl.cafile": "/ca.pem",
+        "ssl.certfile": "/c.pem",
+        "ssl.keyfile": "/k.pem",
+        "ssl.password.env": "EW_TEST_KEYPW",
+        "sasl.mechanism": "scram-sha-512",
+        "sasl.username": "alice",
+        "sasl.password.file": str(secret),
+    }
+    cfg = kafka_python_config(opts)
+    assert cfg["bootstrap_servers"] == ["b1:9093", "b2:9093"]
+    assert cfg["security_protocol"] == "SASL_SSL" and cfg["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert (cfg["sasl_plain_username"], cfg["sasl_plain_password"]) == ("alice", "s3cret")
+    assert (cfg["ssl_cafile"], cfg["ssl_certfile"], cfg["ssl_keyfile"], cfg["ssl_password"]) == (
+        "/ca.pem",
+        "/c.pem",
+        "/k.pem",
+        "kpw",
+    )
+    native = native_kafka_options(opts)
+    assert native["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert 'username="alice" password="s3cret"' in native["kafka.sasl.jaas.config"]
+    assert native["subscribe"] == "t" and native["kafka.security.protocol"] == "SASL_SSL"
+    with pytest.raises(SourceError, match="not set"):
+        kafka_python_config({**opts, "ssl.password.env": "EW_TEST_UNSET_VAR"})
+    with pytest.raises(SourceError, match="not supported"):
+        kafka_python_config({**opts, "sasl.mechanism": "GSSAPI"})
+
+
+def test_split_limit_exact_and_fair():
+    got = split_limit({("t", "0"): 100, ("t", "1"): 1, ("t", "2"): 0}, 10)
+    assert sum(got.values()) == 10 and got[("t", "2")] == 0 and got[("t", "1")] <= 1
+    assert split_limit({("t", "0"): 3}, 10) == {("t", "0"): 3}
+
+
+def test_files_reader_lines_positions_and_appends(tmp_path):
+    (tmp_path / "a.jsonl").write_text("l1\nl2\nl3\npartial")
+    (tmp_path / ".hidden").write_text("x\n")
+    reader = FilesStreamReader({"path": str(tmp_path), "maxOffsetsPerTrigger": "2"})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end == {"a.jsonl": [6, 2]}
+    rows = _read_all(reader, start, end)
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("l1", "a.jsonl", -1, 1), ("l2", "a.jsonl", -1, 2)]
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert [r[0] for r in _read_all(reader, end, end2)] == ["l3"]  # the partial line waits for its newline
+    with open(tmp_path / "a.jsonl", "a") as fh:
+        fh.write("\n")
+    (tmp_path / "b.jsonl").write_text("m1\n")
+    end3 = reader.latestOffset(end2, ReadAllAvailable())
+    assert [(r[0], r[3]) for r in _read_all(reader, end2, end3)] == [("partial", 4), ("m1", 1)]
