@@ -1,0 +1,394 @@
+"""The REST API (api/app.py) on a store filled from `elrwatch replay` of a small scenario."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elrwatch.api.app import _load_whatif, create_app, decode_cursor, encode_cursor
+from elrwatch.api.settings import Settings
+from elrwatch.state.replay import replay_lines
+from elrwatch.streaming.store import SEVERITY, UPDATED_AT_MS, StatusStore
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from elrwatch.cli import app as cli_app
+
+PROBLEM = "application/problem+json"
+T0 = 1732100000000
+IDS = {"orders": "Yk3R8bYFQxGk1Ggd1vQ2Aw", "payments": "pX2mQz5TQ1aY8fKd0cLw9g", "audit-log": "c9Vb3nM2R4uT6hJk8LqZ1w"}
+
+
+def _uuid(n: int) -> str:
+    """Kafka's Uuid text form: url-safe base64 of 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(uuid.UUID(int=n << 64 | n).bytes).decode().rstrip("=")
+
+
+def scenario_lines() -> list[str]:
+    """Envelope lines: 4 brokers, 3 topics, then failures that leave partitions in several statuses."""
+    records: list[tuple[str, int, dict[str, Any]]] = [
+        ("FEATURE_LEVEL_RECORD", 0, {"name": "metadata.version", "featureLevel": 26}),
+        ("FEATURE_LEVEL_RECORD", 0, {"name": "eligible.leader.replicas.version", "featureLevel": 1}),
+        ("CONFIG_RECORD", 0, {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas", "value": "2"}),
+    ]
+    for b in range(4):
+        records.append(
+            (
+                "REGISTER_BROKER_RECORD",
+                3,
+                {
+                    "brokerId": b,
+                    "isMigratingZkBroker": False,
+                    "incarnationId": _uuid(b + 1),
+                    "brokerEpoch": 100 + b,
+                    "endPoints": [],
+                    "features": [],
+                    "rack": f"rack-{'abc'[b % 3]}",
+                    "fenced": True,
+                    "inControlledShutdown": False,
+                    "logDirs": [],
+                },
+            )
+        )
+        records.append(("UNFENCE_BROKER_RECORD", 0, {"id": b, "epoch": 100 + b}))
+    layout = {
+        "orders": [[0, 1, 2], [1, 2, 0], [2, 0, 1]],
+        "payments": [[1, 3, 0], [0, 2, 1], [2, 0, 3]],
+        "audit-log": [[3]],
+    }
+    for topic, parts in layout.items():
+        records.append(("TOPIC_RECORD", 0, {"name": topic, "topicId": IDS[topic]}))
+        for pid, replicas in enumerate(parts):
+            records.append(
+                (
+                    "PARTITION_RECORD",
+                    2,
+                    {
+                        "partitionId": pid,
+                        "topicId": IDS[topic],
+                        "replicas": replicas,
+                        "isr": replicas,
+                        "removingReplicas": [],
+                        "addingReplicas": [],
+                        "leader": replicas[0],
+                        "leaderEpoch": 0,
+                        "partitionEpoch": 0,
+                        "directories": [_uuid(0)] * len(replicas),
+                        "eligibleLeaderReplicas": [],
+                        "lastKnownElr": [],
+                    },
+                )
+            )
+    # broker 1 dies: shrink ISRs (orders-0 at min ISR, orders-1 under min ISR with broker 0 in the ELR)
+    records += [
+        ("FENCE_BROKER_RECORD", 0, {"id": 1, "epoch": 101}),
+        ("PARTITION_CHANGE_RECORD", 2, {"partitionId": 0, "topicId": IDS["orders"], "isr": [0, 2]}),
+        ("PARTITION_CHANGE_RECORD", 2, {"partitionId": 1, "topicId": IDS["orders"], "isr": [2, 0], "leader": 2}),
+        (
+            "PARTITION_CHANGE_RECORD",
+            2,
+            {"partitionId": 1, "topicId": IDS["orders"], "isr": [2], "eligibleLeaderReplicas": [0]},
+        ),
+        ("PARTITION_CHANGE_RECORD", 2, {"partitionId": 1, "topicId": IDS["payments"], "isr": [0, 2]}),
+        # broker 3 dies: audit-log-0 (only replica) loses its leader; payments-0 loses everyone
+        ("FENCE_BROKER_RECORD", 0, {"id": 3, "epoch": 103}),
+        ("PARTITION_CHANGE_RECORD", 2, {"partitionId": 0, "topicId": IDS["audit-log"], "leader": -1}),
+        (
+            "PARTITION_CHANGE_RECORD",
+            2,
+            {"partitionId": 0, "topicId": IDS["payments"], "isr": [0], "leader": 0, "eligibleLeaderReplicas": []},
+        ),
+        (
+            "PARTITION_CHANGE_RECORD",
+            2,
+            {
+                "partitionId": 0,
+                "topicId": IDS["payments"],
+                "isr": [],
+                "leader": -1,
+                "eligibleLeaderReplicas": [],
+                "lastKnownElr": [0],
+            },
+        ),
+        # payments-2: unclean election left it RECOVERING
+        (
+            "PARTITION_CHANGE_RECORD",
+            2,
+            {"partitionId": 2, "topicId": IDS["payments"], "isr": [2], "leader": 2, "leaderRecoveryState": 1},
+        ),
+    ]
+    lines = []
+    for offset, (rtype, version, data) in enumerate(records):
+        lines.append(
+            json.dumps(
+                {"type": rtype, "version": version, "data": data, "offset": offset, "timestamp": T0 + offset * 1000}
+            )
+        )
+    lines.insert(5, "{not json")  # quarantined, counted
+    return lines
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    doc = replay_lines(scenario_lines(), "scenario.jsonl").document(advice=True)
+    statuses = {p["status"] for p in doc["partitions"]}
+    assert len(statuses) >= 4, statuses  # the scenario exercises several statuses
+    return doc
+
+
+@pytest.fixture()
+def store(tmp_path: Path, document: dict[str, Any]) -> Iterator[StatusStore]:
+    s = StatusStore(f"sqlite:///{tmp_path}/api.db")
+    s.load_document(document, batch_id=1)
+    yield s
+    s.dispose()
+
+
+@pytest.fixture()
+def client(store: StatusStore) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(store=str(store.url)), store=store)) as c:
+        yield c
+
+
+def _summary_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in ("outlook", "recommendation", "violations", "lastPosition")}
+
+
+def _walk(client: TestClient, url: str, **params: Any) -> list[dict[str, Any]]:
+    items, cursor = [], None
+    while True:
+        q = {**params, **({"cursor": cursor} if cursor else {})}
+        r = client.get(url, params=q)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        items.extend(body["items"])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            return items
+
+
+def test_list_partitions_pages_through_everything_in_order(client: TestClient, document: dict) -> None:
+    items = _walk(client, "/v1/partitions", limit=2)
+    assert items == [_summary_fields(p) for p in document["partitions"]]
+
+
+@pytest.mark.parametrize(
+    ("params", "keep"),
+    [
+        ({"status": "UNDER_MIN_ISR"}, lambda p: p["status"] == "UNDER_MIN_ISR"),
+        ({"status": ["AT_MIN_ISR", "HEALTHY"]}, lambda p: p["status"] in ("AT_MIN_ISR", "HEALTHY")),
+        ({"topic": "payments"}, lambda p: p["topic"] == "payments"),
+        ({"broker": 3}, lambda p: 3 in p["replicas"]),
+        ({"under_min_isr": "true"}, lambda p: p["underMinIsr"]),
+        ({"leaderless": "true"}, lambda p: p["leaderless"]),
+        ({"leaderless": "false", "broker": 0}, lambda p: not p["leaderless"] and 0 in p["replicas"]),
+    ],
+)
+def test_partition_filters(client: TestClient, document: dict, params: dict, keep: Any) -> None:
+    expected = [_summary_fields(p) for p in document["partitions"] if keep(p)]
+    assert expected, "the scenario must have partitions for every filter"
+    assert _walk(client, "/v1/partitions", limit=1, **params) == expected
+
+
+def test_partition_detail_is_the_full_document(client: TestClient, document: dict) -> None:
+    for p in document["partitions"]:
+        r = client.get(f"/v1/partitions/{p['topic']}/{p['partitionId']}")
+        assert r.status_code == 200
+        body = r.json()
+        assert {k: body[k] for k in p} == p
+        assert "status" in body and "statusSinceMs" in body and "outlook" in body and "recommendation" in body
+
+
+def test_unknown_topic_and_partition_are_404_problems(client: TestClient) -> None:
+    r = client.get("/v1/partitions/nope/0")
+    assert r.status_code == 404 and r.headers["content-type"] == PROBLEM
+    assert r.json()["detail"] == "unknown topic 'nope'"
+    r = client.get("/v1/partitions/orders/99")
+    assert r.status_code == 404 and "no partition 99" in r.json()["detail"]
+    assert client.get("/v1/partitions/orders/99/history").status_code == 404
+    r = client.get("/no/such/route")
+    assert r.status_code == 404 and r.headers["content-type"] == PROBLEM
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/v1/partitions?status=BROKEN",
+        "/v1/partitions?limit=0",
+        "/v1/partitions?limit=100000",
+        "/v1/partitions?broker=-1",
+        "/v1/partitions?broker=99999999999999999999",
+        "/v1/partitions?under_min_isr=maybe",
+        "/v1/partitions?topic=bad%20name",
+        "/v1/partitions?cursor=%%%",
+        "/v1/partitions?cursor=" + encode_cursor((1, "x")),
+        "/v1/recommendations?cursor=" + encode_cursor(("orders", 1)),
+        "/v1/partitions/orders/-1",
+        "/v1/partitions/orders/abc",
+        "/v1/partitions/orders/99999999999",
+        "/v1/partitions/bad%00topic/0",
+        "/v1/whatif",
+        "/v1/whatif?down=",
+        "/v1/whatif?down=1,,2",
+        "/v1/whatif?down=99999999999",
+    ],
+)
+def test_bad_parameters_are_422_problems(client: TestClient, url: str) -> None:
+    r = client.get(url)
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == PROBLEM
+    body = r.json()
+    assert body["status"] == 422 and body["title"]
+
+
+def test_cursor_round_trip() -> None:
+    assert decode_cursor(encode_cursor(("orders", 7)), (str, int)) == ("orders", 7)
+
+
+def test_history_lists_transitions_oldest_first(client: TestClient, store: StatusStore, document: dict) -> None:
+    p = next(x for x in document["partitions"] if x["topic"] == "orders" and x["partitionId"] == 1)
+    t = [
+        {
+            "topic": "orders",
+            "topicId": p["topicId"],
+            "partitionId": 1,
+            "from": a,
+            "to": b,
+            "atMs": T0 + i,
+            "offset": 40 + i,
+            "position": f"ev/0@{i}",
+        }
+        for i, (a, b) in enumerate([("HEALTHY", "AT_MIN_ISR"), ("AT_MIN_ISR", "UNDER_MIN_ISR")])
+    ]
+    assert store.write_batch(2, transitions=t)
+    r = client.get("/v1/partitions/orders/1/history")
+    assert r.status_code == 200
+    body = r.json()
+    assert [(x["from"], x["to"], x["offset"], x["batchId"]) for x in body["transitions"]] == [
+        ("HEALTHY", "AT_MIN_ISR", 40, 2),
+        ("AT_MIN_ISR", "UNDER_MIN_ISR", 41, 2),
+    ]
+    assert client.get("/v1/partitions/orders/0/history").json()["transitions"] == []
+
+
+def test_topics_and_brokers(client: TestClient, document: dict) -> None:
+    assert client.get("/v1/topics").json() == document["topics"]
+    assert client.get("/v1/brokers").json() == document["brokers"]
+
+
+def test_summary_has_gauges_counters_and_freshness(client: TestClient, document: dict) -> None:
+    body = client.get("/v1/summary").json()
+    assert body["gauges"] == document["gauges"]
+    statuses = [p["status"] for p in document["partitions"]]
+    assert body["partitionsByStatus"] == {s: statuses.count(s) for s in SEVERITY}
+    assert body["partitions"] == len(document["partitions"])
+    assert body["underMinIsr"] == sum(p["underMinIsr"] for p in document["partitions"])
+    assert body["offline"] == sum(p["leaderless"] for p in document["partitions"])
+    assert body["brokersByState"]["fenced"] == sum(b["state"] == "fenced" for b in document["brokers"])
+    fresh = body["freshness"]
+    newest = max(p["lastTimestampMs"] for p in document["partitions"])
+    assert fresh["lastEventTimeMs"] >= newest
+    assert fresh["dataAgeSeconds"] == pytest.approx(time.time() - fresh["lastEventTimeMs"] / 1000, abs=5)
+    assert fresh["lastBatchId"] == 1
+    assert body["quarantined"]["count"] == document["quarantined"]["count"] >= 1
+
+
+def test_recommendations_most_severe_first(client: TestClient, document: dict) -> None:
+    items = _walk(client, "/v1/recommendations", limit=1)
+    severities = [i["severity"] for i in items]
+    assert severities == sorted(severities)
+    urgent = [p for p in document["partitions"] if SEVERITY[p["status"]] <= SEVERITY["UNDER_MIN_ISR"]]
+    got = {(i["topic"], i["partitionId"]) for i in items}
+    assert {(p["topic"], p["partitionId"]) for p in urgent} <= got
+    assert "HEALTHY" not in {i["status"] for i in items}
+    by_key = {(p["topic"], p["partitionId"]): p for p in document["partitions"]}
+    for item in items:  # Kafka's outlook and the recommendation come from the partition's document
+        assert item["recommendation"] == by_key[item["topic"], item["partitionId"]].get("recommendation")
+        assert item["outlook"] == by_key[item["topic"], item["partitionId"]].get("outlook")
+
+
+def test_whatif_uses_the_state_module_or_says_unavailable(client: TestClient) -> None:
+    r = client.get("/v1/whatif", params={"down": "1,2"})
+    if _load_whatif() is None:
+        assert r.status_code == 503 and r.headers["content-type"] == PROBLEM
+        assert r.json()["title"] == "What-if not available"
+    else:
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["down"] == [1, 2] and body["unclean"] is False
+
+
+def test_health_ready_and_metrics(client: TestClient, store: StatusStore) -> None:
+    assert client.get("/healthz").json()["status"] == "ok"
+    assert client.get("/readyz").status_code == 200
+    client.get("/v1/partitions/orders/0")
+    text = client.get("/metrics").text
+    assert 'route="/v1/partitions/{topic}/{partition}"' in text
+    assert "elrwatch_api_request_duration_seconds_bucket" in text
+    with store.engine.begin() as conn:  # the job stopped writing an hour ago
+        store._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000) - 3_600_000)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.headers["content-type"] == PROBLEM
+    assert "old" in r.json()["detail"]
+
+
+def test_unreachable_store_is_503_not_500() -> None:
+    settings = Settings(store="postgresql+psycopg://elrwatch:pw@127.0.0.1:1/none")
+    with TestClient(create_app(settings)) as c:
+        for url in ("/v1/summary", "/v1/partitions", "/v1/partitions/orders/0", "/readyz"):
+            r = c.get(url)
+            assert r.status_code == 503 and r.headers["content-type"] == PROBLEM, url
+            assert "pw" not in r.text
+        assert c.get("/healthz").status_code == 200
+
+
+def test_bearer_token_protects_everything_but_healthz(store: StatusStore, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken-from-file\n")
+    settings = Settings(store=str(store.url), api_token_file=token_file)
+    with TestClient(create_app(settings, store=store)) as c:
+        for url in ("/v1/summary", "/v1/partitions", "/metrics", "/readyz", "/openapi.json", "/v1/brokers"):
+            r = c.get(url)
+            assert r.status_code == 401 and r.headers["content-type"] == PROBLEM, url
+            assert r.headers["www-authenticate"].startswith("Bearer")
+            assert c.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+            assert c.get(url, headers={"Authorization": "Bearer t0ken-from-file"}).status_code == 200
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/").status_code == 200  # the page shell holds no data; it asks for the token
+        spec = c.get("/openapi.json", headers={"Authorization": "Bearer t0ken-from-file"}).json()
+        assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def test_token_from_environment(store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ELRWATCH_API_TOKEN", "env-token")
+    with TestClient(create_app(Settings(store=str(store.url)), store=store)) as c:
+        assert c.get("/v1/summary").status_code == 401
+        assert c.get("/v1/summary", headers={"Authorization": "Bearer env-token"}).status_code == 200
+
+
+def test_openapi_documents_problems_and_examples(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    detail = spec["paths"]["/v1/partitions/{topic}/{partition}"]["get"]
+    assert set(detail["responses"]) >= {"200", "404", "422"}
+    assert PROBLEM in detail["responses"]["404"]["content"]
+    assert spec["components"]["schemas"]["Partition"]["examples"]
+
+
+def test_cli_status_prints_the_store_as_the_replay_document(store: StatusStore, document: dict) -> None:
+    result = CliRunner().invoke(cli_app, ["status", "--store", str(store.url), "--compact"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == document
+
+
+def test_cli_status_fails_in_one_line_and_masks_the_password(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli_app, ["status", "--store", f"sqlite:///{tmp_path}/missing.db"])
+    assert result.exit_code == 2 and "no status store" in result.output
+    result = CliRunner().invoke(cli_app, ["status", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"])
+    assert result.exit_code == 2
+    assert "hunter2" not in result.output and "***" in result.output
