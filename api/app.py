@@ -51,12 +51,15 @@ log = logging.getLogger("elrwatch.api")
 STATIC = Path(__file__).parent / "static"
 PROBLEM = "application/problem+json"
 TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"  # Kafka's legal topic names
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,400}$"  # base64url, no padding
 INT32_MAX = 2**31 - 1
 PUBLIC_PATHS = frozenset({"/healthz", "/", "/favicon.ico"})
 _LABEL = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<key>[a-zA-Z_]+)="(?P<value>[^"]*)"\})?$')
 
 TopicParam = Annotated[str, PathParam(pattern=TOPIC_PATTERN, description="Topic name.", examples=["orders"])]
 PartitionParam = Annotated[int, PathParam(ge=0, le=INT32_MAX, description="Partition id.", examples=[0])]
+
+CursorParam = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description="`nextCursor` of the previous page.")]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -263,7 +266,7 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
         under_min_isr: Annotated[bool | None, Query(description="Only partitions (not) under min ISR.")] = None,
         leaderless: Annotated[bool | None, Query(description="Only partitions (not) without a leader.")] = None,
         limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
-        cursor: Annotated[str | None, Query(max_length=400, description="`nextCursor` of the previous page.")] = None,
+        cursor: CursorParam = None,
     ) -> dict[str, Any]:
         """Partitions ordered by (topic, partition). Like DescribeTopicPartitions, the cursor names the first
         partition of the next page."""
@@ -377,7 +380,7 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
     )
     def recommendations(
         limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
-        cursor: Annotated[str | None, Query(max_length=400, description="`nextCursor` of the previous page.")] = None,
+        cursor: CursorParam = None,
     ) -> dict[str, Any]:
         """Every partition that needs an operator (status MANUAL_ELECTION_REQUIRED … UNDER_MIN_ISR, or a
         recommendation with commands), ordered by severity (monitor-spec §3), then topic and partition."""
