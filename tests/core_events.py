@@ -1,0 +1,238 @@
+"""Helpers for the core's tests: build event lines (dump-log envelope or whole dump-log lines) and feed them.
+
+Only the public input format (json-format.md §1, DESIGN.md §1) is produced here; nothing is copied from the
+implementation.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from elrwatch.state.replay import Replayer
+
+
+def uuid_of(n: int) -> str:
+    """A valid Kafka Uuid string (22 chars, URL-safe base64 without padding) derived from ``n``."""
+    return base64.urlsafe_b64encode(n.to_bytes(16, "big")).decode().rstrip("=")
+
+
+TOPIC_ID = "FbrrdcfiR-KC2CPSTHaJrg"  # json-format.md §1.2's test Uuid
+OTHER_TOPIC_ID = uuid_of(0x5EED_0001)
+DIR = "AAAAAAAAAAAAAAAAAAAAAA"  # DirectoryId.MIGRATING
+
+
+def envelope(type_name: str, version: int, data: dict[str, Any], offset: int | None = None,
+             timestamp: int | None = None) -> dict[str, Any]:
+    """The envelope object (optionally with elrwatch's offset/timestamp keys)."""
+    env: dict[str, Any] = {"type": type_name, "version": version, "data": data}
+    if offset is not None:
+        env["offset"] = offset
+    if timestamp is not None:
+        env["timestamp"] = timestamp
+    return env
+
+
+def line(env: dict[str, Any]) -> str:
+    """Compact JSON, as Kafka's ObjectNode.toString() prints it."""
+    return json.dumps(env, separators=(",", ":"))
+
+
+def dump_line(env: dict[str, Any], offset: int = 412, create_time: int = 1732100000000) -> str:
+    """A whole `kafka-dump-log.sh --cluster-metadata-decoder` record line around ``env``."""
+    payload = line(env)
+    return (
+        f"| offset: {offset} CreateTime: {create_time} keySize: -1 valueSize: {len(payload)} sequence: -1 "
+        f"headerKeys: [] payload: {payload}"
+    )
+
+
+def skip_metadata_line(env: dict[str, Any]) -> str:
+    """The `--skip-record-metadata` form: ``| payload: {...}``."""
+    return f"| payload: {line(env)}"
+
+
+# --- record builders (data dicts) ------------------------------------------------------------------------------
+
+def topic(name: str, topic_id: str = TOPIC_ID) -> tuple[str, int, dict[str, Any]]:
+    return "TOPIC_RECORD", 0, {"name": name, "topicId": topic_id}
+
+
+def partition(
+    topic_id: str = TOPIC_ID,
+    partition_id: int = 0,
+    replicas: list[int] | tuple[int, ...] = (0, 1, 2),
+    isr: list[int] | tuple[int, ...] | None = None,
+    leader: int | None = None,
+    leader_epoch: int = 0,
+    partition_epoch: int = 0,
+    elr: list[int] | None = None,
+    last_known_elr: list[int] | None = None,
+    leader_recovery_state: int | None = None,
+    adding: list[int] | tuple[int, ...] = (),
+    removing: list[int] | tuple[int, ...] = (),
+    version: int = 2,
+) -> tuple[str, int, dict[str, Any]]:
+    replicas = list(replicas)
+    isr = list(replicas if isr is None else isr)
+    if leader is None:
+        leader = isr[0] if isr else -1
+    data: dict[str, Any] = {
+        "partitionId": partition_id,
+        "topicId": topic_id,
+        "replicas": replicas,
+        "isr": isr,
+        "removingReplicas": list(removing),
+        "addingReplicas": list(adding),
+        "leader": leader,
+    }
+    if leader_recovery_state is not None:
+        data["leaderRecoveryState"] = leader_recovery_state
+    data["leaderEpoch"] = leader_epoch
+    data["partitionEpoch"] = partition_epoch
+    if version >= 1:
+        data["directories"] = [DIR] * len(replicas)
+    if version >= 2:
+        if elr is not None:
+            data["eligibleLeaderReplicas"] = list(elr)
+        if last_known_elr is not None:
+            data["lastKnownElr"] = list(last_known_elr)
+    return "PARTITION_RECORD", version, data
+
+
+def change(topic_id: str = TOPIC_ID, partition_id: int = 0, version: int = 2, **fields: Any
+           ) -> tuple[str, int, dict[str, Any]]:
+    """PartitionChangeRecord with exactly ``fields`` (camelCase keys) besides the key."""
+    data: dict[str, Any] = {"partitionId": partition_id, "topicId": topic_id}
+    data.update({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+    return "PARTITION_CHANGE_RECORD", version, data
+
+
+def clear_elr(topic_name: str = "") -> tuple[str, int, dict[str, Any]]:
+    return "CLEAR_ELR_RECORD", 0, {"topicName": topic_name}
+
+
+def remove_topic(topic_id: str = TOPIC_ID) -> tuple[str, int, dict[str, Any]]:
+    return "REMOVE_TOPIC_RECORD", 0, {"topicId": topic_id}
+
+
+def register(broker_id: int, epoch: int = 100, fenced: bool = False, in_controlled_shutdown: bool = False,
+             version: int = 3, rack: str | None = None) -> tuple[str, int, dict[str, Any]]:
+    data: dict[str, Any] = {"brokerId": broker_id}
+    if version >= 2:
+        data["isMigratingZkBroker"] = False
+    data["incarnationId"] = uuid_of(0xB0 + broker_id * 1000 + epoch)
+    data["brokerEpoch"] = epoch
+    data["endPoints"] = [{"name": "PLAINTEXT", "host": "localhost", "port": 9092 + broker_id, "securityProtocol": 0}]
+    data["features"] = [{"name": "metadata.version", "minSupportedVersion": 7, "maxSupportedVersion": 33}]
+    data["rack"] = rack
+    data["fenced"] = fenced
+    if version >= 1:
+        data["inControlledShutdown"] = in_controlled_shutdown
+    if version >= 3:
+        data["logDirs"] = [DIR]
+    return "REGISTER_BROKER_RECORD", version, data
+
+
+def broker_change(broker_id: int, epoch: int = 100, fenced: int | None = None,
+                  in_controlled_shutdown: int | None = None, version: int = 1) -> tuple[str, int, dict[str, Any]]:
+    data: dict[str, Any] = {"brokerId": broker_id, "brokerEpoch": epoch}
+    if fenced is not None:
+        data["fenced"] = fenced
+    if in_controlled_shutdown is not None:
+        data["inControlledShutdown"] = in_controlled_shutdown
+    return "BROKER_REGISTRATION_CHANGE_RECORD", version, data
+
+
+def fence(broker_id: int, epoch: int = 100) -> tuple[str, int, dict[str, Any]]:
+    return "FENCE_BROKER_RECORD", 0, {"id": broker_id, "epoch": epoch}
+
+
+def unfence(broker_id: int, epoch: int = 100) -> tuple[str, int, dict[str, Any]]:
+    return "UNFENCE_BROKER_RECORD", 0, {"id": broker_id, "epoch": epoch}
+
+
+def unregister(broker_id: int, epoch: int = 100) -> tuple[str, int, dict[str, Any]]:
+    return "UNREGISTER_BROKER_RECORD", 0, {"brokerId": broker_id, "brokerEpoch": epoch}
+
+
+def config(resource_type: int, resource_name: str, name: str, value: str | None) -> tuple[str, int, dict[str, Any]]:
+    return "CONFIG_RECORD", 0, {"resourceType": resource_type, "resourceName": resource_name, "name": name,
+                                "value": value}
+
+
+def topic_min_isr(topic_name: str, value: str | None) -> tuple[str, int, dict[str, Any]]:
+    return config(2, topic_name, "min.insync.replicas", value)
+
+
+def cluster_min_isr(value: str | None) -> tuple[str, int, dict[str, Any]]:
+    return config(4, "", "min.insync.replicas", value)
+
+
+def feature(name: str, level: int) -> tuple[str, int, dict[str, Any]]:
+    return "FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": level}
+
+
+def elr_feature(enabled: bool = True) -> tuple[str, int, dict[str, Any]]:
+    return feature("eligible.leader.replicas.version", 1 if enabled else 0)
+
+
+# --- feeding ---------------------------------------------------------------------------------------------------
+
+
+class Feeder:
+    """A `Replayer` fed built records as envelope lines with increasing line numbers and metadata offsets."""
+
+    def __init__(self, source: str = "events.jsonl", default_min_isr: int = 1, replayer: Replayer | None = None,
+                 first_offset: int = 100, first_seq: int = 1, timestamp0: int = 1_732_100_000_000) -> None:
+        self.replayer = replayer if replayer is not None else Replayer(default_min_isr=default_min_isr)
+        self.source = source
+        self.seq = first_seq - 1
+        self.offset = first_offset - 1
+        self.timestamp0 = timestamp0
+
+    @property
+    def cluster(self):
+        return self.replayer.cluster
+
+    def next_line(self, rec: tuple[str, int, dict[str, Any]], with_offset: bool = True) -> tuple[str, int]:
+        """The envelope line for ``rec`` at the next offset, and that offset."""
+        self.offset += 1
+        type_name, version, data = rec
+        env = envelope(type_name, version, data, self.offset if with_offset else None,
+                       self.timestamp0 + self.offset * 1000)
+        return line(env), self.offset
+
+    def feed(self, *recs: tuple[str, int, dict[str, Any]], with_offset: bool = True):
+        """Feed records in order; returns the outcome of the last one."""
+        outcome = None
+        for rec in recs:
+            text, _ = self.next_line(rec, with_offset)
+            outcome = self.feed_raw(text)
+        return outcome
+
+    def feed_raw(self, text: str | bytes):
+        """Feed one raw line at the next line number."""
+        self.seq += 1
+        return self.replayer.feed_line(text, self.source, self.seq)
+
+    def part(self, topic_id: str = TOPIC_ID, partition_id: int = 0):
+        return self.cluster.partition(topic_id, partition_id)
+
+    def doc(self, topic_name: str, partition_id: int = 0) -> dict[str, Any]:
+        """The report document's entry for one partition."""
+        for p in self.replayer.document(advice=False)["partitions"]:
+            if p["topic"] == topic_name and p["partitionId"] == partition_id:
+                return p
+        raise KeyError((topic_name, partition_id))
+
+
+def base_cluster(brokers: tuple[int, ...] = (0, 1, 2, 3), elr: bool = True, metadata_version: int = 26
+                 ) -> list[tuple[str, int, dict[str, Any]]]:
+    """Features and active brokers."""
+    recs = [feature("metadata.version", metadata_version)]
+    if elr:
+        recs.append(elr_feature(True))
+    recs += [register(b) for b in brokers]
+    return recs
