@@ -1,0 +1,717 @@
+"""The streaming job: events → Spark Structured Streaming (applyInPandasWithState) → status store + gauges.
+
+Pipeline (one micro-batch):
+
+1. **source** (`sources.py`): rows ``value, topic, partition, offset, timestamp``.
+2. **parse + route** (``mapInArrow``, stateless, once per input event): each line is parsed and validated by
+   ``state.records.parse_line`` with position ``<topic>/<partition>@<offset>`` (``<file>:<line>`` for files).
+   A valid record is pickled and sent to ``state.routing.targets`` (its partition's bucket, or every bucket for
+   partition 0 and non-partition records: DESIGN §4). Malformed lines, well-formed records of unused types and
+   non-event lines go to bucket 0 only, which counts and quarantines them (once, with the reason).
+3. **state** (``groupBy("bucket").applyInPandasWithState``): one group per bucket holds a whole
+   ``ClusterState(bucket=(i, n))`` in one binary state column (``to_bytes()``: pickled + zlib; pyspark 4.3
+   cannot keep ``array<int>`` in a state schema). The rows are applied per source in (source, seq) order, the
+   sources merged by metadata offset; the core's positions skip anything already applied (re-run batch,
+   restart, duplicates in the topic). Pipeline counts (events by type, duplicates, quarantine, ...) are kept
+   in the same state, by the bucket that reports the record (its partition's owner; bucket 0 for broadcasts),
+   so they are exactly-once too. The group emits one row: changed partition documents, removed partitions,
+   status transitions, quarantined records, violations of the changed partitions, topic documents whose
+   owned partition count changed, and the bucket's gauge contributions and counts (absolute values).
+4. **sink** (``foreachBatch`` on the driver): :class:`Aggregator` merges the buckets' rows (partition gauges
+   summed, broker/cluster gauges and documents from bucket 0, topic partition counts summed) and writes them
+   with ``StatusStore.write_batch(batch_id, ...)`` (a re-run batch id is a no-op); the Prometheus exporter
+   serves the aggregate. The aggregator's per-bucket values are saved next to Spark's checkpoint, so a
+   restarted driver still sums buckets that have no new data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import logging
+import os
+import pickle
+import signal
+import tempfile
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("elrwatch.stream")
+
+ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
+STATE_SCHEMA = "token string, blob binary"
+OUTPUT_SCHEMA = "bucket int, payload binary"
+DRIVER_FILE = "elrwatch-driver.json"
+
+KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
+
+
+@dataclass
+class JobConfig:
+    """Everything `elrwatch stream` needs (the CLI fills it from options / env)."""
+
+    source: str = "kafka"
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    path: str | None = None
+    store: str = "sqlite:///var/elrwatch.db"
+    store_password_file: str | None = None
+    checkpoint: str = "var/checkpoint"
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    trigger: str = "1s"
+    buckets: int = 2
+    max_records_per_batch: int | None = None
+    starting_offsets: str = "earliest"
+    available_now: bool = False
+    default_min_isr: int = 1
+    advice: bool = True
+    security_protocol: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password_file: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password_file: str | None = None
+    source_timeout_ms: int = 15000
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    changelog_checkpointing: bool = True
+    state_cache: bool = True
+
+    def source_options(self) -> dict[str, str]:
+        """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
+        opts: dict[str, str] = {"timeout.ms": str(self.source_timeout_ms)}
+        if self.source == "files":
+            if not self.path:
+                raise ValueError("--path is required with --source files")
+            opts["path"] = self.path
+        else:
+            if not self.bootstrap_servers or not self.topic:
+                raise ValueError(f"--bootstrap-servers and --topic are required with --source {self.source}")
+            opts.update(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "topic": self.topic,
+                    "startingOffsets": self.starting_offsets,
+                }
+            )
+            pairs = {
+                "security.protocol": self.security_protocol,
+                "ssl.cafile": self.ssl_cafile,
+                "ssl.certfile": self.ssl_certfile,
+                "ssl.keyfile": self.ssl_keyfile,
+                "ssl.password.file": self.ssl_password_file,
+                "sasl.mechanism": self.sasl_mechanism,
+                "sasl.username": self.sasl_username,
+                "sasl.password.file": self.sasl_password_file,
+            }
+            opts.update({k: v for k, v in pairs.items() if v})
+            if not self.sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
+                opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
+            if not self.ssl_password_file and os.environ.get("ELRWATCH_SSL_PASSWORD"):
+                opts["ssl.password.env"] = "ELRWATCH_SSL_PASSWORD"
+        if self.max_records_per_batch:
+            opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
+        return opts
+
+
+# ---------------------------------------------------------------------------------------------- stage 2: route
+
+
+def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
+    """mapInArrow: parse + validate each event once and send it to its bucket(s)."""
+    import pyarrow as pa
+    from elrwatch.state.records import Ignored, Record, RecordError, parse_line
+    from elrwatch.state.routing import ALL_BUCKETS, targets
+
+    all_buckets = list(range(buckets))
+    dumps = pickle.dumps
+    for batch in batches:
+        values = batch.column("value").to_pylist()
+        topics = batch.column("topic").to_pylist()
+        parts = batch.column("partition").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        out: list[tuple[int, str, int, int, str, bytes | None]] = []
+        emit = out.append
+        for value, topic, part, offset in zip(values, topics, parts, offsets, strict=True):
+            if part is None or part < 0:
+                src, position = topic, f"{topic}:{offset}"
+            else:
+                src = f"{topic}/{part}"
+                position = f"{src}@{offset}"
+            parsed = parse_line(value if value is not None else "", src, offset, position)
+            if isinstance(parsed, Record):
+                blob = dumps(parsed, protocol=pickle.HIGHEST_PROTOCOL)
+                moff = parsed.offset if parsed.offset is not None else -1
+                target = targets(parsed.type, parsed.data, buckets)
+                for bucket in all_buckets if target == ALL_BUCKETS else (target,):
+                    emit((bucket, src, offset, moff, KIND_RECORD, blob))
+            elif isinstance(parsed, RecordError):
+                if not parsed.raw:
+                    parsed.raw = value or ""
+                emit((0, src, offset, -1, KIND_ERROR, dumps(parsed, protocol=pickle.HIGHEST_PROTOCOL)))
+            elif isinstance(parsed, Ignored):
+                emit((0, src, offset, -1, KIND_IGNORED, None))
+            else:  # Skipped
+                emit((0, src, offset, -1, KIND_SKIPPED, parsed.type.encode()))
+        cols = list(zip(*out, strict=True)) if out else [[]] * 6
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(cols[0], pa.int32()),
+                pa.array(cols[1], pa.string()),
+                pa.array(cols[2], pa.int64()),
+                pa.array(cols[3], pa.int64()),
+                pa.array(cols[4], pa.string()),
+                pa.array(cols[5], pa.binary()),
+            ],
+            names=["bucket", "src", "seq", "moff", "kind", "rec"],
+        )
+
+
+# ---------------------------------------------------------------------------------------------- stage 3: state
+
+
+class BucketState:
+    """What one bucket keeps between micro-batches (pickled + zlib'd into the state's ``blob``)."""
+
+    __slots__ = ("cluster", "counts", "emitted_topic_counts")
+
+    def __init__(self, cluster: Any, counts: Any, emitted_topic_counts: dict[str, int]) -> None:
+        self.cluster = cluster
+        self.counts = counts
+        self.emitted_topic_counts = emitted_topic_counts
+
+    def to_blob(self) -> bytes:
+        body = pickle.dumps(
+            (self.cluster.to_bytes(compress=False), self.counts, self.emitted_topic_counts),
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+        return zlib.compress(body, 1)
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> BucketState:
+        from elrwatch.state.cluster import ClusterState
+
+        cluster_bytes, counts, emitted = pickle.loads(zlib.decompress(blob))
+        return cls(ClusterState.from_bytes(cluster_bytes), counts, emitted)
+
+
+# Per Python worker: bucket → (token, BucketState). Spark reuses Python workers, so the state a worker wrote
+# last time is usually still in memory: when the state store's token matches, the blob is not unpickled again.
+_CACHE: dict[int, tuple[str, BucketState]] = {}
+_CACHE_MAX = 4
+
+
+def _load_bucket(bucket: int, buckets: int, state: Any, default_min_isr: int, use_cache: bool) -> BucketState:
+    from elrwatch.state.cluster import ClusterState
+    from elrwatch.state.gauges import PipelineCounts
+
+    if state.exists:
+        token, blob = state.get
+        cached = _CACHE.pop(bucket, None) if use_cache else None
+        if cached is not None and cached[0] == token:
+            return cached[1]
+        return BucketState.from_blob(bytes(blob))
+    _CACHE.pop(bucket, None)
+    return BucketState(ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets)), PipelineCounts(), {})
+
+
+def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
+    """Rows per source in seq order; sources merged by metadata offset (best global order available)."""
+    if len(pdf) == 0:
+        return iter(())
+    pdf = pdf.sort_values(["src", "seq"], kind="stable")
+    srcs = pdf["src"].to_numpy()
+    moffs = pdf["moff"].to_numpy().tolist()
+    kinds = pdf["kind"].to_numpy().tolist()
+    recs = pdf["rec"].to_numpy().tolist()
+    rows = list(zip(moffs, kinds, recs, strict=True))
+    if srcs[0] == srcs[-1]:  # one source (the common case: sorted, so first == last means all equal)
+        return ((k, 0, r) for _, k, r in rows)
+    streams = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or srcs[i] != srcs[start]:
+            streams.append(rows[start:i])
+            start = i
+    merged = heapq.merge(*streams, key=lambda row: row[0])
+    return ((k, 0, r) for _, k, r in merged)
+
+
+def process_bucket(
+    bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState, advice: bool
+) -> dict[str, Any]:
+    """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict)."""
+    from elrwatch.state import report
+    from elrwatch.state.cluster import PARTITION_TYPES, Outcome
+    from elrwatch.state.gauges import partition_gauges, shared_gauges
+    from elrwatch.state.routing import bucket_of
+
+    cluster, counts = bs.cluster, bs.counts
+    quarantined: list[dict[str, Any]] = []
+    loads = pickle.loads
+    for kind, _unused, rec in rows:
+        if kind == KIND_RECORD:
+            record = loads(rec)
+            if record.type in PARTITION_TYPES:
+                reports = bucket_of(record.data["topicId"], record.data["partitionId"], buckets) == bucket
+            else:
+                reports = bucket == 0
+            outcome = cluster.apply(record)
+            if not reports:
+                continue
+            counts.events_by_type[record.type] += 1
+            if record.timestamp_ms is not None and (
+                counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
+            ):
+                counts.last_event_ms = record.timestamp_ms
+            if outcome is Outcome.APPLIED:
+                counts.applied += 1
+            elif outcome is Outcome.DUPLICATE:
+                counts.duplicates += 1
+            elif outcome is Outcome.QUARANTINED:
+                error = cluster.last_error
+                if error is not None:
+                    if not error.raw:
+                        import orjson
+
+                        error.raw = orjson.dumps(record.envelope()).decode()
+                    counts.quarantined_by_reason[error.reason] += 1
+                    quarantined.append(error.to_dict())
+        elif kind == KIND_ERROR:
+            error = loads(rec)
+            counts.events_by_type[error.type or "invalid"] += 1
+            counts.quarantined_by_reason[error.reason] += 1
+            quarantined.append(error.to_dict())
+        elif kind == KIND_SKIPPED:
+            type_name = rec.decode()
+            counts.events_by_type[type_name] += 1
+            counts.skipped_by_type[type_name] += 1
+        else:
+            counts.ignored_lines += 1
+    changes = cluster.drain_changes()
+    advice_fn = report.load_advice() if advice else None
+    docs = []
+    violations = []
+    for topic, partition in changes.partitions:
+        docs.append(report.partition_doc(cluster, topic, partition, advice_fn))
+        for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
+            violations.append(
+                {"topic": topic.name, "topicId": topic.topic_id, "partitionId": partition.partition_id, **v.to_dict()}
+            )
+    topics: dict[str, dict[str, Any]] = {}
+    dirty = {t.topic_id for t in changes.topics}
+    for topic in cluster.topics.values():
+        n = len(topic.partitions)
+        if topic.topic_id in dirty or bs.emitted_topic_counts.get(topic.topic_id) != n:
+            topics[topic.topic_id] = report.topic_doc(cluster, topic)
+            bs.emitted_topic_counts[topic.topic_id] = n
+    removed_topics = [tid for tid, _name in changes.removed_topics]
+    for tid in removed_topics:
+        bs.emitted_topic_counts.pop(tid, None)
+    payload: dict[str, Any] = {
+        "bucket": bucket,
+        "partitions": docs,
+        "removed": [[tid, pid] for tid, pid, _name in changes.removed],
+        "transitions": [t.to_dict() for t in changes.transitions],
+        "quarantined": quarantined,
+        "violations": violations,
+        "topics": topics,
+        "removedTopics": removed_topics,
+        "gauges": partition_gauges(cluster),
+        "counts": {
+            "eventsByType": dict(counts.events_by_type),
+            "quarantinedByReason": dict(counts.quarantined_by_reason),
+            "duplicates": counts.duplicates,
+            "skippedByType": dict(counts.skipped_by_type),
+            "ignoredLines": counts.ignored_lines,
+            "applied": counts.applied,
+            "lastEventMs": counts.last_event_ms,
+        },
+    }
+    if bucket == 0:
+        payload["shared"] = shared_gauges(cluster)
+        payload["brokers"] = [report.broker_doc(b) for b in changes.brokers]
+        payload["cluster"] = report.cluster_doc(cluster)
+    return payload
+
+
+def make_state_function(buckets: int, default_min_isr: int, advice: bool, use_cache: bool):
+    """The applyInPandasWithState function (closure over the job's settings)."""
+
+    def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+        import orjson
+        import pandas as pd
+
+        bucket = int(key[0])
+        bs = _load_bucket(bucket, buckets, state, default_min_isr, use_cache)
+        frames = [pdf for pdf in pdfs if len(pdf)]
+        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
+        rows = _ordered_rows(pdf) if pdf is not None else iter(())
+        payload = process_bucket(bucket, buckets, rows, bs, advice)
+        token = uuid.uuid4().hex
+        state.update((token, bs.to_blob()))
+        if use_cache:
+            while len(_CACHE) >= _CACHE_MAX:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[bucket] = (token, bs)
+        body = zlib.compress(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS), 1)
+        yield pd.DataFrame({"bucket": [bucket], "payload": [body]})
+
+    return update
+
+
+# ---------------------------------------------------------------------------------------------- stage 4: driver
+
+
+class Aggregator:
+    """Driver-side merge of the buckets' outputs; its per-bucket values survive restarts in a side file."""
+
+    def __init__(self, buckets: int, path: str | None = None) -> None:
+        self.buckets = buckets
+        self.path = path
+        self.bucket_gauges: dict[int, dict[str, float]] = {}
+        self.bucket_counts: dict[int, dict[str, Any]] = {}
+        self.shared: dict[str, float] = {}
+        self.topic_docs: dict[int, dict[str, dict[str, Any]]] = {}
+        self.cluster: dict[str, Any] | None = None
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+            if saved.get("buckets") == buckets:
+                self.bucket_gauges = {int(k): v for k, v in saved["bucketGauges"].items()}
+                self.bucket_counts = {int(k): v for k, v in saved["bucketCounts"].items()}
+                self.shared = saved["shared"]
+                self.topic_docs = {int(k): v for k, v in saved["topicDocs"].items()}
+                self.cluster = saved.get("cluster")
+
+    def save(self, batch_id: int) -> None:
+        if not self.path:
+            return
+        data = {
+            "batchId": batch_id,
+            "buckets": self.buckets,
+            "bucketGauges": self.bucket_gauges,
+            "bucketCounts": self.bucket_counts,
+            "shared": self.shared,
+            "topicDocs": self.topic_docs,
+            "cluster": self.cluster,
+        }
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".driver-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, self.path)
+
+    def absorb(self, payloads: list[dict[str, Any]]) -> dict[str, Any]:
+        """Merge one micro-batch's bucket payloads; return the `StatusStore.write_batch` arguments."""
+        partitions: list[dict[str, Any]] = []
+        removed: list[list[Any]] = []
+        transitions: list[dict[str, Any]] = []
+        quarantined: list[dict[str, Any]] = []
+        violations: list[dict[str, Any]] = []
+        brokers: list[dict[str, Any]] = []
+        removed_topics: set[str] = set()
+        touched_topics: set[str] = set()
+        for p in sorted(payloads, key=lambda p: p["bucket"]):
+            b = p["bucket"]
+            partitions.extend(p["partitions"])
+            removed.extend(p["removed"])
+            transitions.extend(p["transitions"])
+            quarantined.extend(p["quarantined"])
+            violations.extend(p["violations"])
+            self.bucket_gauges[b] = p["gauges"]
+            self.bucket_counts[b] = p["counts"]
+            docs = self.topic_docs.setdefault(b, {})
+            docs.update(p["topics"])
+            touched_topics.update(p["topics"])
+            for tid in p["removedTopics"]:
+                removed_topics.add(tid)
+            if b == 0:
+                self.shared = p["shared"]
+                brokers.extend(p["brokers"])
+                self.cluster = p["cluster"]
+        for tid in removed_topics:
+            for docs in self.topic_docs.values():
+                docs.pop(tid, None)
+        topics = [self.topic_doc(tid) for tid in sorted(touched_topics - removed_topics)]
+        return {
+            "partitions": partitions,
+            "removed": [tuple(r) for r in removed],
+            "brokers": brokers,
+            "topics": [t for t in topics if t is not None],
+            "removed_topics": sorted(removed_topics),
+            "transitions": transitions,
+            "quarantined": quarantined,
+            "violations": violations,
+            "gauges": self.gauges(),
+            "meta": self.meta(),
+        }
+
+    def topic_doc(self, topic_id: str) -> dict[str, Any] | None:
+        """The topic's document (from the lowest bucket that has it) with the partition count summed."""
+        base = None
+        total = 0
+        for b in sorted(self.topic_docs):
+            doc = self.topic_docs[b].get(topic_id)
+            if doc is None:
+                continue
+            base = base or doc
+            total += int(doc.get("partitionCount", 0))
+        if base is None:
+            return None
+        return {**base, "partitionCount": total}
+
+    def counts(self) -> Any:
+        from elrwatch.state.gauges import PipelineCounts
+
+        total = PipelineCounts()
+        for c in self.bucket_counts.values():
+            total.events_by_type.update(c["eventsByType"])
+            total.quarantined_by_reason.update(c["quarantinedByReason"])
+            total.skipped_by_type.update(c["skippedByType"])
+            total.duplicates += c["duplicates"]
+            total.ignored_lines += c["ignoredLines"]
+            total.applied += c["applied"]
+            if c.get("lastEventMs") is not None:
+                total.last_event_ms = max(total.last_event_ms or 0, c["lastEventMs"])
+        return total
+
+    def gauges(self) -> dict[str, float]:
+        """The cluster's gauges: partition gauges summed over buckets, shared ones from bucket 0, pipeline."""
+        from elrwatch.state.gauges import pipeline_gauges, sum_gauges
+
+        out = sum_gauges(self.bucket_gauges.values())
+        out.update(self.shared)
+        out.update(pipeline_gauges(self.counts()))
+        return dict(sorted(out.items()))
+
+    def meta(self) -> dict[str, Any]:
+        counts = self.counts()
+        meta: dict[str, Any] = {
+            "counts": {
+                "events": sum(counts.events_by_type.values()),
+                "applied": counts.applied,
+                "duplicates": counts.duplicates,
+                "skippedByType": dict(sorted(counts.skipped_by_type.items())),
+                "ignoredLines": counts.ignored_lines,
+            }
+        }
+        if counts.last_event_ms is not None:
+            meta["lastEventTimeMs"] = counts.last_event_ms
+        if self.cluster is not None:
+            meta["cluster"] = self.cluster
+        return meta
+
+
+# ---------------------------------------------------------------------------------------------- the job
+
+
+def build_spark(config: JobConfig) -> Any:
+    """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow)."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName("elrwatch-stream")
+        .master(config.spark_master)
+        .config("spark.sql.shuffle.partitions", str(config.buckets))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config(
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+            "true" if config.changelog_checkpointing else "false",
+        )
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.memory", os.environ.get("ELRWATCH_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
+    )
+    for key, value in config.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
+    """Wire source → route → state → foreachBatch(sink) and start the query."""
+    from elrwatch.streaming.sources import read_stream
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    buckets = config.buckets
+    events = read_stream(spark, config.source, config.source_options())
+    routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
+    updates = routed.groupBy("bucket").applyInPandasWithState(
+        make_state_function(buckets, config.default_min_isr, config.advice, config.state_cache),
+        OUTPUT_SCHEMA,
+        STATE_SCHEMA,
+        "append",
+        GroupStateTimeout.NoTimeout,
+    )
+    writer = updates.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=config.trigger)
+    return writer.queryName("elrwatch").start()
+
+
+class Sink:
+    """foreachBatch: merge the buckets' payloads, write the store (idempotent per batch), update metrics."""
+
+    def __init__(self, store: Any, aggregator: Aggregator, health: Any) -> None:
+        self.store = store
+        self.aggregator = aggregator
+        self.health = health
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        import orjson
+
+        started = time.monotonic()
+        rows = batch_df.collect()
+        payloads = [orjson.loads(zlib.decompress(r["payload"])) for r in rows]
+        args = self.aggregator.absorb(payloads)
+        written = self.store.write_batch(batch_id, **args)
+        self.aggregator.save(batch_id)
+        if self.health is not None:
+            self.health.batch_written(batch_id, self.aggregator.gauges(), time.monotonic() - started)
+        log.info(
+            "batch %s: %d buckets, %d partitions changed, %d quarantined%s",
+            batch_id,
+            len(payloads),
+            len(args["partitions"]),
+            len(args["quarantined"]),
+            "" if written else " (already committed: store unchanged)",
+        )
+
+
+def _checkpoint_has_commits(checkpoint: str) -> bool:
+    commits = os.path.join(checkpoint, "commits")
+    return os.path.isdir(commits) and any(not f.startswith(".") for f in os.listdir(commits))
+
+
+class JobError(RuntimeError):
+    """A one-line reason the job cannot start or stopped."""
+
+
+def run(config: JobConfig, stop_event: threading.Event | None = None, on_started: Any = None) -> int:
+    """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
+    from elrwatch.streaming.metrics import Health, start_exporter
+    from elrwatch.streaming.store import StatusStore
+
+    if config.buckets < 1:
+        raise JobError("--buckets must be >= 1")
+    config.source_options()  # validates required options early
+    store = StatusStore(config.store, password_file=config.store_password_file)
+    store.create_schema()
+    fresh = not _checkpoint_has_commits(config.checkpoint)
+    driver_file = os.path.join(config.checkpoint, DRIVER_FILE)
+    if fresh:
+        if store.last_batch_id() is not None:
+            raise JobError(
+                f"status store {store.masked_url} already holds batches of another run but checkpoint "
+                f"{config.checkpoint} is new: use a fresh store with a fresh checkpoint"
+            )
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(driver_file)
+    os.makedirs(config.checkpoint, exist_ok=True)
+    aggregator = Aggregator(config.buckets, driver_file)
+    health = Health(aggregator)
+    exporter = None
+    if config.metrics_port is not None:
+        exporter = start_exporter(health, config.metrics_port, config.metrics_host)
+    spark = build_spark(config)
+    listener = health.listener()
+    spark.streams.addListener(listener)
+    query = None
+    stop_event = stop_event or threading.Event()
+    try:
+        query = build_query(spark, config, Sink(store, aggregator, health))
+        health.up = 1
+        if on_started is not None:
+            on_started(query)
+        while query.isActive and not stop_event.is_set():
+            query.awaitTermination(0.5)
+        exc = query.exception()
+        if exc is not None:
+            raise JobError(_one_line(str(exc)))
+        return 0
+    finally:
+        health.up = 0
+        if query is not None and query.isActive:
+            query.stop()
+        with contextlib.suppress(Exception):
+            spark.streams.removeListener(listener)
+        spark.stop()
+        store.dispose()
+        if exporter is not None:
+            exporter.shutdown()
+
+
+def _one_line(message: str) -> str:
+    """The most useful line of a (Python/Java) error: an elrwatch SourceError if present."""
+    for line in message.splitlines():
+        if "SourceError:" in line:
+            return line.split("SourceError:", 1)[1].strip()
+    for line in message.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return message[:500]
+
+
+def install_signal_handlers(stop_event: threading.Event) -> None:
+    """SIGINT / SIGTERM stop the query cleanly (the current batch finishes, the checkpoint stays valid)."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        log.warning("signal %s: stopping after the current batch", signum)
+        stop_event.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def options_summary(config: JobConfig) -> Mapping[str, Any]:
+    """The configuration without secrets (for the startup log line)."""
+    skip = {"ssl_password_file", "sasl_password_file", "store_password_file"}
+    data = {k: v for k, v in config.__dict__.items() if k not in skip}
+    data["store"] = _mask(config.store)
+    return data
+
+
+def _mask(url: str) -> str:
+    try:
+        from elrwatch.streaming.store import mask_url
+
+        return mask_url(url)
+    except Exception:
+        return "<store url>"
+
+
+__all__ = [
+    "Aggregator",
+    "BucketState",
+    "JobConfig",
+    "JobError",
+    "Sink",
+    "build_query",
+    "build_spark",
+    "process_bucket",
+    "route_batches",
+    "run",
+]
+

@@ -1,0 +1,201 @@
+"""Prometheus exporter of the streaming driver (DESIGN §6).
+
+A custom collector serves, at scrape time, the latest aggregated gauges of the job (partition gauges summed
+over buckets, broker gauges from bucket 0, pipeline counters; counters as ``CounterMetricFamily``) plus the
+job's own health: ``elrwatch_batch_duration_seconds``, ``elrwatch_batch_input_rows``,
+``elrwatch_source_lag_records`` (latest offsets − consumed, from Spark's progress), ``elrwatch_batches_total``,
+``elrwatch_last_batch_completed_timestamp_seconds`` and ``elrwatch_up``. Its own registry (no process
+collectors from other parts), served by ``prometheus_client.start_http_server``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+HEALTH_METRICS = {
+    "elrwatch_batch_duration_seconds": ("gauge", "Wall time of the last micro-batch (Spark's batchDuration)."),
+    "elrwatch_batch_input_rows": ("gauge", "Input events of the last micro-batch."),
+    "elrwatch_source_lag_records": ("gauge", "Events in the source not yet consumed (latest - consumed)."),
+    "elrwatch_last_batch_completed_timestamp_seconds": ("gauge", "When the last micro-batch completed."),
+    "elrwatch_batches_total": ("counter", "Micro-batches completed by this driver."),
+    "elrwatch_up": ("gauge", "1 while the streaming query runs."),
+}
+
+
+def parse_sample(key: str) -> tuple[str, dict[str, str]]:
+    """``name{a="x"}`` → (``name``, ``{"a": "x"}``)."""
+    match = _SAMPLE.match(key)
+    if not match:
+        raise ValueError(f"not a Prometheus sample key: {key!r}")
+    return match.group(1), dict(_LABEL.findall(match.group(2) or ""))
+
+
+def source_lag(progress_sources: list[Any]) -> int | None:
+    """Sum over sources and partitions of latestOffset − endOffset (None if the source does not say)."""
+    total = 0
+    known = False
+    for source in progress_sources:
+        latest, end = _offsets(getattr(source, "latestOffset", None)), _offsets(getattr(source, "endOffset", None))
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            continue
+        for topic, parts in latest.items():
+            if not isinstance(parts, dict):
+                continue
+            for part, off in parts.items():
+                done = end.get(topic, {}).get(part, 0) if isinstance(end.get(topic), dict) else 0
+                if isinstance(off, int) and isinstance(done, int):
+                    total += max(0, off - done)
+                    known = True
+    return total if known else None
+
+
+def _offsets(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+class Health:
+    """The job's state as the exporter sees it; updated by the sink and a StreamingQueryListener."""
+
+    def __init__(self, aggregator: Any) -> None:
+        self.aggregator = aggregator
+        self.lock = threading.Lock()
+        self.up = 0
+        self.batches = 0
+        self.last_batch_id: int | None = None
+        self.last_duration: float | None = None
+        self.last_input_rows: int | None = None
+        self.lag: int | None = None
+        self.last_completed: float | None = None
+        self.gauges: dict[str, float] = aggregator.gauges() if aggregator is not None else {}
+        self.batch_event = threading.Condition(self.lock)
+
+    def batch_written(self, batch_id: int, gauges: dict[str, float], sink_seconds: float) -> None:
+        with self.lock:
+            self.gauges = gauges
+            self.batches += 1
+            self.last_batch_id = batch_id
+            self.last_completed = time.time()
+            if self.last_duration is None:
+                self.last_duration = sink_seconds
+            self.batch_event.notify_all()
+
+    def progress(self, progress: Any) -> None:
+        with self.lock:
+            self.last_input_rows = int(progress.numInputRows)
+            duration_ms = (progress.durationMs or {}).get("triggerExecution")
+            if duration_ms is not None:
+                self.last_duration = duration_ms / 1000.0
+            lag = source_lag(list(progress.sources or []))
+            if lag is not None:
+                self.lag = lag
+
+    def listener(self) -> Any:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        health = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                health.progress(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        return _Listener()
+
+
+class JobCollector:
+    """Prometheus collector over a :class:`Health`."""
+
+    def __init__(self, health: Health) -> None:
+        self.health = health
+
+    def collect(self) -> Any:
+        from elrwatch.state.gauges import METRICS
+
+        health = self.health
+        with health.lock:
+            gauges = dict(health.gauges)
+            health_values = {
+                "elrwatch_batch_duration_seconds": health.last_duration,
+                "elrwatch_batch_input_rows": health.last_input_rows,
+                "elrwatch_source_lag_records": health.lag,
+                "elrwatch_last_batch_completed_timestamp_seconds": health.last_completed,
+                "elrwatch_batches_total": health.batches,
+                "elrwatch_up": health.up,
+            }
+        families: dict[str, Any] = {}
+        for key, value in gauges.items():
+            name, labels = parse_sample(key)
+            kind, help_text = METRICS.get(name, ("gauge", name))
+            family = families.get(name)
+            if family is None:
+                cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+                family = cls(name, help_text, labels=sorted(labels))
+                families[name] = family
+            family.add_metric([labels[k] for k in sorted(labels)], float(value))
+        yield from families.values()
+        for name, value in health_values.items():
+            if value is None:
+                continue
+            kind, help_text = HEALTH_METRICS[name]
+            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            yield cls(name, help_text, value=float(value))
+
+
+class Exporter:
+    """A running HTTP exporter; ``shutdown()`` stops it."""
+
+    def __init__(self, server: Any, thread: Any, port: int) -> None:
+        self.server, self.thread, self.port = server, thread, port
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_exporter(health: Health, port: int, host: str = "127.0.0.1") -> Exporter:
+    """Serve the job's metrics on http://host:port/metrics (port 0 = any free port)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobCollector(health))
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    return Exporter(server, thread, server.server_address[1])
+
+
+def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """Fetch a /metrics page and return sample key → value, keys as in the report's ``gauges``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
