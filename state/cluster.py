@@ -132,8 +132,7 @@ class ClusterState:
         # incremental gauge contributions of owned partitions
         self.partition_count = 0
         self.status_counts: Counter[str] = Counter()
-        self.flag_counts: Counter[int] = Counter()
-        self.electable_counts = [0, 0, 0, 0]
+        self.flag_histogram: Counter[int] = Counter()  # flags value -> partitions (at most 512 distinct values)
         self.violation_counts: Counter[str] = Counter()
         self._reset_transient()
 
@@ -149,7 +148,10 @@ class ClusterState:
         self._quarantined: list[RecordError] = []
         self._by_broker: dict[int, set[PartitionState]] | None = None
         self._min_isr_cache: dict[str, int] = {}
+        self._unclean_cache: dict[str, bool] = {}
         self._active: set[int] = {b.broker_id for b in self.brokers.values() if b.active}
+        self._eligible: set[int] = {b.broker_id for b in self.brokers.values() if b.registered and not b.fenced}
+        self._elr_on = self.elr_enabled
         self.last_error: RecordError | None = None
 
     def to_bytes(self, compress: bool = True) -> bytes:
@@ -221,8 +223,12 @@ class ClusterState:
 
     def unclean_enabled(self, topic: TopicState) -> bool:
         """Resolved unclean.leader.election.enable for the topic (default false)."""
-        value = self.topic_config(topic, UNCLEAN_ENABLE)
-        return value is not None and value.strip().lower() == "true"
+        cached = self._unclean_cache.get(topic.topic_id)
+        if cached is None:
+            value = self.topic_config(topic, UNCLEAN_ENABLE)
+            cached = value is not None and value.strip().lower() == "true"
+            self._unclean_cache[topic.topic_id] = cached
+        return cached
 
     def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
         """An owned partition by key."""
@@ -319,8 +325,17 @@ class ClusterState:
                     f"PartitionRecord replaced leaderEpoch {old.leader_epoch} -> {new.leader_epoch}, "
                     f"partitionEpoch {old.partition_epoch} -> {new.partition_epoch}"
                 )
-            self._count_election(old, new, record_lrs=new.leader_recovery_state, leader_set=new.leader)
-            self._unindex(old)
+            self._count_election(
+                old.leader,
+                old.isr,
+                old.elr,
+                old.last_known_elr,
+                old.leader_recovery_state,
+                new,
+                record_lrs=new.leader_recovery_state,
+                leader_set=new.leader,
+            )
+            self._unindex(self._members(old), old)
             self._dirty.pop(id(old), None)
         else:
             self.partition_count += 1
@@ -358,26 +373,25 @@ class ClusterState:
             if len(partition.replicas) != old_rf:
                 self._replica_count_changed(topic, None, partition)
             return Outcome.APPLIED
-        before = partition.copy()
+        b_leader, b_isr, b_elr = partition.leader, partition.isr, partition.elr
+        b_lke, b_lrs, b_replicas = partition.last_known_elr, partition.leader_recovery_state, partition.replicas
         merge_partition_change(partition, data)
         self._stamp(partition, record)
-        self._count_election(
-            before,
-            partition,
-            record_lrs=data.get("leaderRecoveryState", -1),
-            leader_set=data.get("leader", NO_LEADER_CHANGE),
-        )
-        if (
-            partition.replicas != before.replicas
-            or partition.isr != before.isr
-            or partition.elr != before.elr
-            or (partition.last_known_elr != before.last_known_elr)
+        leader_set = data.get("leader", NO_LEADER_CHANGE)
+        record_lrs = data.get("leaderRecoveryState", -1)
+        if leader_set != NO_LEADER_CHANGE or record_lrs != -1:
+            self._count_election(b_leader, b_isr, b_elr, b_lke, b_lrs, partition, record_lrs, leader_set)
+        if self._by_broker is not None and (
+            partition.replicas is not b_replicas
+            or partition.isr is not b_isr
+            or partition.elr is not b_elr
+            or partition.last_known_elr is not b_lke
         ):
-            self._unindex(before, partition)
+            self._unindex(set(b_replicas) | set(b_isr) | set(b_elr) | set(b_lke), partition)
             self._index(partition)
         self._refresh(topic, partition, record)
         if partition_id == 0 and len(partition.replicas) != old_rf:
-            self._replica_count_changed(topic, before, partition)
+            self._replica_count_changed(topic, None, partition)
         return Outcome.APPLIED
 
     def _apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
@@ -389,9 +403,7 @@ class ClusterState:
             return Outcome.NOT_OWNED
         partition = topic.partitions.get(data["partitionId"])
         if partition is None:
-            return self._error(
-                record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition"
-            )
+            return self._error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
         key = (topic.topic_id, data["partitionId"])
         infos = self.log_info.setdefault(key, {})
         previous = infos.get(data["brokerId"])
@@ -417,27 +429,35 @@ class ClusterState:
         partition.last_position = record.position
 
     def _count_election(
-        self, before: PartitionState, after: PartitionState, record_lrs: int, leader_set: int
+        self,
+        b_leader: int,
+        b_isr: tuple[int, ...],
+        b_elr: tuple[int, ...],
+        b_lke: tuple[int, ...],
+        b_lrs: int,
+        after: PartitionState,
+        record_lrs: int,
+        leader_set: int,
     ) -> None:
         """Election counters with Kafka's meter semantics (metrics.md §1) and the last leader change kind."""
         if record_lrs == LRS_RECOVERING:
             self.counters["unclean_elections"] += 1
-        if before.leader_recovery_state == LRS_RECOVERING and after.leader_recovery_state == LRS_RECOVERED:
+        if b_lrs == LRS_RECOVERING and after.leader_recovery_state == LRS_RECOVERED:
             self.counters["unclean_recovery_finished"] += 1
         if leader_set == NO_LEADER_CHANGE:
             return
         winner = after.leader
-        if winner in before.elr:
+        if winner in b_elr:
             self.counters["elr_elections"] += 1
-        if winner == before.leader:
+        if winner == b_leader:
             return
         if winner == NO_LEADER:
             kind = LEADER_CHANGE_LOST
-        elif winner in before.isr:
+        elif winner in b_isr:
             kind = LEADER_CHANGE_CLEAN
-        elif winner in before.elr:
+        elif winner in b_elr:
             kind = LEADER_CHANGE_ELR
-        elif not before.isr and not before.elr and winner in before.last_known_elr:
+        elif not b_isr and not b_elr and winner in b_lke:
             kind = LEADER_CHANGE_LAST_KNOWN_LEADER
             self.counters["last_known_leader_elections"] += 1
         elif record_lrs == LRS_RECOVERING or winner not in after.isr:
@@ -446,9 +466,7 @@ class ClusterState:
             kind = LEADER_CHANGE_CLEAN  # e.g. a reassignment target that joined the ISR
         after.last_leader_change = kind
 
-    def _replica_count_changed(
-        self, topic: TopicState, old: PartitionState | None, new: PartitionState
-    ) -> None:
+    def _replica_count_changed(self, topic: TopicState, old: PartitionState | None, new: PartitionState) -> None:
         if old is not None and len(old.replicas) == len(new.replicas):
             return
         self._min_isr_cache.pop(topic.topic_id, None)
@@ -465,14 +483,13 @@ class ClusterState:
     ) -> None:
         """Recompute a partition's status, flags and violations; count transitions; mark it changed."""
         min_isr = self.effective_min_isr(topic)
-        status, flags = derive(
-            partition, min_isr, self._active.__contains__, self.elr_enabled, self.unclean_enabled(topic)
-        )
+        status, flags = derive(partition, min_isr, self._active.__contains__, self._elr_on, self.unclean_enabled(topic))
         old_flags = partition.flags if partition.status else None
         if flags != old_flags:
+            histogram = self.flag_histogram
             if old_flags is not None:
-                self._count_flags(old_flags, -1)
-            self._count_flags(flags, +1)
+                histogram[old_flags] -= 1
+            histogram[flags] += 1
             partition.flags = flags
         offset = record.offset if record is not None else None
         at_ms = record.timestamp_ms if record is not None else None
@@ -501,16 +518,29 @@ class ClusterState:
         self._dirty[id(partition)] = (topic, partition)
 
     def _count_flags(self, flags: int, delta: int) -> None:
-        for bit in FLAG_BITS:
-            if flags & bit:
-                self.flag_counts[bit] += delta
-        self.electable_counts[(flags >> ELECTABLE_SHIFT) & 3] += delta
+        self.flag_histogram[flags] += delta
+
+    @property
+    def flag_counts(self) -> Counter[int]:
+        """Owned partitions per flag bit (status.F_*)."""
+        counts: Counter[int] = Counter()
+        for flags, count in self.flag_histogram.items():
+            for bit in FLAG_BITS:
+                if flags & bit:
+                    counts[bit] += count
+        return counts
+
+    @property
+    def electable_counts(self) -> list[int]:
+        """Owned partitions with 0, 1, 2 and 3+ live electable replicas."""
+        counts = [0, 0, 0, 0]
+        for flags, count in self.flag_histogram.items():
+            counts[(flags >> ELECTABLE_SHIFT) & 3] += count
+        return counts
 
     def _is_ineligible(self, broker_id: int) -> bool:
-        broker = self.brokers.get(broker_id)
-        if broker is None:
-            return bool(self.brokers)
-        return broker.fenced or not broker.registered
+        """Known brokers that are fenced or unregistered (unknown ids count once any broker is known)."""
+        return bool(self.brokers) and broker_id not in self._eligible
 
     def _audit(
         self,
@@ -522,15 +552,26 @@ class ClusterState:
         epoch_note: str | None,
     ) -> None:
         key = (topic.topic_id, partition.partition_id)
-        found = audit.check(partition, min_isr, self.elr_enabled, self._is_ineligible, epoch_note)
+        isr = partition.isr
+        if (
+            not partition.elr
+            and epoch_note is None
+            and len(isr) >= min_isr
+            and (partition.leader == NO_LEADER or partition.leader in isr)
+            and (not self.brokers or self._eligible.issuperset(isr))
+            and _all_in(isr, partition.replicas)
+        ):
+            if key not in self.violations:
+                return  # the common case: nothing to report, nothing to clear
+            found = []
+        else:
+            found = audit.check(partition, min_isr, self._elr_on, self._is_ineligible, epoch_note)
         previous = self.violations.get(key, ())
         if not found and not previous:
             return
         kept = {v.kind: v for v in previous}
         current = tuple(
-            kept[kind]
-            if kind in kept and kept[kind].detail == detail
-            else Violation(kind, detail, offset, position)
+            kept[kind] if kind in kept and kept[kind].detail == detail else Violation(kind, detail, offset, position)
             for kind, detail in found
         )
         for violation in previous:
@@ -544,20 +585,21 @@ class ClusterState:
 
     def _refresh_topic(self, topic: TopicState, record: Record | None) -> None:
         self._min_isr_cache.pop(topic.topic_id, None)
+        self._unclean_cache.pop(topic.topic_id, None)
         for partition in topic.partitions.values():
             self._refresh(topic, partition, record)
 
     def _refresh_all(self, record: Record | None) -> None:
         self._min_isr_cache.clear()
+        self._unclean_cache.clear()
+        self._elr_on = self.elr_enabled
         for topic in self.topics.values():
             self._refresh_topic(topic, record)
 
     # broker → partitions index (built lazily on the first broker change; not serialized)
     @staticmethod
     def _members(partition: PartitionState) -> set[int]:
-        return (
-            set(partition.replicas) | set(partition.isr) | set(partition.elr) | set(partition.last_known_elr)
-        )
+        return set(partition.replicas) | set(partition.isr) | set(partition.elr) | set(partition.last_known_elr)
 
     def _index(self, partition: PartitionState) -> None:
         if self._by_broker is None:
@@ -565,11 +607,10 @@ class ClusterState:
         for broker in self._members(partition):
             self._by_broker.setdefault(broker, set()).add(partition)
 
-    def _unindex(self, old: PartitionState, current: PartitionState | None = None) -> None:
+    def _unindex(self, members: set[int], target: PartitionState) -> None:
         if self._by_broker is None:
             return
-        target = current if current is not None else old
-        for broker in self._members(old):
+        for broker in members:
             members = self._by_broker.get(broker)
             if members is not None:
                 members.discard(target)
@@ -590,9 +631,15 @@ class ClusterState:
             self._active.add(broker.broker_id)
         else:
             self._active.discard(broker.broker_id)
+        if broker.registered and not broker.fenced:
+            self._eligible.add(broker.broker_id)
+        else:
+            self._eligible.discard(broker.broker_id)
         self._dirty_brokers.add(broker.broker_id)
-        # Even when liveness is unchanged, fencing changes the KIP-903 audit: refresh every partition of the broker.
         del was_active
+        if self.partition_count == 0:
+            return
+        # Even when liveness is unchanged, fencing changes the KIP-903 audit: refresh every partition of the broker.
         for partition in self._partitions_of_broker(broker.broker_id):
             topic = self.topics.get(partition.topic_id)
             if topic is not None and topic.partitions.get(partition.partition_id) is partition:
@@ -651,7 +698,7 @@ class ClusterState:
         for violation in self.violations.pop(key, ()):
             self.violation_counts[violation.kind] -= 1
         self.log_info.pop(key, None)
-        self._unindex(partition)
+        self._unindex(self._members(partition), partition)
         self._dirty.pop(id(partition), None)
         self._removed.append((topic.topic_id, partition.partition_id, topic.name))
 
@@ -672,10 +719,10 @@ class ClusterState:
                 if self._is_dup(partition.last_offset, record):
                     continue
                 if partition.elr or partition.last_known_elr:
-                    before = partition.copy()
+                    members = self._members(partition)
                     clear_elr(partition)
                     self._stamp(partition, record)
-                    self._unindex(before, partition)
+                    self._unindex(members, partition)
                     self._index(partition)
                     self._refresh(topic, partition, record)
         return Outcome.APPLIED
@@ -773,11 +820,7 @@ class ClusterState:
         if resource_type == RESOURCE_TOPIC:
             target = self.topic_configs.setdefault(resource_name, {})
         elif resource_type == RESOURCE_BROKER:
-            target = (
-                self.cluster_configs
-                if resource_name == ""
-                else self.broker_configs.setdefault(resource_name, {})
-            )
+            target = self.cluster_configs if resource_name == "" else self.broker_configs.setdefault(resource_name, {})
         else:
             return Outcome.APPLIED  # other resource types do not matter to elrwatch
         if value is None:
@@ -806,6 +849,7 @@ class ClusterState:
         else:
             self.features[name] = level
         if name == ELR_FEATURE:
+            self._elr_on = self.elr_enabled
             self._refresh_all(record)
         return Outcome.APPLIED
 
@@ -830,6 +874,13 @@ class ClusterState:
         self._removed_topics_out = []
         self._quarantined = []
         return changes
+
+
+def _all_in(members: tuple[int, ...], container: tuple[int, ...]) -> bool:
+    for member in members:  # noqa: SIM110 - a plain loop is faster than all() with a generator here
+        if member not in container:
+            return False
+    return True
 
 
 _HANDLERS = {

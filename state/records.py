@@ -142,17 +142,16 @@ class RecordError:
 class Record:
     """One validated metadata record. ``data`` keeps Kafka's camelCase keys; int lists are tuples."""
 
-    __slots__ = ("data", "offset", "position", "seq", "source", "timestamp_ms", "type", "version")
+    __slots__ = ("_position", "data", "offset", "seq", "source", "timestamp_ms", "type", "version")
 
     def __init__(
         self,
         type: str,
         version: int,
         data: dict[str, Any],
-        *,
-        source: str = "",
+        source: str = "-",
         seq: int = 0,
-        position: str = "",
+        position: str | None = None,
         offset: int | None = None,
         timestamp_ms: int | None = None,
     ) -> None:
@@ -161,9 +160,16 @@ class Record:
         self.data = data
         self.source = source
         self.seq = seq
-        self.position = position or f"{source}:{seq}"
+        self._position = position or None
         self.offset = offset
         self.timestamp_ms = timestamp_ms
+
+    @property
+    def position(self) -> str:
+        """Where the record was read, printable (``source:seq`` unless the reader gave another form)."""
+        if self._position is None:
+            self._position = f"{self.source}:{self.seq}"
+        return self._position
 
     def __repr__(self) -> str:
         return f"Record({self.type} v{self.version} @{self.position} offset={self.offset} {self.data})"
@@ -246,9 +252,7 @@ def _camel(name: str) -> str:
 def _load_schema(type_name: str) -> dict[str, Any]:
     if type_name == REPLICA_LOG_INFO_RECORD:
         return REPLICA_LOG_INFO_SCHEMA
-    text = (
-        resources.files("elrwatch.state").joinpath("kafka_schemas", KAFKA_SCHEMA_FILES[type_name]).read_text()
-    )
+    text = resources.files("elrwatch.state").joinpath("kafka_schemas", KAFKA_SCHEMA_FILES[type_name]).read_text()
     stripped = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
     return orjson.loads(stripped)
 
@@ -288,6 +292,7 @@ def _all_field_names(type_name: str) -> frozenset[str]:
 
 
 USED_TYPES = frozenset([*KAFKA_SCHEMA_FILES, REPLICA_LOG_INFO_RECORD])
+_USED_VERSIONS: dict[str, tuple[int, int]] = {name: schema_versions(name) for name in USED_TYPES}
 
 # --- value checks ---------------------------------------------------------------------------------------------
 
@@ -300,82 +305,123 @@ class _Invalid(Exception):
         self.message = message
 
 
+_VALID_UUIDS: set[str] = set()  # Uuids already checked (topic ids repeat on every partition record)
+_UUID_CACHE_LIMIT = 1_000_000
+
+
 def is_uuid(value: object) -> bool:
     """A Kafka Uuid string: 22 chars of URL-safe base64 without padding (16 bytes)."""
+    if value in _VALID_UUIDS:
+        return True
     if not isinstance(value, str) or len(value) != 22:
         return False
     try:
-        return len(base64.urlsafe_b64decode(value + "==")) == 16
+        ok = len(base64.urlsafe_b64decode(value + "==")) == 16
     except (ValueError, TypeError):
         return False
+    if ok:
+        if len(_VALID_UUIDS) >= _UUID_CACHE_LIMIT:
+            _VALID_UUIDS.clear()
+        _VALID_UUIDS.add(value)
+    return ok
 
 
-def _check_value(spec: FieldSpec, value: Any) -> Any:
-    """Validate one present field value; return the value to store (int lists as tuples)."""
-    name = spec.json_name
-    if value is None:
-        if spec.nullable:
-            return None
-        raise _Invalid("invalid_field", name, "must not be null")
+# Kind codes of compiled fields (fast dispatch in `_validate_data`).
+_K_INT, _K_BOOL, _K_STRING, _K_UUID, _K_INT_LIST, _K_BROKER_LIST, _K_UUID_LIST, _K_STRUCT_LIST = range(8)
+
+
+def _kind(spec: FieldSpec) -> int:
     kind = spec.type
     if kind in _INT_RANGES:
-        if type(value) is not int:
-            raise _Invalid("invalid_field", name, f"expected {kind}, got {type(value).__name__} {value!r}")
-        low, high = _INT_RANGES[kind]
-        if not low <= value <= high:
-            raise _Invalid("invalid_field", name, f"{value} out of range for {kind}")
-        return value
+        return _K_INT
     if kind == "bool":
-        if type(value) is not bool:
-            raise _Invalid("invalid_field", name, f"expected bool, got {value!r}")
-        return value
+        return _K_BOOL
     if kind == "string":
-        if not isinstance(value, str):
-            raise _Invalid("invalid_field", name, f"expected string, got {type(value).__name__}")
-        return value
+        return _K_STRING
     if kind == "uuid":
-        if not is_uuid(value):
-            raise _Invalid("invalid_field", name, f"expected a 22-char base64 Uuid, got {value!r}")
-        return value
+        return _K_UUID
     if kind == "[]int32":
-        if not isinstance(value, list):
+        return _K_BROKER_LIST if spec.broker_ids else _K_INT_LIST
+    if kind == "[]uuid":
+        return _K_UUID_LIST
+    return _K_STRUCT_LIST
+
+
+@cache
+def _compiled(type_name: str, version: int) -> tuple[tuple[str, int, int, int, bool, bool, FieldSpec], ...]:
+    """(name, kind, low, high, required, nullable, spec) per field: what `_validate_data` loops over."""
+    out = []
+    for spec in compiled_fields(type_name, version):
+        low, high = _INT_RANGES.get(spec.type, (0, 0))
+        out.append((spec.json_name, _kind(spec), low, high, spec.required, spec.nullable, spec))
+    return tuple(out)
+
+
+def _check_value(spec: FieldSpec, kind: int, low: int, high: int, value: Any) -> Any:
+    """Validate one present, non-null field value; return the value to store (int lists as tuples)."""
+    name = spec.json_name
+    if kind == _K_INT:
+        if type(value) is not int:
+            raise _Invalid("invalid_field", name, f"expected {spec.type}, got {type(value).__name__} {value!r}")
+        if not low <= value <= high:
+            raise _Invalid("invalid_field", name, f"{value} out of range for {spec.type}")
+        return value
+    if kind in (_K_BROKER_LIST, _K_INT_LIST):
+        if type(value) is not list:
             raise _Invalid("invalid_field", name, f"expected a list of int32, got {type(value).__name__}")
         for item in value:
             if type(item) is not int or not -(2**31) <= item < 2**31:
                 raise _Invalid("invalid_field", name, f"expected int32 items, got {item!r}")
-        if spec.broker_ids:
-            if any(item < 0 for item in value):
+        if kind == _K_BROKER_LIST:
+            if value and min(value) < 0:
                 raise _Invalid("invalid_field", name, f"negative broker id in {value}")
             if len(set(value)) != len(value):
                 raise _Invalid("invalid_field", name, f"duplicate broker id in {value}")
         return tuple(value)
-    if kind == "[]uuid":
+    if kind == _K_UUID:
+        if not is_uuid(value):
+            raise _Invalid("invalid_field", name, f"expected a 22-char base64 Uuid, got {value!r}")
+        return value
+    if kind == _K_BOOL:
+        if type(value) is not bool:
+            raise _Invalid("invalid_field", name, f"expected bool, got {value!r}")
+        return value
+    if kind == _K_STRING:
+        if not isinstance(value, str):
+            raise _Invalid("invalid_field", name, f"expected string, got {type(value).__name__}")
+        return value
+    if kind == _K_UUID_LIST:
         if not isinstance(value, list) or not all(is_uuid(item) for item in value):
             raise _Invalid("invalid_field", name, "expected a list of Uuids")
         return tuple(value)
-    if kind.startswith("[]"):  # arrays of structs (endPoints, features): shape only
-        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            raise _Invalid("invalid_field", name, "expected a list of objects")
-        return value
-    raise _Invalid("invalid_field", name, f"unsupported schema type {kind}")  # pragma: no cover
+    # arrays of structs (endPoints, features): shape only
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise _Invalid("invalid_field", name, "expected a list of objects")
+    return value
 
 
 def _validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         raise _Invalid("invalid_envelope", "data", "data must be a JSON object")
     out: dict[str, Any] = {}
-    for spec in compiled_fields(type_name, version):
-        if spec.json_name in data:
-            out[spec.json_name] = _check_value(spec, data[spec.json_name])
-        elif spec.required:
-            raise _Invalid("missing_field", spec.json_name, f"required in {type_name} v{version}")
-    present_elsewhere = [
-        key for key in data if key not in out and key in _all_field_names(type_name) and data[key] is not None
-    ]
-    if present_elsewhere:
-        raise _Invalid(
-            "invalid_field", present_elsewhere[0], f"field does not exist in {type_name} version {version}"
-        )
+    for name, kind, low, high, required, nullable, spec in _compiled(type_name, version):
+        if name in data:
+            value = data[name]
+            if value is None:
+                if not nullable:
+                    raise _Invalid("invalid_field", name, "must not be null")
+                out[name] = None
+            elif kind == _K_INT and type(value) is int and low <= value <= high:
+                out[name] = value  # fast path for the commonest case
+            else:
+                out[name] = _check_value(spec, kind, low, high, value)
+        elif required:
+            raise _Invalid("missing_field", name, f"required in {type_name} v{version}")
+    if len(data) != len(out):
+        known = _all_field_names(type_name)
+        for key, value in data.items():
+            if key not in out and key in known and value is not None:
+                raise _Invalid("invalid_field", key, f"field does not exist in {type_name} version {version}")
     _check_semantics(type_name, out)
     return out
 
@@ -431,7 +477,7 @@ def _check_semantics(type_name: str, data: dict[str, Any]) -> None:
             and data["value"] is not None
             and data["value"].strip().lower() not in ("true", "false")
         ):
-                raise _Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
+            raise _Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
     elif type_name == FEATURE_LEVEL_RECORD:
         _nonneg(data, "featureLevel")
     elif type_name == REPLICA_LOG_INFO_RECORD:
@@ -462,20 +508,21 @@ def parse_line(
     ``source``/``seq`` identify where the line was read (file + line number, or event-topic partition + offset);
     ``position`` is their printable form (default ``source:seq``).
     """
-    if isinstance(line, bytes | bytearray | memoryview):
+    if type(line) is bytes:
+        head = line.lstrip()[:1]
+        if head == b"{":
+            return parse_envelope(line, source=source, seq=seq, position=position)  # the hot path: no decode
         try:
-            text = bytes(line).decode("utf-8")
+            text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             return RecordError(
-                position or f"{source}:{seq}",
-                "invalid_json",
-                None,
-                f"not UTF-8: {exc}",
-                repr(bytes(line))[:2000],
+                position or f"{source}:{seq}", "invalid_json", None, f"not UTF-8: {exc}", repr(line)[:2000]
             )
+    elif isinstance(line, bytearray | memoryview):
+        return parse_line(bytes(line), source, seq, position)
     else:
         text = line
-    pos = position or f"{source}:{seq}"
+    pos = position
     stripped = text.strip()
     if not stripped:
         return Ignored("blank")
@@ -485,12 +532,12 @@ def parse_line(
     if stripped[0] not in "{[":
         if stripped.startswith("|"):
             marker = stripped.find("payload:")
-            head = stripped if marker < 0 else stripped[:marker]
-            match = _DUMP_OFFSET.search(head)
+            head_text = stripped if marker < 0 else stripped[:marker]
+            match = _DUMP_OFFSET.search(head_text)
             offset = int(match.group(1)) if match else None
             if marker < 0:
                 return Ignored("control record")  # e.g. `| offset: 0 ... SnapshotHeader {...}`
-            match = _DUMP_TIME.search(head)
+            match = _DUMP_TIME.search(head_text)
             timestamp = int(match.group(1)) if match else None
             payload = stripped[marker + len("payload:") :].strip()
         elif stripped.startswith(_HEADER_PREFIXES):
@@ -499,7 +546,7 @@ def parse_line(
             error = _ERROR_LINE.match(stripped)
             if error:
                 return RecordError(
-                    pos,
+                    pos or f"{source}:{seq}",
                     "invalid_envelope",
                     None,
                     f"kafka-dump-log could not decode: {error.group(2)}",
@@ -507,7 +554,11 @@ def parse_line(
                     offset=int(error.group(1)),
                 )
             return RecordError(
-                pos, "invalid_json", None, "neither a JSON envelope nor a kafka-dump-log line", text
+                pos or f"{source}:{seq}",
+                "invalid_json",
+                None,
+                "neither a JSON envelope nor a kafka-dump-log line",
+                text,
             )
     return parse_envelope(
         payload, source=source, seq=seq, position=pos, offset=offset, timestamp_ms=timestamp, raw=text
@@ -525,110 +576,61 @@ def parse_envelope(
     raw: str | None = None,
 ) -> Record | RecordError | Skipped:
     """Parse and validate one JSON envelope."""
-    pos = position or f"{source}:{seq}"
-    raw_text = (
-        raw
-        if raw is not None
-        else (payload if isinstance(payload, str) else payload.decode("utf-8", "replace"))
-    )
+
+    def error(reason: str, field: str | None, message: str, type_name: str | None = None) -> RecordError:
+        raw_text = raw if raw is not None else payload
+        if not isinstance(raw_text, str):
+            raw_text = bytes(raw_text).decode("utf-8", "replace")
+        return RecordError(position or f"{source}:{seq}", reason, field, message, raw_text, type_name, offset)
+
     try:
         envelope = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        return RecordError(pos, "invalid_json", None, f"invalid JSON: {exc}", raw_text, offset=offset)
-    if not isinstance(envelope, dict):
-        return RecordError(
-            pos, "invalid_envelope", None, "the event must be a JSON object", raw_text, offset=offset
-        )
+        return error("invalid_json", None, f"invalid JSON: {exc}")
+    if type(envelope) is not dict:
+        return error("invalid_envelope", None, "the event must be a JSON object")
     type_name = envelope.get("type")
-    if not isinstance(type_name, str) or not _TYPE_NAME.match(type_name):
-        return RecordError(
-            pos,
-            "invalid_envelope",
-            "type",
-            f"missing or malformed record type {type_name!r}",
-            raw_text,
-            offset=offset,
-        )
+    versions = _USED_VERSIONS.get(type_name)  # type: ignore[arg-type]
+    if versions is None and (not isinstance(type_name, str) or not _TYPE_NAME.match(type_name)):
+        return error("invalid_envelope", "type", f"missing or malformed record type {type_name!r}")
     extra_offset = envelope.get("offset")
     if extra_offset is not None:
         if type(extra_offset) is not int or extra_offset < 0:
-            return RecordError(
-                pos,
-                "invalid_envelope",
-                "offset",
-                f"offset must be an int >= 0, got {extra_offset!r}",
-                raw_text,
-                type_name,
-                offset,
-            )
+            return error("invalid_envelope", "offset", f"offset must be an int >= 0, got {extra_offset!r}", type_name)
         if offset is not None and offset != extra_offset:
-            return RecordError(
-                pos,
-                "invalid_envelope",
-                "offset",
-                f"envelope offset {extra_offset} != dump-log offset {offset}",
-                raw_text,
-                type_name,
-                offset,
+            return error(
+                "invalid_envelope", "offset", f"envelope offset {extra_offset} != dump-log offset {offset}", type_name
             )
         offset = extra_offset
     extra_ts = envelope.get("timestamp")
     if extra_ts is not None:
         if type(extra_ts) is not int or extra_ts < 0:
-            return RecordError(
-                pos,
-                "invalid_envelope",
-                "timestamp",
-                f"timestamp must be epoch ms >= 0, got {extra_ts!r}",
-                raw_text,
-                type_name,
-                offset,
+            return error(
+                "invalid_envelope", "timestamp", f"timestamp must be epoch ms >= 0, got {extra_ts!r}", type_name
             )
         timestamp_ms = extra_ts
     version = envelope.get("version")
     if type(version) is not int or version < 0:
-        return RecordError(
-            pos,
-            "invalid_envelope",
-            "version",
-            f"missing or malformed version {version!r}",
-            raw_text,
-            type_name,
-            offset,
-        )
-    if "data" not in envelope:
-        return RecordError(pos, "invalid_envelope", "data", "missing data", raw_text, type_name, offset)
-    if type_name not in USED_TYPES:
-        if not isinstance(envelope["data"], dict):
-            return RecordError(
-                pos, "invalid_envelope", "data", "data must be a JSON object", raw_text, type_name, offset
-            )
-        return Skipped(type_name, offset)
-    low, high = schema_versions(type_name)
-    if not low <= version <= high:
-        return RecordError(
-            pos,
+        return error("invalid_envelope", "version", f"missing or malformed version {version!r}", type_name)
+    data = envelope.get("data")
+    if data is None:
+        return error("invalid_envelope", "data", "missing data", type_name)
+    if versions is None:
+        if type(data) is not dict:
+            return error("invalid_envelope", "data", "data must be a JSON object", type_name)
+        return Skipped(type_name, offset)  # type: ignore[arg-type]
+    if not versions[0] <= version <= versions[1]:
+        return error(
             "unsupported_version",
             "version",
-            f"{type_name} version {version} is not in {low}-{high}",
-            raw_text,
+            f"{type_name} version {version} is not in {versions[0]}-{versions[1]}",
             type_name,
-            offset,
         )
     try:
-        data = _validate_data(type_name, version, envelope["data"])
+        data = _validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:
-        return RecordError(pos, exc.reason, exc.field, exc.message, raw_text, type_name, offset)
-    return Record(
-        type_name,
-        version,
-        data,
-        source=source,
-        seq=seq,
-        position=pos,
-        offset=offset,
-        timestamp_ms=timestamp_ms,
-    )
+        return error(exc.reason, exc.field, exc.message, type_name)
+    return Record(type_name, version, data, source, seq, position, offset, timestamp_ms)  # type: ignore[arg-type]
 
 
 def is_known_kafka_type(type_name: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.records import Ignored, Record, RecordError, Skipped, parse_line
 from elrwatch.state.report import build_document, load_advice
+
+GC_FREEZE_EVERY = 100_000
 
 
 class ReplayInputError(Exception):
@@ -25,9 +28,7 @@ class Replayer:
         self.counts = PipelineCounts()
         self.quarantined: list[RecordError] = []
 
-    def feed_line(
-        self, line: str | bytes, source: str, seq: int, position: str | None = None
-    ) -> Outcome | None:
+    def feed_line(self, line: str | bytes, source: str, seq: int, position: str | None = None) -> Outcome | None:
         """Parse and apply one input line; returns the outcome (None for ignored and skipped lines)."""
         parsed = parse_line(line, source, seq, position)
         return self.feed_parsed(parsed)
@@ -69,8 +70,12 @@ class Replayer:
 
     def feed_lines(self, lines: Iterable[str | bytes], source: str, first_seq: int = 1) -> None:
         """Apply lines in order; their positions are ``source:<line number>``."""
+        feed = self.feed_line
         for seq, line in enumerate(lines, start=first_seq):
-            self.feed_line(line, source, seq)
+            feed(line, source, seq)
+            if seq % GC_FREEZE_EVERY == 0:
+                # The state is long-lived: move it out of the cyclic GC's way so collections stay cheap.
+                gc.freeze()
 
     def document(self, advice: bool = True) -> dict[str, Any]:
         """The report document of the current state (DESIGN.md §5)."""
