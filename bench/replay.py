@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """Benchmark the core: parse + apply records/s on one core, and memory per partition, for a 1M-partition cluster.
 
 Targets (issue 2): >= 150k records/s, <= 1 KiB per partition. Prints the figures and the ratio to the target.
