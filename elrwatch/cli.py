@@ -184,6 +184,199 @@ def api(
     uvicorn.run(application, host=host, port=port, workers=1, log_level=log_level, access_log=False)
 
 
+# --- streaming: produce, stream, demo (elrwatch.streaming) ------------------------------------------------------
+
+
+def _opt(name: str, help_text: str, **kwargs):  # a typer.Option whose env var is ELRWATCH_<NAME>
+    envvar = "ELRWATCH_" + name.split("/")[0].lstrip("-").replace("-", "_").upper()
+    return typer.Option(name, envvar=envvar, help=help_text, **kwargs)
+
+
+BootstrapServers = Annotated[str | None, _opt("--bootstrap-servers", "Kafka bootstrap servers, host:port[,host:port].")]
+EventTopic = Annotated[str | None, _opt("--topic", "Kafka topic of the metadata events.")]
+SecurityProtocol = Annotated[
+    str | None, _opt("--security-protocol", "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL.")
+]
+SslCafile = Annotated[str | None, _opt("--ssl-cafile", "PEM file of the CA that signed the brokers' certificates.")]
+SslCertfile = Annotated[str | None, _opt("--ssl-certfile", "PEM client certificate (mutual TLS).")]
+SslKeyfile = Annotated[str | None, _opt("--ssl-keyfile", "PEM client private key (mutual TLS).")]
+SslPasswordFile = Annotated[
+    str | None, _opt("--ssl-password-file", "File with the client key's password (or env ELRWATCH_SSL_PASSWORD).")
+]
+SaslMechanism = Annotated[str | None, _opt("--sasl-mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")]
+SaslUsername = Annotated[str | None, _opt("--sasl-username", "SASL user name.")]
+SaslPasswordFile = Annotated[
+    str | None, _opt("--sasl-password-file", "File with the SASL password (or env ELRWATCH_SASL_PASSWORD).")
+]
+
+
+def _kafka_options(bootstrap_servers, topic, security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+                   ssl_password_file, sasl_mechanism, sasl_username, sasl_password_file) -> dict[str, str]:
+    import os
+
+    if not bootstrap_servers or not topic:
+        _fail("--bootstrap-servers and --topic are required")
+    opts = {"bootstrap.servers": bootstrap_servers, "topic": topic}
+    pairs = {"security.protocol": security_protocol, "ssl.cafile": ssl_cafile, "ssl.certfile": ssl_certfile,
+             "ssl.keyfile": ssl_keyfile, "ssl.password.file": ssl_password_file, "sasl.mechanism": sasl_mechanism,
+             "sasl.username": sasl_username, "sasl.password.file": sasl_password_file}
+    opts.update({k: v for k, v in pairs.items() if v})
+    if not sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
+        opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
+    if not ssl_password_file and os.environ.get("ELRWATCH_SSL_PASSWORD"):
+        opts["ssl.password.env"] = "ELRWATCH_SSL_PASSWORD"
+    return opts
+
+
+@app.command()
+def produce(
+    file: Annotated[str | None, typer.Argument(help="Event file (envelope lines / dump-log output); '-' for stdin.")]
+    = None,
+    bootstrap_servers: BootstrapServers = None,
+    topic: EventTopic = None,
+    simulate: Annotated[bool, _opt("--simulate", "Publish generated events instead of a file.")] = False,
+    sim_topics: Annotated[int, _opt("--sim-topics", "--simulate: topics.", min=1)] = 3,
+    sim_partitions: Annotated[int, _opt("--sim-partitions", "--simulate: partitions per topic.", min=1)] = 10,
+    sim_brokers: Annotated[int, _opt("--sim-brokers", "--simulate: brokers.", min=2)] = 4,
+    sim_steps: Annotated[int, _opt("--sim-steps", "--simulate: broker failures/recoveries per round.", min=0)] = 20,
+    sim_churn: Annotated[int, _opt("--sim-churn", "--simulate: leader moves per round.", min=0)] = 100,
+    sim_loop: Annotated[bool, _opt("--sim-loop", "--simulate: repeat rounds until --duration.")] = False,
+    seed: Annotated[int, _opt("--seed", "--simulate: RNG seed.")] = 7,
+    rate: Annotated[float, _opt("--rate", "Events per second (0 = as fast as possible).", min=0)] = 0.0,
+    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
+    create_topic: Annotated[bool, _opt("--create-topic", "Create the topic if it does not exist.")] = False,
+    partitions: Annotated[int, _opt("--partitions", "Partitions of a topic created by --create-topic.", min=1)] = 1,
+    security_protocol: SecurityProtocol = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
+    ssl_password_file: SslPasswordFile = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password_file: SaslPasswordFile = None,
+) -> None:
+    """Publish metadata events to Kafka, keyed so each partition's and each broker's records keep their order."""
+    import itertools
+    import time
+
+    from elrwatch.streaming import produce as producing
+    from elrwatch.streaming.sources import SourceError
+
+    opts = _kafka_options(bootstrap_servers, topic, security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+                          ssl_password_file, sasl_mechanism, sasl_username, sasl_password_file)
+    if simulate == (file is not None):
+        _fail("give either FILE or --simulate")
+    handle = None
+    try:
+        if create_topic and producing.create_topic(opts, topic, partitions):
+            typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
+        if simulate:
+            lines = producing.simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed,
+                                              loop=sim_loop)
+        elif file == "-":
+            lines = iter(sys.stdin.buffer)
+        else:
+            handle = open(file, "rb")  # noqa: SIM115 - closed below
+            lines = iter(handle)
+        if duration > 0:
+            deadline = time.monotonic() + duration
+            lines = itertools.takewhile(lambda _line: time.monotonic() < deadline, lines)
+        producing.produce_lines(opts, topic, lines, rate=rate)
+    except OSError as exc:
+        _fail(f"cannot read {file}: {exc.strerror or exc}")
+    except SourceError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # kafka-python errors: one line, no traceback
+        _fail(f"cannot publish to {bootstrap_servers}: {type(exc).__name__}: {exc}")
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+@app.command()
+def stream(
+    source: Annotated[str, _opt("--source", "kafka (Python data source), kafka-native (Spark's) or files.")] = "kafka",
+    bootstrap_servers: BootstrapServers = None,
+    topic: EventTopic = None,
+    path: Annotated[str | None, _opt("--path", "--source files: directory of event files.")] = None,
+    store: StoreUrl = "sqlite:///var/elrwatch.db",
+    store_password_file: StorePasswordFile = None,
+    checkpoint: Annotated[str, _opt("--checkpoint", "Spark checkpoint directory (offsets + state).")]
+    = "var/checkpoint",
+    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)]
+    = None,
+    metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
+    trigger: Annotated[str, _opt("--trigger", "Micro-batch interval, e.g. 1s, 500 milliseconds.")] = "1s",
+    buckets: Annotated[int, _opt("--buckets", "State groups (partitions hashed over them).", min=1)] = 2,
+    max_records_per_batch: Annotated[
+        int | None, _opt("--max-records-per-batch", "Cap on events per micro-batch.", min=1)
+    ] = None,
+    starting_offsets: Annotated[
+        str, _opt("--starting-offsets", 'earliest, latest or JSON {"topic":{"0":42}} (new checkpoints only).')
+    ] = "earliest",
+    available_now: Annotated[
+        bool, _opt("--available-now", "Process everything currently in the source, then exit.")
+    ] = False,
+    default_min_isr: DefaultMinIsr = 1,
+    advice: Annotated[bool, _opt("--advice/--no-advice", "Compute outlook and recommendation per partition.")]
+    = True,
+    source_timeout_ms: Annotated[
+        int, _opt("--source-timeout-ms", "Bound on Kafka metadata calls (missing topic / broker down).", min=100)
+    ] = 15000,
+    security_protocol: SecurityProtocol = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
+    ssl_password_file: SslPasswordFile = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password_file: SaslPasswordFile = None,
+) -> None:
+    """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
+    import logging
+    import threading
+
+    from elrwatch.streaming import job
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = job.JobConfig(
+        source=source, bootstrap_servers=bootstrap_servers, topic=topic, path=path, store=store,
+        store_password_file=str(store_password_file) if store_password_file else None, checkpoint=checkpoint,
+        metrics_port=metrics_port, metrics_host=metrics_host, trigger=trigger, buckets=buckets,
+        max_records_per_batch=max_records_per_batch, starting_offsets=starting_offsets, available_now=available_now,
+        default_min_isr=default_min_isr, advice=advice, source_timeout_ms=source_timeout_ms,
+        security_protocol=security_protocol, ssl_cafile=ssl_cafile, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+        ssl_password_file=ssl_password_file, sasl_mechanism=sasl_mechanism, sasl_username=sasl_username,
+        sasl_password_file=sasl_password_file,
+    )
+    if source not in ("kafka", "kafka-native", "files"):
+        _fail("--source must be kafka, kafka-native or files")
+    stop = threading.Event()
+    job.install_signal_handlers(stop)
+    try:
+        job.run(config, stop_event=stop)
+    except (job.JobError, ValueError) as exc:
+        _fail(str(exc), code=1)
+
+
+@app.command()
+def demo(
+    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = until Ctrl-C).", min=0)] = 0.0,
+    workdir: Annotated[str | None, _opt("--workdir", "Where store and checkpoint go (default: a temp dir).")] = None,
+    metrics_port: Annotated[int, _opt("--metrics-port", "Prometheus port of the job.", min=0)] = 9464,
+    api_port: Annotated[int, _opt("--api-port", "Port of the REST API (0 = no API).", min=0)] = 8080,
+    rate: Annotated[float, _opt("--rate", "Simulated events per second.", min=1)] = 200.0,
+) -> None:
+    """Local demo: noida-db (Kafka wire), the topic, the job, a simulator with faults, the API; Ctrl-C stops."""
+    from elrwatch.streaming.demo import DemoError, run_demo
+
+    try:
+        run_demo(duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate)
+    except DemoError as exc:
+        _fail(str(exc), code=1)
+
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
