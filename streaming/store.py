@@ -219,7 +219,7 @@ def _partition_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     severity = SEVERITY.get(status, len(STATUS_ORDER))
     rec = doc.get("recommendation") or {}
     commands = rec.get("commands") if isinstance(rec, Mapping) else None
-    needs_action = status in ACTION_STATUSES or bool(commands)
+    needs_action = status in ACTION_STATUSES or (status != "HEALTHY" and bool(commands))
     if isinstance(rec, Mapping) and isinstance(rec.get("needsOperator"), bool):
         needs_action = rec["needsOperator"]
     leader = doc.get("leader")
@@ -400,9 +400,7 @@ class StatusStore:
         if result.rowcount == 0:
             conn.execute(insert(meta_t).values(key=key, value=text))
 
-    def _upsert(
-        self, conn: Connection, table: Table, rows: list[dict[str, Any]], keys: Sequence[str]
-    ) -> None:
+    def _upsert(self, conn: Connection, table: Table, rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
         if not rows:
             return
         dialect = conn.dialect.name
@@ -497,11 +495,7 @@ class StatusStore:
                 self._meta_put(conn, QUARANTINE_SUMMARY, summary)
             if gauges:
                 drop = [name for name, value in gauges.items() if value is None]
-                keep = [
-                    {"name": name, "value": float(value)}
-                    for name, value in gauges.items()
-                    if value is not None
-                ]
+                keep = [{"name": name, "value": float(value)} for name, value in gauges.items() if value is not None]
                 if drop:
                     conn.execute(delete(gauges_t).where(gauges_t.c.name.in_(drop)))
                 self._upsert(conn, gauges_t, keep, ["name"])
@@ -571,12 +565,8 @@ class StatusStore:
                     select(partitions_t.c.doc).order_by(partitions_t.c.topic, partitions_t.c.partition_id)
                 )
             ]
-            broker_docs = [
-                _loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))
-            ]
-            topic_docs = [
-                _loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))
-            ]
+            broker_docs = [_loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
+            topic_docs = [_loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
             gauge_map = {
                 n: _gauge_value(v)
                 for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value).order_by(gauges_t.c.name))
@@ -592,9 +582,7 @@ class StatusStore:
                     )
                 )
             ]
-            q_records = [
-                _loads(d) for (d,) in conn.execute(select(quarantined_t.c.doc).order_by(quarantined_t.c.id))
-            ]
+            q_records = [_loads(d) for (d,) in conn.execute(select(quarantined_t.c.doc).order_by(quarantined_t.c.id))]
             summary = self._meta_get(conn, QUARANTINE_SUMMARY) or {"count": len(q_records), "byReason": {}}
             cluster = self._meta_get(conn, CLUSTER, {})
             counts = self._meta_get(conn, COUNTS, {})
@@ -633,9 +621,7 @@ class StatusStore:
     def summary(self) -> dict[str, Any]:
         """Gauges, meta and cluster info: reads only the small gauges and meta tables (never partitions)."""
         with self.engine.connect() as conn:
-            gauge_map = {
-                n: _gauge_value(v) for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value))
-            }
+            gauge_map = {n: _gauge_value(v) for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value))}
             rows = dict(
                 conn.execute(
                     select(meta_t.c.key, meta_t.c.value).where(
@@ -671,9 +657,7 @@ class StatusStore:
             if conn.execute(select(topics_t.c.topic_id).where(topics_t.c.topic == topic).limit(1)).first():
                 return True
             return (
-                conn.execute(
-                    select(partitions_t.c.partition_id).where(partitions_t.c.topic == topic).limit(1)
-                ).first()
+                conn.execute(select(partitions_t.c.partition_id).where(partitions_t.c.topic == topic).limit(1)).first()
                 is not None
             )
 
@@ -695,9 +679,7 @@ class StatusStore:
             r = partition_replicas_t
             stmt = (
                 select(p.c.doc, p.c.topic, p.c.partition_id)
-                .select_from(
-                    r.join(p, and_(p.c.topic_id == r.c.topic_id, p.c.partition_id == r.c.partition_id))
-                )
+                .select_from(r.join(p, and_(p.c.topic_id == r.c.topic_id, p.c.partition_id == r.c.partition_id)))
                 .where(r.c.broker_id == broker)
             )
             order_topic, order_partition = r.c.topic, r.c.partition_id
@@ -714,9 +696,7 @@ class StatusStore:
             stmt = stmt.where(p.c.leaderless == leaderless)
         if after is not None:
             a_topic, a_partition = after
-            stmt = stmt.where(
-                or_(order_topic > a_topic, and_(order_topic == a_topic, order_partition >= a_partition))
-            )
+            stmt = stmt.where(or_(order_topic > a_topic, and_(order_topic == a_topic, order_partition >= a_partition)))
         stmt = stmt.order_by(order_topic, order_partition).limit(limit + 1)
         with self.engine.connect() as conn:
             rows = conn.execute(stmt).all()
@@ -749,9 +729,7 @@ class StatusStore:
         with self.engine.connect() as conn:
             return int(
                 conn.execute(
-                    select(func.count())
-                    .select_from(partitions_t)
-                    .where(partitions_t.c.needs_action.is_(True))
+                    select(func.count()).select_from(partitions_t).where(partitions_t.c.needs_action.is_(True))
                 ).scalar()
                 or 0
             )
@@ -780,9 +758,7 @@ class StatusStore:
     def list_brokers(self) -> list[dict[str, Any]]:
         """Broker documents, by id."""
         with self.engine.connect() as conn:
-            return [
-                _loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))
-            ]
+            return [_loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
 
 
 def _gauge_value(value: float) -> int | float:

@@ -1,0 +1,228 @@
+// elrwatch status page: polls the JSON API and renders summary, at-risk partitions and brokers.
+// No external assets; the bearer token (if the API requires one) lives in sessionStorage only.
+"use strict";
+
+const TOKEN_KEY = "elrwatch.token";
+const STATUSES = [
+  "MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "LEADERLESS_ELECTING",
+  "UNDER_MIN_ISR", "AT_MIN_ISR", "UNDER_REPLICATED", "HEALTHY",
+];
+const STATUS_COLORS = {
+  MANUAL_ELECTION_REQUIRED: "#b3261e", RECOVERING: "#e0564c", LEADERLESS_WAITING: "#c2410c",
+  LEADERLESS_ELECTING: "#f08a3c", UNDER_MIN_ISR: "#d4a106", AT_MIN_ISR: "#2f6fed",
+  UNDER_REPLICATED: "#8fb0f5", HEALTHY: "#2f9e5b",
+};
+const params = new URLSearchParams(window.location.search);
+const REFRESH_MS = Math.max(1, Number(params.get("refresh")) || 5) * 1000;
+const RISK_LIMIT = 200;
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+class HttpError extends Error {
+  constructor(status, detail) { super(detail); this.status = status; }
+}
+
+async function api(path) {
+  const headers = { Accept: "application/json" };
+  if (token()) headers.Authorization = "Bearer " + token();
+  const response = await fetch(path, { headers, cache: "no-store" });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try { const body = await response.json(); detail = body.detail || body.title || detail; } catch (e) { /* keep */ }
+    throw new HttpError(response.status, detail);
+  }
+  return response.json();
+}
+
+function fmtInt(n) { return (n === null || n === undefined) ? "–" : Number(n).toLocaleString("en-US"); }
+
+function ago(seconds) {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "unknown";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+}
+
+function sinceMs(ms) {
+  if (!ms) return "–";
+  return ago(Date.now() / 1000 - ms / 1000);
+}
+
+function statusBadge(status) {
+  return el("span", { class: "badge s-" + status, text: status.replaceAll("_", " ") });
+}
+
+function list(ids) { return "[" + (ids || []).join(",") + "]"; }
+
+function card(label, value, cls, sub) {
+  return el("div", { class: "card " + (cls || "") },
+    el("div", { class: "label", text: label }),
+    el("div", { class: "value", text: value }),
+    sub ? el("div", { class: "sub", text: sub }) : null);
+}
+
+function renderSummary(s) {
+  const by = s.partitionsByStatus || {};
+  const severe = (by.MANUAL_ELECTION_REQUIRED || 0) + (by.RECOVERING || 0);
+  const leaderless = (by.LEADERLESS_WAITING || 0) + (by.LEADERLESS_ELECTING || 0);
+  const brokers = s.brokersByState || {};
+  const overall = $("overall");
+  if (severe + leaderless > 0) {
+    overall.className = "overall overall-crit";
+    overall.textContent = `CRITICAL · ${fmtInt(severe + leaderless)} partitions without a safe leader`;
+  } else if (s.underMinIsr > 0) {
+    overall.className = "overall overall-warn";
+    overall.textContent = `DEGRADED · ${fmtInt(s.underMinIsr)} under min ISR`;
+  } else {
+    overall.className = "overall overall-ok";
+    overall.textContent = "OK · all partitions writable";
+  }
+  const cards = [
+    card("Partitions", fmtInt(s.partitions), "info", `${fmtInt(s.topics)} topics`),
+    card("Need an operator", fmtInt(s.needingAction), s.needingAction ? "crit" : "ok"),
+    card("Manual election", fmtInt(by.MANUAL_ELECTION_REQUIRED), by.MANUAL_ELECTION_REQUIRED ? "crit" : "ok"),
+    card("Recovering", fmtInt(by.RECOVERING), by.RECOVERING ? "crit" : "ok", "after unclean election"),
+    card("Offline (leaderless)", fmtInt(s.offline), s.offline ? "high" : "ok"),
+    card("Under min ISR", fmtInt(s.underMinIsr), s.underMinIsr ? "warn" : "ok", "acks=all writes fail"),
+    card("At min ISR", fmtInt(s.atMinIsr), s.atMinIsr ? "info" : "ok", "one failure from under"),
+    card("Brokers", `${fmtInt(brokers.active || 0)} / ${fmtInt(Object.values(brokers).reduce((a, b) => a + b, 0))}`,
+      (brokers.fenced || 0) > 0 ? "warn" : "ok",
+      `active · ${fmtInt(brokers.fenced || 0)} fenced · ${fmtInt(brokers.controlled_shutdown || 0)} shutting down`),
+    card("ELR (KIP-966)", s.elrEnabled === null || s.elrEnabled === undefined ? "?" : (s.elrEnabled ? "on" : "off"),
+      s.elrEnabled ? "ok" : "warn"),
+    card("Quarantined records", fmtInt((s.quarantined || {}).count || 0), (s.quarantined || {}).count ? "warn" : "ok"),
+  ];
+  $("cards").replaceChildren(...cards);
+
+  const total = STATUSES.reduce((a, k) => a + (by[k] || 0), 0) || 1;
+  $("status-bar").replaceChildren(...STATUSES.filter((k) => by[k]).map((k) =>
+    el("span", { style: `width:${(100 * by[k]) / total}%;background:${STATUS_COLORS[k]}`, title: `${k}: ${by[k]}` })));
+  $("status-legend").replaceChildren(...STATUSES.map((k) =>
+    el("span", {}, el("i", { style: `background:${STATUS_COLORS[k]}` }), `${k.replaceAll("_", " ").toLowerCase()} ${fmtInt(by[k] || 0)}`)));
+
+  const f = s.freshness || {};
+  $("freshness").textContent = `last event ${ago(f.dataAgeSeconds)} ago`;
+  $("updated").textContent = `Store updated ${ago(f.updatedAgeSeconds)} ago` +
+    (f.lastBatchId !== null && f.lastBatchId !== undefined ? ` (batch ${f.lastBatchId})` : "") +
+    ` · page refreshed ${new Date().toLocaleTimeString()}`;
+}
+
+function text(value, ...keys) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "string") return value;
+  for (const key of keys) if (typeof value[key] === "string" && value[key]) return value[key];
+  return "";
+}
+
+function adviceCell(rec) {
+  const cell = el("td", { class: "advice" });
+  if (!rec) { cell.append(el("span", { class: "muted", text: "no recommendation available" })); return cell; }
+  cell.append(el("div", { text: text(rec, "summary", "action", "text", "description") }));
+  const risk = text(rec.risk, "level", "summary", "description");
+  if (risk) {
+    const none = /^(none|no data loss)/i.test(risk);
+    cell.append(el("div", { class: "risk" + (none ? " none" : "") }, "Data-loss risk: ", el("b", { text: risk })));
+  }
+  const commands = (rec.commands || []).map((c) => (typeof c === "string" ? c : c.command || JSON.stringify(c)));
+  if (commands.length) {
+    const ul = el("ul", { class: "cmds" });
+    for (const command of commands) {
+      const copy = el("button", { type: "button", title: "Copy command", text: "copy" });
+      copy.addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText(command));
+      ul.append(el("li", {}, el("code", { text: command }), copy));
+    }
+    cell.append(ul);
+  }
+  return cell;
+}
+
+function renderRisks(page) {
+  const rows = page.items.map((p) => el("tr", {},
+    el("td", {}, statusBadge(p.status)),
+    el("td", { class: "mono" }, el("a", { href: `/v1/partitions/${encodeURIComponent(p.topic)}/${p.partitionId}`,
+      text: `${p.topic}-${p.partitionId}` })),
+    el("td", { class: "mono", text: sinceMs(p.statusSinceMs) }),
+    el("td", { class: "mono", text: p.leader === -1 ? "none" : String(p.leader) }),
+    el("td", { class: "mono", text: list(p.isr) }),
+    el("td", { class: "mono", text: list(p.elr) }),
+    el("td", { class: "outlook", text: text(p.outlook, "summary", "text", "description") || "–" }),
+    adviceCell(p.recommendation)));
+  $("risk-table").tBodies[0].replaceChildren(...rows);
+  $("risk-table").parentElement.hidden = rows.length === 0;
+  $("risk-empty").hidden = rows.length !== 0;
+  $("risk-count").textContent = page.nextCursor ? `(first ${rows.length})` : `(${rows.length})`;
+}
+
+function renderBrokers(brokers) {
+  const rows = brokers.map((b) => el("tr", {},
+    el("td", { class: "mono", text: String(b.brokerId) }),
+    el("td", {}, el("span", { class: "badge b-" + b.state, text: (b.state || "").replaceAll("_", " ") })),
+    el("td", { class: "mono", text: b.epoch === null || b.epoch === undefined ? "–" : String(b.epoch) }),
+    el("td", { text: b.rack || "–" }),
+    el("td", { class: "mono muted", text: b.incarnationId || "–" })));
+  $("broker-table").tBodies[0].replaceChildren(...rows);
+  $("broker-count").textContent = `(${rows.length})`;
+}
+
+function showError(message) {
+  const banner = $("error");
+  banner.hidden = !message;
+  banner.textContent = message || "";
+}
+
+async function refresh() {
+  try {
+    const [summary, risks, brokers] = await Promise.all([
+      api("/v1/summary"), api(`/v1/recommendations?limit=${RISK_LIMIT}`), api("/v1/brokers"),
+    ]);
+    renderSummary(summary);
+    renderRisks(risks);
+    renderBrokers(brokers);
+    showError("");
+    document.body.dataset.loaded = "true";
+  } catch (error) {
+    if (error.status === 401) {
+      $("token-form").hidden = false;
+      showError("The API requires a bearer token: enter it above.");
+    } else {
+      showError(`Cannot load data: ${error.message}`);
+    }
+    $("overall").className = "overall overall-unknown";
+    $("overall").textContent = "NO DATA";
+  }
+}
+
+function setup() {
+  $("refresh-every").textContent = String(REFRESH_MS / 1000);
+  $("token-button").addEventListener("click", () => { $("token-form").hidden = !$("token-form").hidden; });
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+    $("token-input").value = "";
+    $("token-form").hidden = true;
+    refresh();
+  });
+  $("token-clear").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); refresh(); });
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+}
+
+setup();
