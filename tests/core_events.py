@@ -236,3 +236,114 @@ def base_cluster(brokers: tuple[int, ...] = (0, 1, 2, 3), elr: bool = True, meta
         recs.append(elr_feature(True))
     recs += [register(b) for b in brokers]
     return recs
+
+
+# --- a generator of valid event streams (used by the bucket and property tests) --------------------------------
+
+
+def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
+    """A valid, reproducible event stream: features, brokers, topics, partitions, then ``steps`` random changes
+    (ISR/ELR/leader changes, fences, controlled shutdowns, re-registrations, ClearElr, config changes, ELR toggles,
+    partition re-creation, topic deletion and creation). Every line is an envelope with a metadata ``offset``."""
+    import random
+
+    rng = random.Random(seed)
+    feeder_offset = [0]
+    out: list[str] = []
+
+    def emit(rec: tuple[str, int, dict[str, Any]]) -> None:
+        feeder_offset[0] += 1
+        type_name, version, data = rec
+        out.append(line(envelope(type_name, version, data, feeder_offset[0], 1_732_100_000_000 + feeder_offset[0])))
+
+    epochs = dict.fromkeys(range(brokers), 100)
+    elr_on = rng.random() < 0.7
+    emit(feature("metadata.version", 26))
+    if elr_on:
+        emit(elr_feature(True))
+    for b in range(brokers):
+        emit(register(b, epochs[b]))
+    if rng.random() < 0.5:
+        emit(cluster_min_isr(str(rng.randint(1, 3))))
+    topics: dict[str, tuple[str, dict[int, list[int]]]] = {}  # id -> (name, {pid: replicas})
+    next_topic = [0]
+
+    def new_topic() -> None:
+        next_topic[0] += 1
+        n = next_topic[0]
+        topic_id, name = uuid_of(0xA000 + n), f"t{n}"
+        emit(topic(name, topic_id))
+        if rng.random() < 0.6:
+            emit(topic_min_isr(name, str(rng.randint(1, 4))))
+        parts: dict[int, list[int]] = {}
+        for pid in range(rng.randint(1, 4)):
+            replicas = rng.sample(range(brokers), rng.randint(1, min(4, brokers)))
+            parts[pid] = replicas
+            isr = [r for r in replicas if rng.random() < 0.8] or replicas[:1]
+            emit(partition(topic_id, pid, replicas, isr, isr[0]))
+        topics[topic_id] = (name, parts)
+
+    for _ in range(rng.randint(1, 3)):
+        new_topic()
+    for _ in range(steps):
+        action = rng.random()
+        if not topics:
+            new_topic()
+            continue
+        topic_id = rng.choice(sorted(topics))
+        name, parts = topics[topic_id]
+        pid = rng.choice(sorted(parts))
+        replicas = parts[pid]
+        if action < 0.45:
+            fields: dict[str, Any] = {}
+            isr = [r for r in replicas if rng.random() < 0.6]
+            if rng.random() < 0.8:
+                fields["isr"] = isr
+            if rng.random() < 0.6:
+                fields["leader"] = rng.choice([*isr, -1]) if isr else -1
+            if elr_on and rng.random() < 0.5:
+                rest = [r for r in replicas if r not in isr]
+                fields["eligibleLeaderReplicas"] = [r for r in rest if rng.random() < 0.6]
+                fields["lastKnownElr"] = rng.choice([[], rest[:1]])
+            if rng.random() < 0.1:
+                fields["leaderRecoveryState"] = rng.choice([0, 1])
+            if rng.random() < 0.08:
+                new_replicas = rng.sample(range(brokers), rng.randint(1, min(4, brokers)))
+                parts[pid] = new_replicas
+                fields["replicas"] = new_replicas
+                fields["isr"] = new_replicas[:1]
+                fields["leader"] = new_replicas[0]
+            emit(change(topic_id, pid, **fields))
+        elif action < 0.62:
+            b = rng.randrange(brokers)
+            kind = rng.random()
+            if kind < 0.4:
+                emit(broker_change(b, epochs[b], fenced=rng.choice([1, -1])))
+            elif kind < 0.55:
+                emit(broker_change(b, epochs[b], in_controlled_shutdown=1))
+            elif kind < 0.7:
+                emit(rng.choice([fence, unfence])(b, epochs[b]))
+            else:
+                epochs[b] += 1
+                emit(register(b, epochs[b], fenced=rng.random() < 0.5))
+        elif action < 0.68:
+            emit(clear_elr(rng.choice([name, ""])))
+        elif action < 0.78:
+            value = rng.choice([None, "1", "2", "3", "4"])
+            emit(rng.choice([topic_min_isr(name, value), cluster_min_isr(value),
+                             config(2, name, "unclean.leader.election.enable", rng.choice(["true", "false"]))]))
+        elif action < 0.82:
+            elr_on = not elr_on
+            emit(elr_feature(elr_on))
+        elif action < 0.9:
+            new_pid = pid if rng.random() < 0.5 else max(parts) + 1
+            new_replicas = rng.sample(range(brokers), rng.randint(1, min(4, brokers)))
+            parts[new_pid] = new_replicas
+            emit(partition(topic_id, new_pid, new_replicas, new_replicas, new_replicas[0],
+                           leader_epoch=rng.randint(0, 3), partition_epoch=rng.randint(0, 5)))
+        elif action < 0.94:
+            emit(remove_topic(topic_id))
+            del topics[topic_id]
+        else:
+            new_topic()
+    return out
