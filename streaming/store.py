@@ -516,10 +516,16 @@ class StatusStore:
         with self._writer.begin() as conn:
             for table in reversed(metadata.sorted_tables):
                 conn.execute(delete(table))
-            for chunk in _chunks(_partition_row(d) for d in doc.get("partitions", ())):
-                conn.execute(insert(partitions_t), chunk)
-            for chunk in _chunks(r for d in doc.get("partitions", ()) for r in _replica_rows(d)):
-                conn.execute(insert(partition_replicas_t), chunk)
+            last_event: int | None = None
+            # One pass over the partitions: ``doc["partitions"]`` may be a generator (1M in benchmarks).
+            for chunk in _chunks(doc.get("partitions", ())):
+                conn.execute(insert(partitions_t), [_partition_row(d) for d in chunk])
+                replica_rows = [r for d in chunk for r in _replica_rows(d)]
+                if replica_rows:
+                    conn.execute(insert(partition_replicas_t), replica_rows)
+                stamps = [d["lastTimestampMs"] for d in chunk if d.get("lastTimestampMs")]
+                if stamps:
+                    last_event = max(last_event or 0, *stamps)
             for chunk in _chunks(_broker_row(b) for b in doc.get("brokers", ())):
                 conn.execute(insert(brokers_t), chunk)
             for chunk in _chunks(_topic_row(t) for t in doc.get("topics", ())):
@@ -544,7 +550,7 @@ class StatusStore:
                 self._meta_put(conn, CLUSTER, doc["cluster"])
             if "counts" in doc:
                 self._meta_put(conn, COUNTS, doc["counts"])
-            last_event = _last_event_ms(doc)
+            last_event = _last_event_ms(doc, last_event)
             if last_event is not None:
                 self._meta_put(conn, LAST_EVENT_TIME_MS, last_event)
             if batch_id is not None:
@@ -766,9 +772,8 @@ def _gauge_value(value: float) -> int | float:
     return int(value) if float(value).is_integer() and abs(value) < 2**53 else value
 
 
-def _last_event_ms(doc: Mapping[str, Any]) -> int | None:
+def _last_event_ms(doc: Mapping[str, Any], newest_partition_ms: int | None) -> int | None:
     seconds = (doc.get("gauges") or {}).get("elrwatch_last_event_timestamp_seconds")
     if seconds:
         return int(float(seconds) * 1000)
-    stamps = [p.get("lastTimestampMs") for p in doc.get("partitions", ()) if p.get("lastTimestampMs")]
-    return max(stamps) if stamps else None
+    return newest_partition_ms
