@@ -80,6 +80,51 @@ def conformance(
         raise typer.Exit(1)
 
 
+@app.command()
+def simulate(
+    brokers: Annotated[int, typer.Option("--brokers", min=1, help="Number of brokers.")] = 6,
+    topics: Annotated[int, typer.Option("--topics", min=0, help="Number of topics.")] = 3,
+    partitions: Annotated[int, typer.Option("--partitions", min=1, help="Partitions per topic.")] = 10,
+    replication_factor: Annotated[int, typer.Option("--replication-factor", min=1)] = 3,
+    min_isr: Annotated[int, typer.Option("--min-isr", min=1, help="Cluster min.insync.replicas.")] = 2,
+    scenario: Annotated[
+        str | None, typer.Option("--scenario", help="kip966-walkthrough, last-replica-standing-elr, … ")
+    ] = None,
+    faults: Annotated[
+        float | None, typer.Option("--faults", min=0.0, max=1.0, help="Random events; chance each is a fault.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="RNG seed: the same seed writes the same records.")] = 1,
+    records: Annotated[
+        int | None, typer.Option("--records", min=1, help="With --faults: records to write (default 10000).")
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Output file; '-' for stdout.")] = "-",
+) -> None:
+    """Simulate a cluster through the controller model and write the metadata records Kafka would write."""
+    from elrwatch.state.simulator import simulate as run_simulation
+
+    if (scenario is None) == (faults is None):
+        _fail("give exactly one of --scenario NAME or --faults RATE")
+    try:
+        if output == "-":
+            run_simulation(
+                sys.stdout.buffer, brokers=brokers, topics=topics, partitions=partitions,
+                replication_factor=replication_factor, min_isr=min_isr, seed=seed, scenario=scenario,
+                faults=faults, records=records,
+            )  # fmt: skip
+            sys.stdout.buffer.flush()
+        else:
+            with open(output, "wb") as handle:
+                run_simulation(
+                    handle, brokers=brokers, topics=topics, partitions=partitions,
+                    replication_factor=replication_factor, min_isr=min_isr, seed=seed, scenario=scenario,
+                    faults=faults, records=records,
+                )  # fmt: skip
+    except ValueError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot write {output}: {exc.strerror or exc}")
+
+
 StoreUrl = Annotated[
     str,
     typer.Option(

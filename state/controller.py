@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Protocol
 
 from elrwatch.state import metadata_version as mv
@@ -175,8 +176,7 @@ def java_hash_set_order(initial: Sequence[int], *added: Iterable[int]) -> list[i
     """
     distinct: dict[int, None] = dict.fromkeys(initial)
     for group in added:
-        for value in group:
-            distinct.setdefault(value)
+        distinct.update(dict.fromkeys(group))
     items = list(distinct)
     if len(items) <= 12 and all(0 <= value < 16 for value in items):
         return sorted(items)
@@ -184,8 +184,8 @@ def java_hash_set_order(initial: Sequence[int], *added: Iterable[int]) -> list[i
     while len(items) > int(capacity * 0.75):
         capacity <<= 1
     mask = capacity - 1
-    order = {value: index for index, value in enumerate(items)}
-    return sorted(items, key=lambda value: (_java_spread(value) & mask, order[value]))
+    decorated = sorted((_java_spread(value) & mask, index, value) for index, value in enumerate(items))
+    return [value for _, _, value in decorated]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -210,6 +210,12 @@ def _complete_reassignment(
     return new_isr, new_replicas
 
 
+@lru_cache(maxsize=1 << 16)
+def _candidate_order(elr: tuple[int, ...], isr: tuple[int, ...], lke: tuple[int, ...]) -> tuple[int, ...]:
+    """HashSet order of ``new HashSet<>(elr)`` + isr (+ lke): the ELR candidates of §2.2 (memoized)."""
+    return tuple(java_hash_set_order(elr, isr, lke))
+
+
 def _populate_elr(
     p: PartitionState,
     target_isr: tuple[int, ...],
@@ -219,15 +225,22 @@ def _populate_elr(
     """§2.2: target (ELR, LastKnownElr) when ELR is enabled."""
     if len(target_isr) >= min_isr:
         return EMPTY, EMPTY
-    excluded = set(target_isr)
-    if unclean_shutdown:
-        elr = tuple(
-            r for r in java_hash_set_order(p.elr, p.isr) if r not in excluded and r not in unclean_shutdown
-        )
+    current_elr = p.elr
+    current_isr = p.isr
+    if not current_elr and not current_isr:
+        elr: tuple[int, ...] = EMPTY
     else:
-        elr = tuple(r for r in java_hash_set_order(p.elr, p.isr) if r not in excluded)
-    excluded.update(elr)
-    lke = tuple(r for r in java_hash_set_order(p.elr, p.isr, p.last_known_elr) if r not in excluded)
+        order = _candidate_order(current_elr, current_isr, EMPTY)
+        if unclean_shutdown:
+            elr = tuple(r for r in order if r not in target_isr and r not in unclean_shutdown)
+        else:
+            elr = tuple(r for r in order if r not in target_isr)
+    lke_source = p.last_known_elr
+    if lke_source:
+        order = _candidate_order(current_elr, current_isr, lke_source)
+    elif not current_elr and not current_isr:
+        return elr, EMPTY
+    lke = tuple(r for r in order if r not in target_isr and r not in elr)
     return elr, lke
 
 
@@ -240,53 +253,37 @@ def _elect(
     target_replicas: tuple[int, ...],
     target_elr: tuple[int, ...],
     use_last_known_leader: bool,
-) -> ElectionResult:
-    """§2.3: PartitionChangeBuilder.electLeader."""
-    if target_isr:
-
-        def valid(r: int) -> bool:
-            return r in target_isr and r in acceptable
-    else:
-
-        def valid(r: int) -> bool:
-            return r in target_elr and r in acceptable
-
+) -> tuple[int, bool, str]:
+    """§2.3: PartitionChangeBuilder.electLeader → (leader, unclean, CHOSEN_* kind)."""
+    pool = target_isr if target_isr else target_elr  # valid(r) := r in pool and acceptable(r)
+    clean_kind = CHOSEN_ISR if target_isr else CHOSEN_ELR
     current = p.leader
-    if election == PREFERRED:
-        if target_replicas and valid(target_replicas[0]):
-            first = target_replicas[0]
-            kind = CHOSEN_CURRENT if first == current else _clean_kind(first, target_isr)
-            return ElectionResult(first, False, kind)
-        if valid(current):
-            return ElectionResult(current, False, CHOSEN_CURRENT)
-        for r in target_replicas[1:]:
-            if valid(r):
-                return ElectionResult(r, False, _clean_kind(r, target_isr))
-    else:
-        if valid(current):
-            return ElectionResult(current, False, CHOSEN_CURRENT)
-        for r in target_replicas:
-            if valid(r):
-                return ElectionResult(r, False, _clean_kind(r, target_isr))
-    lke = p.last_known_elr
-    if (
-        use_last_known_leader
-        and ctx.elr_active
-        and not target_elr
-        and not target_isr
-        and len(lke) == 1
-        and lke[0] in acceptable
-    ):
-        return ElectionResult(lke[0], True, CHOSEN_LAST_KNOWN_LEADER)
+    if pool:
+        if election == PREFERRED:
+            if target_replicas:
+                first = target_replicas[0]
+                if first in pool and first in acceptable:
+                    return first, False, CHOSEN_CURRENT if first == current else clean_kind
+            if current in pool and current in acceptable:
+                return current, False, CHOSEN_CURRENT
+            for r in target_replicas[1:]:
+                if r in pool and r in acceptable:
+                    return r, False, clean_kind
+        else:
+            if current in pool and current in acceptable:
+                return current, False, CHOSEN_CURRENT
+            for r in target_replicas:
+                if r in pool and r in acceptable:
+                    return r, False, clean_kind
+    else:  # ISR and ELR empty: the last known leader may be elected
+        lke = p.last_known_elr
+        if use_last_known_leader and len(lke) == 1 and ctx.elr_active and lke[0] in acceptable:
+            return lke[0], True, CHOSEN_LAST_KNOWN_LEADER
     if election == UNCLEAN:
         for r in target_replicas:
             if r in acceptable:
-                return ElectionResult(r, True, CHOSEN_UNCLEAN)
-    return ElectionResult(NO_LEADER, False, CHOSEN_NONE)
-
-
-def _clean_kind(r: int, target_isr: tuple[int, ...]) -> str:
-    return CHOSEN_ISR if target_isr else CHOSEN_ELR
+                return r, True, CHOSEN_UNCLEAN
+    return NO_LEADER, False, CHOSEN_NONE
 
 
 def _as_tuple(values: Iterable[int] | None) -> tuple[int, ...] | None:
@@ -311,7 +308,7 @@ def build_partition_change(
 
     Targets default to the partition's current values; ``acceptable`` says who may lead (§5 per call site).
     """
-    record, _ = _build(
+    record = _build(
         p,
         acceptable,
         ctx,
@@ -339,7 +336,7 @@ def _build(
     unclean_shutdown: Sequence[int] | None,
     target_lrs: int | None,
     use_lkl: bool,
-) -> tuple[Record | None, ElectionResult]:
+) -> Record | None:
     isr = p.isr if target_isr is None else target_isr
     replicas = p.replicas if target_replicas is None else target_replicas
     removing = p.removing_replicas if target_removing is None else target_removing
@@ -362,18 +359,15 @@ def _build(
         elr, lke = p.elr, p.last_known_elr
 
     # 2.3 election
-    result = _elect(p, acceptable, ctx, election, isr, replicas, elr, use_lkl)
-    winner = result.leader
+    winner, unclean, _ = _elect(p, acceptable, ctx, election, isr, replicas, elr, use_lkl)
     if winner != p.leader:
         if winner in elr:
             isr = (winner,)
             elr = tuple(r for r in elr if r != winner)
         record["leader"] = winner
-        if result.unclean:
+        if unclean:
             record["isr"] = (winner,)
-            if p.leader_recovery_state != LRS_RECOVERING and mv.is_leader_recovery_supported(
-                ctx.metadata_version
-            ):
+            if p.leader_recovery_state != LRS_RECOVERING and mv.is_leader_recovery_supported(ctx.metadata_version):
                 record["leaderRecoveryState"] = LRS_RECOVERING
 
     # 2.4 reassignment epoch bump
@@ -427,7 +421,7 @@ def _build(
     if lrs != p.leader_recovery_state:
         record["leaderRecoveryState"] = lrs
 
-    return (record or None), result
+    return record or None
 
 
 def elect_leader(
@@ -450,7 +444,7 @@ def elect_leader(
         if completed is not None:
             isr, replicas = completed
     elr = _populate_elr(p, isr, ctx.min_isr, unclean_shutdown_replicas)[0] if ctx.elr_active else p.elr
-    return _elect(p, acceptable, ctx, election, isr, replicas, elr, True)
+    return ElectionResult(*_elect(p, acceptable, ctx, election, isr, replicas, elr, True))
 
 
 def record_leader_change_kind(p: PartitionState, record: Mapping[str, Any]) -> str | None:
@@ -519,7 +513,7 @@ def remove_broker_change(
     unclean re-registration, unregister). ``acceptable`` must already exclude ``broker_id``."""
     isr = p.isr
     target_isr = tuple(r for r in isr if r != broker_id) if broker_id in isr else isr
-    record, _ = _build(
+    record = _build(
         p,
         acceptable,
         ctx,
@@ -535,9 +529,7 @@ def remove_broker_change(
     return record
 
 
-def fence(
-    p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext
-) -> Decision:
+def fence(p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext) -> Decision:
     """Heartbeat timeout (handleBrokerFenced): only partitions with the broker in the ISR change."""
     if broker_id not in p.isr:
         return Decision()
@@ -557,13 +549,11 @@ def unfence_change(p: PartitionState, acceptable: Acceptable, ctx: TopicContext)
     the broker being unfenced)."""
     if p.leader != NO_LEADER:
         return None
-    record, _ = _build(p, acceptable, ctx, ctx.default_election, None, None, None, None, None, None, True)
+    record = _build(p, acceptable, ctx, ctx.default_election, None, None, None, None, None, None, True)
     return record
 
 
-def unfence(
-    p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext
-) -> Decision:
+def unfence(p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext) -> Decision:
     """handleBrokerUnfenced: each leaderless partition gets an election where ``broker_id`` counts as live."""
     if p.leader != NO_LEADER:
         return Decision()
@@ -599,9 +589,7 @@ def register(
     return decision
 
 
-def unregister(
-    p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext
-) -> Decision:
+def unregister(p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext) -> Decision:
     """handleBrokerUnregistered: partitions with the broker in the ISR, then those with it in the ELR.
 
     The ELR pass does not pass the broker as unclean-shutdown replica, so an ELR-only member stays in the ELR.
@@ -630,20 +618,18 @@ def alter_partition(
     partition_epoch: int | None = None,
     leader_recovery_state: int = LRS_RECOVERED,
     request_broker_epoch: int | None = None,
+    active: Acceptable | None = None,
 ) -> Decision:
     """RCM.alterPartition for one partition, with validateAlterPartitionData's checks in Kafka's order.
 
     ``new_isr`` is ``[(broker_id, broker_epoch), ...]``; epoch -1 skips the KIP-903 check (AlterPartition
     <= v2).
-    ``leader_epoch`` / ``partition_epoch`` default to the partition's current values.
+    ``leader_epoch`` / ``partition_epoch`` default to the partition's current values; ``active`` may pass
+    :func:`active_brokers` precomputed.
     """
     if request_broker_epoch is not None:
         requester_state = brokers.get(requester)
-        if (
-            requester_state is None
-            or not requester_state.registered
-            or requester_state.epoch != request_broker_epoch
-        ):
+        if requester_state is None or not requester_state.registered or requester_state.epoch != request_broker_epoch:
             return Decision(error=STALE_BROKER_EPOCH)
     if p is None:
         return Decision(error=UNKNOWN_TOPIC_OR_PARTITION)
@@ -676,9 +662,9 @@ def alter_partition(
             or (epoch != -1 and state.epoch >= 0 and state.epoch != epoch)
         ):
             return Decision(error=INELIGIBLE_REPLICA)
-    record, _ = _build(
+    record = _build(
         p,
-        active_brokers(brokers),
+        active_brokers(brokers) if active is None else active,
         ctx,
         ctx.default_election,
         isr_ids,
@@ -709,9 +695,7 @@ def elect_leaders(
         election_type == UNCLEAN and p.leader != NO_LEADER
     ):
         return Decision(error=ELECTION_NOT_NEEDED)
-    record, _ = _build(
-        p, active_brokers(brokers), ctx, election_type, None, None, None, None, None, None, True
-    )
+    record = _build(p, active_brokers(brokers), ctx, election_type, None, None, None, None, None, None, True)
     if record is None:
         if election_type == PREFERRED:
             return Decision(error=PREFERRED_LEADER_NOT_AVAILABLE)
@@ -720,17 +704,24 @@ def elect_leaders(
 
 
 def periodic_preferred_election(
-    p: PartitionState, brokers: Mapping[int, BrokerState], ctx: TopicContext
+    p: PartitionState,
+    brokers: Mapping[int, BrokerState],
+    ctx: TopicContext,
+    active: Acceptable | None = None,
 ) -> Decision:
     """maybeBalancePartitionLeaders: a PREFERRED election for a partition whose leader is not replicas[0]."""
     if p.replicas and p.leader == p.replicas[0]:
         return Decision()
-    record, _ = _build(p, active_brokers(brokers), ctx, PREFERRED, None, None, None, None, None, None, True)
+    acceptable = active_brokers(brokers) if active is None else active
+    record = _build(p, acceptable, ctx, PREFERRED, None, None, None, None, None, None, True)
     return _decision(record)
 
 
 def periodic_unclean_election(
-    p: PartitionState, brokers: Mapping[int, BrokerState], ctx: TopicContext
+    p: PartitionState,
+    brokers: Mapping[int, BrokerState],
+    ctx: TopicContext,
+    active: Acceptable | None = None,
 ) -> Decision:
     """maybeElectUncleanLeaders: an UNCLEAN election for a leaderless partition whose topic allows unclean.
 
@@ -738,7 +729,8 @@ def periodic_unclean_election(
     """
     if p.leader != NO_LEADER or not ctx.unclean_enabled:
         return Decision()
-    record, _ = _build(p, active_brokers(brokers), ctx, UNCLEAN, None, None, None, None, None, None, True)
+    acceptable = active_brokers(brokers) if active is None else active
+    record = _build(p, acceptable, ctx, UNCLEAN, None, None, None, None, None, None, True)
     return _decision(record)
 
 
@@ -763,7 +755,7 @@ def reassign(
     removing = tuple(sorted(set(current) - set(target)))
     adding = tuple(sorted(set(target) - set(current)))
     replicas = target + removing
-    record, _ = _build(
+    record = _build(
         p,
         active_brokers(brokers),
         ctx,
@@ -779,9 +771,7 @@ def reassign(
     return _decision(record)
 
 
-def cancel_reassignment(
-    p: PartitionState | None, brokers: Mapping[int, BrokerState], ctx: TopicContext
-) -> Decision:
+def cancel_reassignment(p: PartitionState | None, brokers: Mapping[int, BrokerState], ctx: TopicContext) -> Decision:
     """AlterPartitionReassignments with replicas=null (cancelPartitionReassignment + its Revert)."""
     if p is None:
         return Decision(error=UNKNOWN_TOPIC_OR_PARTITION)
@@ -796,7 +786,7 @@ def cancel_reassignment(
         isr = (replicas[0],)
         if not ctx.unclean_enabled:
             return Decision(error=INVALID_REPLICA_ASSIGNMENT)
-    record, _ = _build(
+    record = _build(
         p, active_brokers(brokers), ctx, ctx.default_election, isr, replicas, EMPTY, EMPTY, None, None, True
     )
     return _decision(record)
@@ -874,9 +864,7 @@ def _broker(inp: Mapping[str, Any]) -> int:
     return int(value)
 
 
-def _builder_input(
-    p: PartitionState, brokers: Mapping[int, BrokerState], ctx: TopicContext, inp: Mapping
-) -> Decision:
+def _builder_input(p: PartitionState, brokers: Mapping[int, BrokerState], ctx: TopicContext, inp: Mapping) -> Decision:
     election = str(inp.get("election", ONLINE)).upper()
     if election not in ELECTION_TYPES:
         raise ValueError(f"invalid election {election!r}")
