@@ -63,6 +63,7 @@ test-helm: install
 	$(HELM) lint --strict helm/elrwatch -f helm/elrwatch/values-production.yaml
 	$(HELM) lint --strict helm/elrwatch --set streaming.mode=sparkApplication
 	$(PYTHON) tests/helm_validate.py --helm $(HELM)
+	hadolint Dockerfile
 
 test: lint test-python test-alerts test-helm
 	@echo "make test: all checks passed"
