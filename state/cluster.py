@@ -139,7 +139,7 @@ class ClusterState:
     # --- transient (not serialized) -------------------------------------------------------------------------
 
     def _reset_transient(self) -> None:
-        self._dirty: dict[int, tuple[TopicState, PartitionState]] = {}
+        self._dirty: dict[int, PartitionState] = {}
         self._removed: list[tuple[str, int, str]] = []
         self._transitions: list[Transition] = []
         self._dirty_brokers: set[int] = set()
@@ -418,7 +418,7 @@ class ClusterState:
             "offset": record.offset,
             "timestampMs": record.timestamp_ms,
         }
-        self._dirty[id(partition)] = (topic, partition)
+        self._dirty[id(partition)] = partition
         return Outcome.APPLIED
 
     def _stamp(self, partition: PartitionState, record: Record) -> None:
@@ -482,8 +482,12 @@ class ClusterState:
         epoch_note: str | None = None,
     ) -> None:
         """Recompute a partition's status, flags and violations; count transitions; mark it changed."""
-        min_isr = self.effective_min_isr(topic)
-        status, flags = derive(partition, min_isr, self._active.__contains__, self._elr_on, self.unclean_enabled(topic))
+        topic_id = topic.topic_id
+        min_isr = self._min_isr_cache.get(topic_id) or self.effective_min_isr(topic)
+        unclean = self._unclean_cache.get(topic_id)
+        if unclean is None:
+            unclean = self.unclean_enabled(topic)
+        status, flags = derive(partition, min_isr, self._active.__contains__, self._elr_on, unclean)
         old_flags = partition.flags if partition.status else None
         if flags != old_flags:
             histogram = self.flag_histogram
@@ -491,10 +495,9 @@ class ClusterState:
                 histogram[old_flags] -= 1
             histogram[flags] += 1
             partition.flags = flags
-        offset = record.offset if record is not None else None
-        at_ms = record.timestamp_ms if record is not None else None
-        position = record.position if record is not None else None
         if status != partition.status:
+            offset = record.offset if record is not None else None
+            at_ms = record.timestamp_ms if record is not None else None
             old_status = partition.status or None
             if old_status is not None:
                 self.status_counts[old_status] -= 1
@@ -508,14 +511,14 @@ class ClusterState:
                     status,
                     at_ms,
                     offset,
-                    position,
+                    record.position if record is not None else None,
                 )
             )
             partition.status = status
             partition.status_since_ms = at_ms
             partition.status_since_offset = offset
-        self._audit(topic, partition, min_isr, offset, position, epoch_note)
-        self._dirty[id(partition)] = (topic, partition)
+        self._audit(topic, partition, min_isr, record, epoch_note)
+        self._dirty[id(partition)] = partition
 
     def _count_flags(self, flags: int, delta: int) -> None:
         self.flag_histogram[flags] += delta
@@ -547,8 +550,7 @@ class ClusterState:
         topic: TopicState,
         partition: PartitionState,
         min_isr: int,
-        offset: int | None,
-        position: str | None,
+        record: Record | None,
         epoch_note: str | None,
     ) -> None:
         key = (topic.topic_id, partition.partition_id)
@@ -567,17 +569,22 @@ class ClusterState:
         else:
             found = audit.check(partition, min_isr, self._elr_on, self._is_ineligible, epoch_note)
         previous = self.violations.get(key, ())
-        if not found and not previous:
-            return
+        if len(found) == len(previous) and all(
+            v.kind == kind and v.detail == detail for v, (kind, detail) in zip(previous, found, strict=True)
+        ):
+            return  # unchanged: keep the records that first caused them
+        offset = record.offset if record is not None else None
+        position = record.position if record is not None else None
         kept = {v.kind: v for v in previous}
         current = tuple(
             kept[kind] if kind in kept and kept[kind].detail == detail else Violation(kind, detail, offset, position)
             for kind, detail in found
         )
+        counts = self.violation_counts
         for violation in previous:
-            self.violation_counts[violation.kind] -= 1
+            counts[violation.kind] -= 1
         for violation in current:
-            self.violation_counts[violation.kind] += 1
+            counts[violation.kind] += 1
         if current:
             self.violations[key] = current
         else:
@@ -857,8 +864,13 @@ class ClusterState:
 
     def drain_changes(self) -> Changes:
         """Return and forget what changed since the previous call."""
+        topics = self.topics
         changes = Changes(
-            partitions=list(self._dirty.values()),
+            partitions=[
+                (topics[p.topic_id], p)
+                for p in self._dirty.values()
+                if p.topic_id in topics and topics[p.topic_id].partitions.get(p.partition_id) is p
+            ],
             removed=self._removed,
             transitions=self._transitions,
             brokers=[self.brokers[b] for b in sorted(self._dirty_brokers) if b in self.brokers],
