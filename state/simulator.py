@@ -283,8 +283,6 @@ class Simulator:
             {"brokerId": broker_id, "brokerEpoch": state.epoch, "fenced": 1 if fenced else -1},
         )
         state.fenced = fenced
-        if not fenced:
-            state.in_controlled_shutdown = False
 
     def placement(self, topic_index: int, partition_id: int) -> tuple[int, ...]:
         """Replicas of a new partition: striped round-robin, the preferred leader rotating over brokers."""
@@ -647,7 +645,9 @@ class Simulator:
         roll = rng.random()
         if roll < 0.45 and fenced:
             broker_id = rng.choice(fenced)
-            if rng.random() < 0.5:
+            if self.brokers[broker_id].in_controlled_shutdown:  # it shut down: a new incarnation comes back
+                self.restart(broker_id, clean=True)
+            elif rng.random() < 0.5:
                 self.restart(broker_id, clean=rng.random() < 0.7)
             self.unfence(broker_id)
         elif roll < 0.85 and active:
