@@ -311,7 +311,7 @@ class ClusterState:
         self._stamp(new, record)
         if not owned:
             self.shadow_p0[topic.topic_id] = new
-            self._replica_count_changed(topic, old, new)
+            self._replica_count_changed(topic, old, new, record)
             return Outcome.APPLIED
         epoch_note = None
         if old is not None:
@@ -344,7 +344,7 @@ class ClusterState:
         self._index(new)
         self._refresh(topic, new, record, epoch_note)
         if partition_id == 0:
-            self._replica_count_changed(topic, old, new)
+            self._replica_count_changed(topic, old, new, record)
         return Outcome.APPLIED
 
     def _apply_partition_change(self, record: Record) -> Outcome | RecordError:
@@ -371,7 +371,7 @@ class ClusterState:
             merge_partition_change(partition, data)
             self._stamp(partition, record)
             if len(partition.replicas) != old_rf:
-                self._replica_count_changed(topic, None, partition)
+                self._replica_count_changed(topic, None, partition, record)
             return Outcome.APPLIED
         b_leader, b_isr, b_elr = partition.leader, partition.isr, partition.elr
         b_lke, b_lrs, b_replicas = partition.last_known_elr, partition.leader_recovery_state, partition.replicas
@@ -391,7 +391,7 @@ class ClusterState:
             self._index(partition)
         self._refresh(topic, partition, record)
         if partition_id == 0 and len(partition.replicas) != old_rf:
-            self._replica_count_changed(topic, None, partition)
+            self._replica_count_changed(topic, None, partition, record)
         return Outcome.APPLIED
 
     def _apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
@@ -466,11 +466,14 @@ class ClusterState:
             kind = LEADER_CHANGE_CLEAN  # e.g. a reassignment target that joined the ISR
         after.last_leader_change = kind
 
-    def _replica_count_changed(self, topic: TopicState, old: PartitionState | None, new: PartitionState) -> None:
+    def _replica_count_changed(
+        self, topic: TopicState, old: PartitionState | None, new: PartitionState, record: Record
+    ) -> None:
+        """Partition 0's replica count caps the effective min ISR of the whole topic: re-derive its partitions."""
         if old is not None and len(old.replicas) == len(new.replicas):
             return
         self._min_isr_cache.pop(topic.topic_id, None)
-        self._refresh_topic(topic, None)
+        self._refresh_topic(topic, record)
 
     # --- derived status, audit, gauges -------------------------------------------------------------------------
 

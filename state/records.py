@@ -280,7 +280,9 @@ def compiled_fields(type_name: str, version: int) -> tuple[FieldSpec, ...]:
                 type=field["type"],
                 required=not tagged,
                 nullable=nullable,
-                broker_ids=field.get("entityType") == "brokerId" and field["type"] == "[]int32",
+                # Every int32 list in the record types elrwatch uses holds broker ids (Kafka's spec tags most of
+                # them entityType=brokerId but not PartitionRecord.Isr), so all get the broker-id checks.
+                broker_ids=field["type"] == "[]int32",
             )
         )
     return tuple(fields)
@@ -305,6 +307,7 @@ class _Invalid(Exception):
         self.message = message
 
 
+_UUID_CHARS = re.compile(r"^[A-Za-z0-9_-]{22}$")  # URL-safe base64 alphabet only, as Kafka's Uuid.fromString
 _VALID_UUIDS: set[str] = set()  # Uuids already checked (topic ids repeat on every partition record)
 _UUID_CACHE_LIMIT = 1_000_000
 
@@ -313,7 +316,7 @@ def is_uuid(value: object) -> bool:
     """A Kafka Uuid string: 22 chars of URL-safe base64 without padding (16 bytes)."""
     if value in _VALID_UUIDS:
         return True
-    if not isinstance(value, str) or len(value) != 22:
+    if not isinstance(value, str) or not _UUID_CHARS.match(value):
         return False
     try:
         ok = len(base64.urlsafe_b64decode(value + "==")) == 16

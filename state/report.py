@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.gauges import PipelineCounts, all_gauges
 from elrwatch.state.model import BrokerState, PartitionState, TopicState
