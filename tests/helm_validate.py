@@ -146,6 +146,16 @@ MUTATIONS: list[tuple[str, Any]] = [
     ),
     ("Service selecting no pod", lambda ds: _first(ds, "Service")["spec"]["selector"].__setitem__("x", "y")),
     (
+        "option the CLI does not have",
+        lambda ds: _first(ds, "SparkApplication")["spec"]["arguments"].append("--no-such-option"),
+    ),
+    (
+        "env the CLI does not read",
+        lambda ds: _first(ds, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"].append(
+            {"name": "ELRWATCH_READY_MAX_AGE", "value": "1"}
+        ),
+    ),
+    (
         "dashboard ConfigMap drift",
         lambda ds: next(d for d in ds if d["kind"] == "ConfigMap")["data"].__setitem__("elrwatch.json", "{}"),
     ),
@@ -304,6 +314,51 @@ def check_contracts(docs: list[dict], problems: list[str]) -> None:
             problems.append(f"ServiceMonitor {sm['metadata']['name']}: no elrwatch_component relabeling")
 
 
+# Environment variables the chart sets that are read by the job/runtime rather than by a CLI option.
+NON_CLI_ENV = {"ELRWATCH_SPARK_DRIVER_MEMORY", "ELRWATCH_SPARK_LOG_LEVEL"}
+
+
+def cli_contract() -> dict[str, tuple[set[str], set[str]]]:
+    """Options and env vars of the real `elrwatch stream` / `elrwatch api` commands (typer → click)."""
+    import typer.main
+
+    from elrwatch.cli import app
+
+    group = typer.main.get_command(app)
+    out = {}
+    for name in ("stream", "api"):
+        command = group.commands[name]  # type: ignore[attr-defined]
+        opts = {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", []))}
+        envs = {e for p in command.params for e in ([p.envvar] if isinstance(p.envvar, str) else p.envvar or [])}
+        out[name] = (opts, envs)
+    return out
+
+
+def check_cli(docs: list[dict], contract: dict[str, tuple[set[str], set[str]]], problems: list[str]) -> None:
+    """Every --option the chart passes and every ELRWATCH_* env it sets exists on the command it runs."""
+    runs = []
+    for d in docs:
+        if d["kind"] == "Deployment":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                args = c.get("args", [])
+                if args[:1] == ["elrwatch"] and len(args) > 1:
+                    runs.append((f"{d['metadata']['name']}/{c['name']}", args[1], args[2:], c.get("env", [])))
+        if d["kind"] == "SparkApplication":
+            args = d["spec"].get("arguments", [])
+            runs.append((d["metadata"]["name"], args[0] if args else "?", args[1:], d["spec"]["driver"].get("env", [])))
+    for where, command, args, env in runs:
+        if command not in contract:
+            problems.append(f"{where}: runs unknown command elrwatch {command}")
+            continue
+        opts, envs = contract[command]
+        for arg in args:
+            if arg.startswith("--") and arg.split("=", 1)[0] not in opts:
+                problems.append(f"{where}: elrwatch {command} has no option {arg}")
+        for e in env:
+            if e["name"].startswith("ELRWATCH_") and e["name"] not in envs | NON_CLI_ENV:
+                problems.append(f"{where}: elrwatch {command} reads no env {e['name']}")
+
+
 def validate_docs(docs: list[dict], crd_schemas: dict, kube_version: str, problems: list[str]) -> None:
     for d in docs:
         key = (d.get("apiVersion", ""), d.get("kind", ""))
@@ -336,6 +391,7 @@ def main() -> int:
     args = parser.parse_args()
 
     crd_schemas = load_crd_schemas()
+    contract = cli_contract()
     passed = failed = 0
     for name, helm_args, must, must_not in SCENARIOS:
         problems: list[str] = []
@@ -353,6 +409,7 @@ def main() -> int:
                 problems.append(f"unexpected {k}")
             validate_docs(copy.deepcopy(docs), crd_schemas, args.kube_version, problems)
             check_contracts(docs, problems)
+            check_cli(docs, contract, problems)
         status = "ok  " if not problems else "FAIL"
         print(f"{status} render+validate [{name}]: {len(docs)} manifests ({', '.join(sorted(kinds))})")
         for p in problems:
@@ -374,6 +431,7 @@ def main() -> int:
             mutate(docs)
             validate_docs(docs, crd_schemas, args.kube_version, problems)
             check_contracts(docs, problems)
+            check_cli(docs, contract, problems)
         ok = bool(problems)
         print(f"{'ok  ' if ok else 'FAIL'} detects [{name}]" + (f": {problems[0][:120]}" if ok else ": not reported"))
         passed, failed = (passed + 1, failed) if ok else (passed, failed + 1)

@@ -161,10 +161,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - {{ include "elrwatch.checkpointDir" . | quote }}
 - --metrics-port
 - {{ .Values.streaming.metricsPort | quote }}
+- --metrics-host
+- "0.0.0.0"
 - --trigger
 - {{ .Values.streaming.trigger | quote }}
 - --buckets
 - {{ .Values.streaming.buckets | quote }}
+- --starting-offsets
+- {{ .Values.streaming.startingOffsets | quote }}
+{{- with .Values.streaming.maxRecordsPerBatch }}
+- --max-records-per-batch
+- {{ . | quote }}
+{{- end }}
 {{- range .Values.streaming.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -223,9 +231,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- with (include "elrwatch.storeVolumeMounts" . | trim) }}{{ . | nindent 0 }}{{- end }}
 {{- end }}
 
-{{/* spark-submit options for Spark local mode (read by pyspark when it starts the JVM; split with shlex). */}}
+{{/* Extra spark-submit options (read by pyspark when it starts the JVM, split with shlex). The job itself sets
+     master (local mode), driver memory (ELRWATCH_SPARK_DRIVER_MEMORY) and its tuning confs; these add to them. */}}
 {{- define "elrwatch.pysparkSubmitArgs" -}}
-{{- $parts := list (printf "--master local[%v]" .Values.streaming.localThreads) (printf "--driver-memory %s" .Values.streaming.driverMemory) "--conf spark.local.dir=/spark-local" "--conf spark.ui.enabled=false" }}
+{{- $parts := list "--conf spark.local.dir=/spark-local" }}
 {{- range $k, $v := .Values.streaming.sparkConf }}
 {{- $parts = append $parts (printf "--conf %s" (printf "%s=%v" $k $v | squote)) }}
 {{- end }}
