@@ -81,6 +81,66 @@ def conformance(
 
 
 @app.command()
+def advise(
+    topic: Annotated[str, typer.Argument(help="Topic name (or id).")],
+    partition: Annotated[int, typer.Argument(help="Partition id.", min=0)],
+    file: InputFile = "-",
+    strategy: Annotated[
+        str | None,
+        typer.Option("--strategy", help="Aggressive, Balanced or None (default: from unclean.leader.election.enable)."),
+    ] = None,
+    default_min_isr: DefaultMinIsr = 1,
+) -> None:
+    """Replay FILE and print one partition's outlook (what Kafka will do) and recommendation (what to do)."""
+    import json
+
+    from elrwatch.state.advice import STRATEGIES
+    from elrwatch.state.advice import advise as advise_partition
+    from elrwatch.state.replay import ReplayInputError, replay_file
+
+    if strategy is not None and strategy not in STRATEGIES:
+        _fail(f"unknown strategy {strategy!r} (Aggressive, Balanced or None)")
+    try:
+        cluster = replay_file(file, default_min_isr).cluster
+    except ReplayInputError as exc:
+        _fail(str(exc))
+    try:
+        document = advise_partition(cluster, topic, partition, strategy)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+@app.command()
+def whatif(
+    down: Annotated[str, typer.Option("--down", help="Brokers to take down, comma-separated (e.g. 1,2).")],
+    file: InputFile = "-",
+    unclean: Annotated[
+        bool, typer.Option("--unclean/--fenced", help="Re-register them after an unclean shutdown instead of fencing.")
+    ] = False,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many partitions per list.")] = 1000,
+    default_min_isr: DefaultMinIsr = 1,
+) -> None:
+    """Replay FILE, take brokers down through the controller model; print the partitions that end under min ISR,
+    leaderless, or needing an unclean election, with counts (JSON)."""
+    import json
+
+    from elrwatch.state.replay import ReplayInputError, replay_file
+    from elrwatch.state.whatif import what_if
+
+    try:
+        brokers = [int(part) for part in down.split(",") if part.strip()]
+    except ValueError:
+        _fail(f"--down must be broker ids separated by commas, got {down!r}")
+    try:
+        cluster = replay_file(file, default_min_isr).cluster
+    except ReplayInputError as exc:
+        _fail(str(exc))
+    result = what_if(cluster, brokers, unclean=unclean, limit=limit)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+
+
+@app.command()
 def simulate(
     brokers: Annotated[int, typer.Option("--brokers", min=1, help="Number of brokers.")] = 6,
     topics: Annotated[int, typer.Option("--topics", min=0, help="Number of topics.")] = 3,
@@ -396,10 +456,8 @@ def stream(
     )
     if source not in ("kafka", "kafka-native", "files"):
         _fail("--source must be kafka, kafka-native or files")
-    stop = threading.Event()
-    job.install_signal_handlers(stop)
     try:
-        job.run(config, stop_event=stop)
+        job.run(config, stop_event=threading.Event(), handle_signals=True)
     except (job.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
 

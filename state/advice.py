@@ -1,0 +1,525 @@
+"""Election advice per partition (monitor-spec §5): Kafka's own outlook and elrwatch's recommendation.
+
+* **Outlook** — what the controller will do by itself, computed with the controller model
+  (:mod:`elrwatch.state.controller`): who it elects when each missing replica returns (cleanly, or after an
+  unclean restart that costs its ELR seat), whether that is a clean, ELR, last-known-leader or unclean election
+  (the last two mark the partition RECOVERING), and who takes over if the current leader fails.
+* **Recommendation** — what an operator should do under KIP-966's strategies (``Aggressive``, ``Balanced``,
+  ``None``; default from the topic's ``unclean.leader.election.enable``: true → Aggressive, false → Balanced),
+  in the KIP's order: ISR member, live ELR member, wait for fenced ELR members (Aggressive: unclean recovery),
+  no ELR (Aggressive: unclean recovery now; Balanced: once every LastKnownElr member is back; None: manual).
+  Unclean recovery picks, among live replicas whose REPLICA_LOG_INFO_RECORD is current (its ``brokerEpoch``
+  matches the registration), the highest last written leader epoch, then the longest log; what is missing is
+  said. Commands never name a fenced or non-replica broker: ``kafka-leader-election.sh`` with a
+  ``--path-to-json-file`` document, a same-set replica reorder through ``kafka-reassign-partitions.sh`` when the
+  chosen replica would not be Kafka's own unclean pick, and ``kafka-transactions.sh find-hanging`` after a
+  RECOVERING election (KAFKA-7408).
+
+Both are JSON-able dicts; :func:`partition_advice` is the hook the report calls for every partition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from elrwatch.state import controller
+from elrwatch.state import metadata_version as mv
+from elrwatch.state.merge import merge_partition_change
+from elrwatch.state.model import LRS_RECOVERING, NO_LEADER, BrokerState, PartitionState, TopicState
+
+if TYPE_CHECKING:
+    from elrwatch.state.cluster import ClusterState
+
+AGGRESSIVE = "Aggressive"
+BALANCED = "Balanced"
+NONE = "None"
+STRATEGIES = (AGGRESSIVE, BALANCED, NONE)
+
+RISK_NONE = "none"  # a clean leader: nothing committed is lost
+RISK_UNCOMMITTED = "uncommitted_data"  # last known leader: acks=0/1 data written after the HWM froze may be lost
+RISK_COMMITTED = "committed_data"  # unclean election of a replica outside ISR/ELR: committed data may be lost
+
+BOOTSTRAP = "$BOOTSTRAP"
+
+_HOW_TEXT = {
+    controller.CHOSEN_ISR: "from the ISR (clean)",
+    controller.CHOSEN_ELR: "from the ELR (clean)",
+    controller.CHOSEN_CURRENT: "keeps the current leader",
+    controller.CHOSEN_LAST_KNOWN_LEADER: (
+        "as last known leader (RECOVERING; acks=0/1 data since the HWM froze may be lost)"
+    ),
+    controller.CHOSEN_UNCLEAN: "by unclean election (RECOVERING; committed data may be lost)",
+}
+
+
+class _Live:
+    """``broker in live``: an active broker by the cluster's view, plus/minus explicit overrides."""
+
+    __slots__ = ("exclude", "include", "is_active")
+
+    def __init__(self, is_active: Callable[[int], bool], include: int = NO_LEADER, exclude: int = NO_LEADER) -> None:
+        self.is_active = is_active
+        self.include = include
+        self.exclude = exclude
+
+    def __contains__(self, broker_id: object) -> bool:
+        if broker_id == self.exclude:
+            return False
+        return broker_id == self.include or (isinstance(broker_id, int) and self.is_active(broker_id))
+
+
+def topic_context(cluster: ClusterState, topic: TopicState) -> controller.TopicContext:
+    """The controller's view of a topic: effective min ISR, ELR on/off, unclean on/off, metadata version."""
+    level = cluster.metadata_version_level
+    return controller.TopicContext(
+        min_isr=cluster.effective_min_isr(topic),
+        elr_enabled=cluster.elr_enabled,
+        unclean_enabled=cluster.unclean_enabled(topic),
+        metadata_version=mv.DEFAULT_LEVEL if level is None else level,
+    )
+
+
+def default_strategy(unclean_enabled: bool) -> str:
+    """KIP-966's mapping: unclean.leader.election.enable=true → Aggressive, false → Balanced."""
+    return AGGRESSIVE if unclean_enabled else BALANCED
+
+
+def _risk(chosen: str) -> str:
+    if chosen == controller.CHOSEN_LAST_KNOWN_LEADER:
+        return RISK_UNCOMMITTED
+    if chosen == controller.CHOSEN_UNCLEAN:
+        return RISK_COMMITTED
+    return RISK_NONE
+
+
+def _election(result: controller.ElectionResult) -> dict[str, Any]:
+    return {
+        "elects": result.leader,
+        "how": result.chosen,
+        "recovering": result.unclean,
+        "risk": _risk(result.chosen),
+    }
+
+
+def _broker_state_name(brokers: Mapping[int, BrokerState], broker_id: int) -> str:
+    state = brokers.get(broker_id)
+    return "unregistered" if state is None else state.state_name
+
+
+def _unclean_return(
+    p: PartitionState,
+    broker_id: int,
+    brokers: Mapping[int, BrokerState],
+    ctx: controller.TopicContext,
+    is_active: Callable[[int], bool],
+) -> dict[str, Any]:
+    """Who leads once ``broker_id`` re-registers after an unclean shutdown (losing its ISR/ELR seat) and is
+    unfenced. The registration itself may already elect someone (e.g. the last known leader once the ELR is
+    empty)."""
+    copy = p.copy()
+    for record in controller.register(copy, broker_id, False, brokers, ctx).records:
+        kind = controller.record_leader_change_kind(copy, record)
+        merge_partition_change(copy, record)
+        if kind is not None and copy.leader != NO_LEADER:
+            return {
+                "elects": copy.leader,
+                "how": kind,
+                "recovering": copy.leader_recovery_state == LRS_RECOVERING,
+                "risk": _risk(kind),
+                "atRegistration": True,
+            }
+    return _election(
+        controller.elect_leader(copy, _Live(is_active, include=broker_id), ctx, election=ctx.default_election)
+    )
+
+
+def outlook(
+    p: PartitionState,
+    brokers: Mapping[int, BrokerState],
+    ctx: controller.TopicContext,
+    is_active: Callable[[int], bool] | None = None,
+) -> dict[str, Any]:
+    """Kafka's own outlook for ``p`` (what the controller does without an operator)."""
+    if is_active is None:
+        active_set = controller.active_brokers(brokers)
+        is_active = active_set.__contains__
+    live = _Live(is_active)
+    election = ctx.default_election
+    result: dict[str, Any] = {"leader": p.leader, "recovering": p.leader_recovery_state == LRS_RECOVERING}
+    if p.leader != NO_LEADER:
+        fail = controller.elect_leader(
+            p,
+            _Live(is_active, exclude=p.leader),
+            ctx,
+            election=election,
+            target_isr=tuple(r for r in p.isr if r != p.leader),
+        )
+        result["ifLeaderFails"] = _election(fail)
+        parts = [f"keeps leader {p.leader}"]
+        if result["recovering"]:
+            result["kind"] = "recovering"
+            parts.append(
+                "still RECOVERING after an unclean or last-known-leader election; "
+                "the leader reports RECOVERED when done"
+            )
+        else:
+            result["kind"] = "keeps_leader"
+        if len(p.isr) < ctx.min_isr:
+            parts.append(
+                f"acks=all writes fail and the high watermark is frozen until the ISR grows back to {ctx.min_isr}"
+            )
+        if fail.leader == NO_LEADER:
+            parts.append(f"if {p.leader} fails the partition goes offline")
+        else:
+            parts.append(f"if {p.leader} fails: elects {fail.leader} {_HOW_TEXT.get(fail.chosen, fail.chosen)}")
+        result["summary"] = "; ".join(parts)
+        return result
+
+    now = controller.elect_leader(p, live, ctx, election=election)
+    returns: list[dict[str, Any]] = []
+    for broker_id in p.replicas:
+        if is_active(broker_id):
+            continue
+        entry = {"broker": broker_id, "state": _broker_state_name(brokers, broker_id)}
+        entry.update(_election(controller.elect_leader(p, _Live(is_active, include=broker_id), ctx, election=election)))
+        entry["ifUncleanRestart"] = _unclean_return(p, broker_id, brokers, ctx, is_active)
+        returns.append(entry)
+    result["whenBrokerReturns"] = returns
+    if now.leader != NO_LEADER:
+        result["kind"] = "elects_now"
+        result["next"] = _election(now)
+        result["summary"] = f"elects {now.leader} {_HOW_TEXT.get(now.chosen, now.chosen)} at its next election" + (
+            " (periodic unclean election, every 5 minutes)" if now.chosen == controller.CHOSEN_UNCLEAN else ""
+        )
+        return result
+    helpful = [entry for entry in returns if entry["elects"] != NO_LEADER]
+    if not helpful:
+        result["kind"] = "none"
+        result["summary"] = (
+            "nothing: no replica can be elected by Kafka itself"
+            + ("" if ctx.unclean_enabled else " (unclean leader election disabled)")
+            + "; an operator must act"
+        )
+        return result
+    clean = [entry for entry in helpful if entry["risk"] == RISK_NONE]
+    first = clean[0] if clean else helpful[0]
+    result["kind"] = "waits_for_broker"
+    how = _HOW_TEXT.get(first["how"], first["how"])
+    text = f"elects {first['elects']} {how} as soon as broker {first['broker']} is back"
+    if first["how"] == controller.CHOSEN_ELR and first["ifUncleanRestart"]["elects"] == NO_LEADER:
+        text += f" (if {first['broker']} restarts uncleanly it loses its ELR seat)"
+    result["summary"] = f"leaderless; {text}"
+    return result
+
+
+# -----------------------------------------------------------------------------------------------------------
+# recommendation
+
+
+def _json_doc(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"))
+
+
+def _election_commands(topic: str, partition_id: int, election_type: str) -> list[str]:
+    document = _json_doc({"partitions": [{"topic": topic, "partition": partition_id}]})
+    return [
+        f"echo '{document}' > elect.json",
+        f"bin/kafka-leader-election.sh --bootstrap-server {BOOTSTRAP} --election-type {election_type} "
+        "--path-to-json-file elect.json",
+    ]
+
+
+def _reorder_commands(topic: str, partition_id: int, replicas: tuple[int, ...]) -> list[str]:
+    document = _json_doc(
+        {"version": 1, "partitions": [{"topic": topic, "partition": partition_id, "replicas": list(replicas)}]}
+    )
+    return [
+        f"echo '{document}' > reorder.json",
+        f"bin/kafka-reassign-partitions.sh --bootstrap-server {BOOTSTRAP} "
+        "--reassignment-json-file reorder.json --execute",
+    ]
+
+
+def _hanging_commands(topic: str, partition_id: int) -> list[str]:
+    return [
+        f"bin/kafka-transactions.sh --bootstrap-server {BOOTSTRAP} find-hanging "
+        f"--topic {topic} --partition {partition_id}"
+    ]
+
+
+def longest_log_choice(
+    p: PartitionState,
+    brokers: Mapping[int, BrokerState],
+    log_info: Mapping[int, Mapping[str, Any]] | None,
+    is_active: Callable[[int], bool],
+) -> dict[str, Any]:
+    """KIP-966 unclean recovery's pick among live replicas: highest last written leader epoch, then longest log.
+
+    Only info whose ``brokerEpoch`` matches the broker's registration counts. Returns ``{"broker": id or None,
+    "basis": "log_info" | "replica_order" | "none", "candidates": [...], "missing": [...]}``.
+    """
+    live = [r for r in p.replicas if is_active(r)]
+    missing: list[str] = []
+    candidates: list[dict[str, Any]] = []
+    for broker_id in live:
+        info = (log_info or {}).get(broker_id)
+        registration = brokers.get(broker_id)
+        if info is None:
+            missing.append(f"no log info from broker {broker_id}")
+            continue
+        if registration is None or info.get("brokerEpoch") != registration.epoch:
+            expected = None if registration is None else registration.epoch
+            missing.append(
+                f"stale log info from broker {broker_id} (brokerEpoch {info.get('brokerEpoch')}, registered {expected})"
+            )
+            continue
+        candidates.append(
+            {
+                "broker": broker_id,
+                "lastWrittenLeaderEpoch": info.get("lastWrittenLeaderEpoch"),
+                "logEndOffset": info.get("logEndOffset"),
+            }
+        )
+    if not live:
+        return {"broker": None, "basis": "none", "candidates": [], "missing": ["no live replica"]}
+    if candidates:
+        best = max(
+            candidates,
+            key=lambda c: (c["lastWrittenLeaderEpoch"] or -1, c["logEndOffset"] or -1, -live.index(c["broker"])),
+        )
+        return {"broker": best["broker"], "basis": "log_info", "candidates": candidates, "missing": missing}
+    return {"broker": live[0], "basis": "replica_order", "candidates": [], "missing": missing}
+
+
+def _unclean_plan(
+    topic: str,
+    p: PartitionState,
+    chosen: int,
+    ctx: controller.TopicContext,
+    is_active: Callable[[int], bool],
+    brokers: Mapping[int, BrokerState],
+) -> tuple[list[str], tuple[int, ...] | None, int]:
+    """Commands that make ``chosen`` win an UNCLEAN election, the reorder they use (None if Kafka picks it
+    anyway or a reorder is impossible) and the broker that will actually be elected."""
+    live = _Live(is_active)
+    pick = controller.elect_leader(p, live, ctx, election=controller.UNCLEAN)
+    commands: list[str] = []
+    reorder: tuple[int, ...] | None = None
+    elected = pick.leader
+    # A reassignment needs every replica registered (validateManualPartitionAssignment).
+    reorderable = all(r in brokers and brokers[r].registered for r in p.replicas)
+    if pick.leader != chosen and reorderable:
+        reorder = (chosen, *(r for r in p.replicas if r != chosen))
+        reordered = p.copy()
+        reordered.replicas = reorder
+        if controller.elect_leader(reordered, live, ctx, election=controller.UNCLEAN).leader == chosen:
+            commands += _reorder_commands(topic, p.partition_id, reorder)
+            elected = chosen
+        else:  # something Kafka prefers (a live ISR/ELR member or the last known leader) wins anyway
+            reorder = None
+    commands += _election_commands(topic, p.partition_id, "unclean")
+    commands += _hanging_commands(topic, p.partition_id)
+    return commands, reorder, elected
+
+
+def recommendation(
+    topic: str,
+    p: PartitionState,
+    brokers: Mapping[int, BrokerState],
+    ctx: controller.TopicContext,
+    *,
+    strategy: str | None = None,
+    log_info: Mapping[int, Mapping[str, Any]] | None = None,
+    is_active: Callable[[int], bool] | None = None,
+) -> dict[str, Any]:
+    """What to do about ``p`` under a KIP-966 strategy (default from unclean.leader.election.enable)."""
+    if is_active is None:
+        active_set = controller.active_brokers(brokers)
+        is_active = active_set.__contains__
+    strategy = strategy or default_strategy(ctx.unclean_enabled)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (Aggressive, Balanced or None)")
+    rec: dict[str, Any] = {"strategy": strategy, "candidate": None, "risk": RISK_NONE, "commands": []}
+    name, pid = topic, p.partition_id
+    down_members = [b for b in dict.fromkeys((*p.isr, *p.elr)) if not is_active(b)]
+
+    if p.leader != NO_LEADER:
+        if p.leader_recovery_state == LRS_RECOVERING:
+            rec.update(
+                action="check_hanging_transactions",
+                risk=RISK_COMMITTED,
+                summary=f"Leader {p.leader} was elected uncleanly and is RECOVERING: after recovery, look for hanging "
+                "transactions (KAFKA-7408) and abort them.",
+                commands=_hanging_commands(name, pid),
+            )
+        elif len(p.isr) < ctx.min_isr:
+            missing = [r for r in p.replicas if r not in p.isr]
+            rec.update(
+                action="restore_replicas",
+                summary=f"High watermark frozen (ISR {len(p.isr)} < min ISR {ctx.min_isr}): bring back or let catch "
+                f"up replicas {missing}; acks=all writes fail until then.",
+                waitFor=[r for r in missing if not is_active(r)],
+                commands=[
+                    f"bin/kafka-topics.sh --bootstrap-server {BOOTSTRAP} --describe --topic {name} --partition {pid}"
+                ],
+            )
+        elif len(p.isr) < len(p.replicas):
+            rec.update(action="none", summary="Leader and min ISR are fine; some replicas are out of the ISR.")
+        else:
+            rec.update(action="none", summary="Healthy: nothing to do.")
+        return rec
+
+    # Leaderless: the KIP's order.
+    clean_pool = p.isr if p.isr else p.elr
+    live_clean = [r for r in p.replicas if r in clean_pool and is_active(r)]
+    if live_clean:
+        result = controller.elect_leader(p, _Live(is_active), ctx, election=controller.PREFERRED)
+        candidate = result.leader if result.leader != NO_LEADER else live_clean[0]
+        source = "ISR" if p.isr else "ELR"
+        rec.update(
+            action="elect_clean",
+            candidate=candidate,
+            summary=f"A live {source} member can lead: a preferred election elects {candidate} cleanly "
+            "(it never performs an unclean election).",
+            commands=_election_commands(name, pid, "preferred"),
+        )
+        return rec
+
+    choice = longest_log_choice(p, brokers, log_info, is_active)
+    lke = p.last_known_elr
+    if clean_pool:  # ISR or ELR members exist but all are down
+        if strategy == AGGRESSIVE and choice["broker"] is not None:
+            return _unclean(
+                rec, name, p, choice, ctx, is_active, f"ISR/ELR members {down_members} are all down", brokers
+            )
+        rec.update(
+            action="wait_for_broker",
+            waitFor=down_members,
+            summary=f"Wait for {down_members} ({'ISR' if p.isr else 'ELR'}): Kafka elects the first of them that "
+            "comes back, cleanly. Restart them cleanly: an unclean restart costs an ELR member its seat.",
+            logInfo=choice,
+        )
+        return rec
+
+    # No ISR and no ELR.
+    if ctx.elr_active and len(lke) == 1 and strategy == BALANCED:
+        rec.update(
+            action="wait_for_last_known_leader",
+            waitFor=[lke[0]] if not is_active(lke[0]) else [],
+            risk=RISK_UNCOMMITTED,
+            summary=f"No ISR or ELR left: Kafka elects last known leader {lke[0]} when it is back (RECOVERING; "
+            "acks=0/1 data written after the high watermark froze may be lost), then check hanging transactions.",
+            commands=_hanging_commands(name, pid),
+            logInfo=choice,
+        )
+        return rec
+    if strategy == AGGRESSIVE or (strategy == BALANCED and not lke):
+        if choice["broker"] is not None:
+            reason = "no ISR or ELR member is left"
+            return _unclean(rec, name, p, choice, ctx, is_active, reason, brokers)
+        rec.update(
+            action="wait_for_broker",
+            waitFor=[r for r in p.replicas if not is_active(r)],
+            risk=RISK_COMMITTED,
+            summary="No replica is live: bring any replica back, then run an unclean election (data may be lost).",
+            logInfo=choice,
+        )
+        return rec
+    rec.update(
+        action="manual",
+        waitFor=[r for r in p.replicas if not is_active(r)],
+        risk=RISK_COMMITTED,
+        summary="Strategy None: no automatic recovery. Choose a replica (see logInfo) and run an unclean election "
+        "yourself; committed data may be lost.",
+        logInfo=choice,
+    )
+    return rec
+
+
+def _unclean(
+    rec: dict[str, Any],
+    topic: str,
+    p: PartitionState,
+    choice: dict[str, Any],
+    ctx: controller.TopicContext,
+    is_active: Callable[[int], bool],
+    reason: str,
+    brokers: Mapping[int, BrokerState],
+) -> dict[str, Any]:
+    chosen = choice["broker"]
+    commands, reorder, elected = _unclean_plan(topic, p, chosen, ctx, is_active, brokers)
+    if elected != chosen:
+        choice = {**choice, "missing": [*choice["missing"], f"cannot make {chosen} win: Kafka elects {elected}"]}
+        chosen = elected
+    basis = (
+        "highest last written leader epoch, then longest log"
+        if choice["basis"] == "log_info"
+        else ("first live replica (no current log info)")
+    )
+    rec.update(
+        action="unclean_recovery",
+        candidate=chosen,
+        risk=RISK_COMMITTED,
+        summary=f"{reason}: elect {chosen} uncleanly ({basis}); committed data may be lost. Afterwards the partition "
+        "is RECOVERING: look for hanging transactions.",
+        commands=commands,
+        reorder=list(reorder) if reorder is not None else None,
+        logInfo=choice,
+    )
+    return rec
+
+
+def partition_advice(
+    cluster: ClusterState, topic: TopicState, partition: PartitionState, strategy: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(outlook, recommendation) of one partition of a replayed cluster (the report's advice hook)."""
+    ctx = topic_context(cluster, topic)
+    is_active = cluster.is_active
+    log_info = cluster.log_info.get((topic.topic_id, partition.partition_id))
+    return (
+        outlook(partition, cluster.brokers, ctx, is_active),
+        recommendation(
+            topic.name, partition, cluster.brokers, ctx, strategy=strategy, log_info=log_info, is_active=is_active
+        ),
+    )
+
+
+def advise(cluster: ClusterState, topic_name: str, partition_id: int, strategy: str | None = None) -> dict[str, Any]:
+    """The `elrwatch advise` document for one partition (KeyError if the topic or partition is unknown)."""
+    topic = cluster.topic_by_name(topic_name) or cluster.topics.get(topic_name)
+    if topic is None:
+        raise KeyError(f"unknown topic {topic_name!r}")
+    partition = topic.partitions.get(partition_id)
+    if partition is None:
+        raise KeyError(f"unknown partition {topic.name}-{partition_id}")
+    view_outlook, view_recommendation = partition_advice(cluster, topic, partition, strategy)
+    ctx = topic_context(cluster, topic)
+    return {
+        "topic": topic.name,
+        "topicId": topic.topic_id,
+        "partitionId": partition_id,
+        "registration": partition.registration(),
+        "status": partition.status,
+        "effectiveMinIsr": ctx.min_isr,
+        "elrEnabled": ctx.elr_enabled,
+        "uncleanLeaderElectionEnable": ctx.unclean_enabled,
+        "outlook": view_outlook,
+        "recommendation": view_recommendation,
+    }
+
+
+__all__ = [
+    "AGGRESSIVE",
+    "BALANCED",
+    "NONE",
+    "STRATEGIES",
+    "advise",
+    "default_strategy",
+    "longest_log_choice",
+    "outlook",
+    "partition_advice",
+    "recommendation",
+    "topic_context",
+]
