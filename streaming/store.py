@@ -21,6 +21,8 @@ Tables:
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -346,6 +348,17 @@ class StatusStore:
         if self.is_sqlite:
             self._setup_sqlite(busy_timeout_ms)
         self._writer = self.engine.execution_options(elrwatch_write=True)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        database = parsed.database or ""
+        # plain file databases only (not :memory: or URI forms), where a second connection sees the same data
+        self._fast_sqlite = (
+            self.is_sqlite
+            and bool(database)
+            and database != ":memory:"
+            and not (database.startswith("file:") or parsed.query)
+        )
 
     def __repr__(self) -> str:
         return f"StatusStore({self.masked_url})"
@@ -373,6 +386,10 @@ class StatusStore:
 
     def dispose(self) -> None:
         """Close all pooled connections."""
+        for conn in self._readers:
+            conn.close()
+        self._readers.clear()
+        self._local = threading.local()
         self.engine.dispose()
 
     close = dispose
@@ -646,6 +663,40 @@ class StatusStore:
             "cluster": values.get(CLUSTER) or {},
             "quarantined": values.get(QUARANTINE_SUMMARY) or {"count": 0, "byReason": {}},
         }
+
+    def _sqlite_reader(self) -> sqlite3.Connection:
+        """A per-thread read-only sqlite3 connection for point lookups (skips SQLAlchemy's per-call overhead).
+
+        Autocommit (no open transaction), so every statement sees the latest committed batch (WAL)."""
+        conn = getattr(self._local, "reader", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.url.database or "",
+                timeout=self._busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA query_only=ON")
+            self._local.reader = conn
+            self._readers.append(conn)
+        return conn
+
+    def get_partition_json(self, topic: str, partition_id: int) -> str | None:
+        """One partition's document as stored JSON text (no parsing: the API's hot path), or None."""
+        if self._fast_sqlite:
+            row = (
+                self._sqlite_reader()
+                .execute("SELECT doc FROM partitions WHERE topic = ? AND partition_id = ?", (topic, partition_id))
+                .fetchone()
+            )
+            return None if row is None else row[0]
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(partitions_t.c.doc).where(
+                    partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id
+                )
+            ).scalar()
 
     def get_partition(self, topic: str, partition_id: int) -> dict[str, Any] | None:
         """One partition's full document, or None."""

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elrwatch.api.app import _load_whatif, create_app, decode_cursor, encode_cursor
-from elrwatch.api.settings import Settings
-from elrwatch.state.replay import replay_lines
-from elrwatch.streaming.store import SEVERITY, UPDATED_AT_MS, StatusStore
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from elrwatch.api.app import _load_whatif, create_app, decode_cursor, encode_cursor
+from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
+from elrwatch.state.replay import replay_lines
+from elrwatch.streaming.store import SEVERITY, UPDATED_AT_MS, StatusStore
 
 PROBLEM = "application/problem+json"
 T0 = 1732100000000
@@ -200,9 +200,7 @@ def test_partition_detail_is_the_full_document(client: TestClient, document: dic
     for p in document["partitions"]:
         r = client.get(f"/v1/partitions/{p['topic']}/{p['partitionId']}")
         assert r.status_code == 200
-        body = r.json()
-        assert {k: body[k] for k in p} == p
-        assert "status" in body and "statusSinceMs" in body and "outlook" in body and "recommendation" in body
+        assert r.json() == p  # exactly what the job (here: replay) wrote, advice included when built
 
 
 def test_unknown_topic_and_partition_are_404_problems(client: TestClient) -> None:

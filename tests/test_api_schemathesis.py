@@ -7,11 +7,12 @@ import tempfile
 from pathlib import Path
 
 import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import checks
+
 from elrwatch.api.app import _load_whatif, create_app
 from elrwatch.api.settings import Settings
 from elrwatch.streaming.store import StatusStore
-from hypothesis import HealthCheck, settings
-from schemathesis import checks
 
 CHECKS = [
     checks.not_a_server_error,

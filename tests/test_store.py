@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from elrwatch.streaming.store import StatusStore, mask_url
 
 DATA = Path(__file__).parent / "data" / "report_small.json"
@@ -220,6 +221,8 @@ def test_write_batch_replaces_removes_and_records_history(store: StatusStore) ->
         partitionEpoch=16,
         statusSinceMs=1732100010000,
     )
+    before = next(x for x in doc["partitions"] if _key(x) == ("orders", 1))
+    assert json.loads(store.get_partition_json("orders", 1)) == before  # opens the fast reader (SQLite)
     gone = next(x for x in doc["partitions"] if _key(x) == ("orders", 2))
     ok = store.write_batch(
         11,
@@ -245,6 +248,8 @@ def test_write_batch_replaces_removes_and_records_history(store: StatusStore) ->
     keys = [_key(x) for x in out["partitions"]]
     assert ("orders", 2) not in keys and len(keys) == len(doc["partitions"]) - 1
     assert store.get_partition("orders", 1) == p
+    assert json.loads(store.get_partition_json("orders", 1)) == p  # the cached reader sees the new batch
+    assert store.get_partition_json("orders", 2) is None
     assert store.get_partition("orders", 2) is None
     assert out["gauges"]['elrwatch_partitions{status="AT_MIN_ISR"}'] == 2
     assert "elrwatch_elr_enabled" not in out["gauges"]
