@@ -451,8 +451,8 @@ def record_leader_change_kind(p: PartitionState, record: Mapping[str, Any]) -> s
     """How a record (about to be merged into ``p``) changes the leader: a CHOSEN_* kind, or None if unchanged.
 
     Derived from the record alone (as a monitor sees it): -1 -> none; a leader from the ISR -> isr; from the
-    ELR with an empty ISR -> elr; the single LastKnownElr with ISR and ELR empty -> last_known_leader; ISR
-    forced to the new leader with RECOVERING -> unclean.
+    ELR with an empty ISR -> elr; the single LastKnownElr with the ISR forced to it -> last_known_leader;
+    ISR forced to the new leader with RECOVERING -> unclean.
     """
     leader = record.get("leader", NO_LEADER_CHANGE)
     if leader is None or leader == NO_LEADER_CHANGE or leader == p.leader:
@@ -463,7 +463,7 @@ def record_leader_change_kind(p: PartitionState, record: Mapping[str, Any]) -> s
         return CHOSEN_ISR
     if leader in p.elr and not p.isr:
         return CHOSEN_ELR
-    if not p.isr and not p.elr and p.last_known_elr == (leader,):
+    if p.last_known_elr == (leader,) and record.get("isr") == (leader,):
         return CHOSEN_LAST_KNOWN_LEADER
     if record.get("isr") == (leader,) and (
         record.get("leaderRecoveryState") == LRS_RECOVERING or p.leader_recovery_state == LRS_RECOVERING
