@@ -73,6 +73,7 @@ demo: install-python
 
 bench: install-python
 	$(PYTHON) bench/replay.py
+	$(PYTHON) bench/simulate.py
 
 clean:
 	rm -rf $(STAMP) .pytest_cache .ruff_cache var artifacts
