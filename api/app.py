@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import importlib
+import importlib.util
 import logging
 import re
 import time
@@ -170,17 +170,12 @@ class _Guard:
             self.latency.labels(method, route).observe(time.perf_counter() - start)
 
 
-def _load_whatif() -> Callable[..., Any] | None:
-    """``elrwatch.state.whatif``'s document-level entry point, or None while it does not exist."""
+def whatif_available() -> bool:
+    """True once ``elrwatch.state.whatif`` (the what-if engine) is part of the build."""
     try:
-        module = importlib.import_module("elrwatch.state.whatif")
+        return importlib.util.find_spec("elrwatch.state.whatif") is not None
     except ImportError:
-        return None
-    for name in ("whatif_document", "whatif_from_document", "from_document", "what_if_document"):
-        fn = getattr(module, name, None)
-        if callable(fn):
-            return fn
-    return None
+        return False
 
 
 def create_app(settings: Settings | None = None, store: StatusStore | None = None) -> FastAPI:
@@ -404,21 +399,26 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
         down: Annotated[
             str, Query(pattern=r"^\d{1,10}(,\d{1,10}){0,63}$", description="Broker ids, e.g. `1,2`.", examples=["1,2"])
         ],
-        unclean: Annotated[bool, Query(description="Assume unclean leader election is enabled.")] = False,
+        unclean: Annotated[
+            bool,
+            Query(
+                description="The brokers restart after an unclean shutdown (losing their ELR seats) "
+                "instead of being fenced."
+            ),
+        ] = False,
+        limit: Annotated[int, Query(ge=0, le=10000, description="At most this many partitions per list.")] = 1000,
     ) -> Any:
         """Which partitions would go under min ISR, leaderless, or need an unclean election if the brokers in
-        ``down`` failed now (``elrwatch.state.whatif`` over the store's state)."""
-        brokers_down = sorted({int(b) for b in down.split(",")})
+        ``down`` failed now, one after another (``elrwatch.state.whatif`` through the controller model, over the
+        partitions with a replica on those brokers)."""
+        brokers_down = list(dict.fromkeys(int(b) for b in down.split(",")))
         if any(b > INT32_MAX for b in brokers_down):
             raise ApiError(422, "Invalid request", "broker ids must be 32-bit integers")
-        fn = _load_whatif()
-        if fn is None:
+        if not whatif_available():
             raise ApiError(503, "What-if not available", "what-if not available in this build")
-        document = store.read_document()
-        result = fn(document, down=brokers_down, unclean=unclean)
-        if isinstance(result, dict):
-            return {"down": brokers_down, "unclean": unclean, **result}
-        return {"down": brokers_down, "unclean": unclean, "result": result}
+        from elrwatch.api.whatif import run_whatif
+
+        return run_whatif(store, brokers_down, unclean=unclean, limit=limit)
 
     @app.get("/healthz", response_model=Health, tags=["operations"], summary="Liveness")
     def healthz() -> dict[str, Any]:

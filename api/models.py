@@ -355,9 +355,24 @@ class Health(BaseModel):
 
 
 class WhatIf(BaseModel):
-    """What happens if the given brokers go down now (computed by ``elrwatch.state.whatif``)."""
+    """What happens if the given brokers go down now (``elrwatch.state.whatif`` over the store's state)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [{
+        "down": [1, 2], "unclean": False, "partitions": 420, "changedPartitions": 260,
+        "counts": {"underMinIsr": 140, "leaderless": 3, "uncleanElectionNeeded": 1},
+        "countsBefore": {"underMinIsr": 0, "leaderless": 0, "uncleanElectionNeeded": 0},
+        "newlyAffected": {"underMinIsr": 140, "leaderless": 3, "uncleanElectionNeeded": 1},
+        "underMinIsr": [], "leaderless": [], "uncleanElectionNeeded": [],
+        "underMinIsrTruncated": False, "leaderlessTruncated": False, "uncleanElectionNeededTruncated": False,
+        "scope": "partitions with a replica on a broker that goes down (others cannot change)",
+    }]})  # fmt: skip
     down: list[int]
     unclean: bool
-    result: Any = None
+    partitions: int = Field(description="Partitions examined (those with a replica on a down broker).")
+    counts: dict[str, int] = Field(description="Partitions per outcome after the brokers go down.")
+    countsBefore: dict[str, int] = {}
+    newlyAffected: dict[str, int] = {}
+    underMinIsr: list[dict[str, Any]] = []
+    leaderless: list[dict[str, Any]] = []
+    uncleanElectionNeeded: list[dict[str, Any]] = []
+    unknownBrokers: list[int] = []

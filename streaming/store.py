@@ -708,6 +708,18 @@ class StatusStore:
             ).scalar()
         return None if doc is None else _loads(doc)
 
+    def partitions_on_brokers(self, broker_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition)."""
+        p, r = partitions_t, partition_replicas_t
+        keys = select(r.c.topic_id, r.c.partition_id).where(r.c.broker_id.in_(list(broker_ids))).distinct().subquery()
+        stmt = (
+            select(p.c.doc)
+            .join(keys, and_(p.c.topic_id == keys.c.topic_id, p.c.partition_id == keys.c.partition_id))
+            .order_by(p.c.topic, p.c.partition_id)
+        )
+        with self.engine.connect() as conn:
+            return [_loads(doc) for (doc,) in conn.execute(stmt)]
+
     def topic_exists(self, topic: str) -> bool:
         """True when the store knows the topic (from its topic record or any partition)."""
         with self.engine.connect() as conn:

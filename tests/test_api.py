@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from elrwatch.api.app import _load_whatif, create_app, decode_cursor, encode_cursor
+from elrwatch.api.app import create_app, decode_cursor, encode_cursor, whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines
@@ -311,15 +311,27 @@ def test_recommendations_most_severe_first(client: TestClient, document: dict) -
         assert item["outlook"] == by_key[item["topic"], item["partitionId"]].get("outlook")
 
 
-def test_whatif_uses_the_state_module_or_says_unavailable(client: TestClient) -> None:
-    r = client.get("/v1/whatif", params={"down": "1,2"})
-    if _load_whatif() is None:
+@pytest.mark.parametrize("unclean", [False, True])
+def test_whatif_matches_the_core_on_the_replayed_cluster(client: TestClient, unclean: bool) -> None:
+    r = client.get("/v1/whatif", params={"down": "2,0", "unclean": str(unclean).lower()})
+    if not whatif_available():
         assert r.status_code == 503 and r.headers["content-type"] == PROBLEM
         assert r.json()["title"] == "What-if not available"
-    else:
-        assert r.status_code == 200, r.text
-        body = r.json()
-        assert body["down"] == [1, 2] and body["unclean"] is False
+        return
+    from elrwatch.state.whatif import CATEGORIES, what_if
+
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["down"] == [2, 0] and body["unclean"] is unclean
+    cluster = replay_lines(scenario_lines(), "scenario.jsonl").cluster
+    full = what_if(cluster, [2, 0], unclean=unclean)
+    assert body["newlyAffected"] == full["newlyAffected"]
+    assert sum(full["newlyAffected"].values()) > 0, "the scenario must make brokers 2,0 matter"
+    on_down = {(t.name, p.partition_id) for t, p in cluster.iter_partitions() if {0, 2} & set(p.replicas)}
+    for name in CATEGORIES:
+        expected = [e for e in full[name] if (e["topic"], e["partitionId"]) in on_down]
+        got = [e for e in body[name] if (e["topic"], e["partitionId"]) in on_down]
+        assert got == expected, name
 
 
 def test_health_ready_and_metrics(client: TestClient, store: StatusStore) -> None:

@@ -10,7 +10,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
-from elrwatch.api.app import _load_whatif, create_app
+from elrwatch.api.app import create_app, whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.streaming.store import StatusStore
 
@@ -28,7 +28,7 @@ _STORE.load_document(json.loads((Path(__file__).parent / "data" / "report_small.
 app = create_app(Settings(store=str(_STORE.url), ready_max_age_seconds=0), store=_STORE)
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-if _load_whatif() is None:  # 503 "what-if not available" until elrwatch.state.whatif exists
+if not whatif_available():  # 503 "what-if not available" until elrwatch.state.whatif exists
     schema = schema.exclude(path="/v1/whatif")
 
 
