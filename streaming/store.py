@@ -72,6 +72,7 @@ SEVERITY: dict[str, int] = {name: rank for rank, name in enumerate(STATUS_ORDER)
 ACTION_STATUSES: frozenset[str] = frozenset(STATUS_ORDER[:5])
 
 CHUNK = 10_000  # rows per executemany
+QUARANTINE_RECORDS_LIMIT = 1000  # records listed in a document, as state/report.py's quarantine_doc
 
 DEFAULT_URL = "sqlite:///var/elrwatch.db"
 
@@ -473,7 +474,8 @@ class StatusStore:
           quarantine summary (count, byReason) is incremented by them.
         * ``violations``: the complete current violations of every partition in ``partitions`` (those
           partitions' previous violations are replaced); ``None`` leaves violations untouched.
-        * ``gauges``: sample name → value, merged (a value of ``None`` deletes the sample).
+        * ``gauges``: the complete current gauge set (sample name → value), replacing the stored one;
+          ``None`` leaves the gauges untouched.
         * ``meta``: ``lastEventTimeMs``, ``cluster``, ``counts`` (each optional) — stored as given.
         """
         partition_docs = list(partitions)
@@ -510,12 +512,11 @@ class StatusStore:
                 for row in q_rows:
                     by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
                 self._meta_put(conn, QUARANTINE_SUMMARY, summary)
-            if gauges:
-                drop = [name for name, value in gauges.items() if value is None]
-                keep = [{"name": name, "value": float(value)} for name, value in gauges.items() if value is not None]
-                if drop:
-                    conn.execute(delete(gauges_t).where(gauges_t.c.name.in_(drop)))
-                self._upsert(conn, gauges_t, keep, ["name"])
+            if gauges is not None:  # the complete set: samples that disappeared must not linger
+                conn.execute(delete(gauges_t))
+                rows = [{"name": n, "value": float(v)} for n, v in gauges.items() if v is not None]
+                for chunk in _chunks(rows):
+                    conn.execute(insert(gauges_t), chunk)
             meta_in = dict(meta or {})
             if "lastEventTimeMs" in meta_in:
                 self._meta_put(conn, LAST_EVENT_TIME_MS, meta_in["lastEventTimeMs"])
@@ -605,7 +606,12 @@ class StatusStore:
                     )
                 )
             ]
-            q_records = [_loads(d) for (d,) in conn.execute(select(quarantined_t.c.doc).order_by(quarantined_t.c.id))]
+            q_records = [
+                _loads(d)
+                for (d,) in conn.execute(
+                    select(quarantined_t.c.doc).order_by(quarantined_t.c.id).limit(QUARANTINE_RECORDS_LIMIT)
+                )
+            ]
             summary = self._meta_get(conn, QUARANTINE_SUMMARY) or {"count": len(q_records), "byReason": {}}
             cluster = self._meta_get(conn, CLUSTER, {})
             counts = self._meta_get(conn, COUNTS, {})

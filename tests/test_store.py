@@ -374,3 +374,22 @@ def test_sqlite_reader_is_not_blocked_by_an_open_write_transaction(tmp_path: Pat
     tx.rollback()
     writer.close()
     s.dispose()
+
+
+def test_quarantine_lists_at_most_1000_records_but_counts_all(store: StatusStore) -> None:
+    records = [
+        {"position": f"ev/0@{i}", "field": None, "reason": "invalid_json", "message": "bad"} for i in range(1005)
+    ]
+    assert store.write_batch(1, quarantined=records[:600])
+    assert store.write_batch(2, quarantined=records[600:])
+    q = store.read_document()["quarantined"]
+    assert q["count"] == 1005 and q["byReason"] == {"invalid_json": 1005}
+    assert q["records"] == records[:1000]
+
+
+def test_gauges_are_replaced_as_a_whole(store: StatusStore) -> None:
+    assert store.write_batch(1, gauges={'elrwatch_invariant_violations{kind="x"}': 1, "elrwatch_partition_count": 3})
+    assert store.write_batch(2, gauges={"elrwatch_partition_count": 4})
+    assert store.read_document()["gauges"] == {"elrwatch_partition_count": 4}
+    assert store.write_batch(3, gauges=None)
+    assert store.read_document()["gauges"] == {"elrwatch_partition_count": 4}
