@@ -371,7 +371,7 @@ def _build(
                 record["leaderRecoveryState"] = LRS_RECOVERING
 
     # 2.4 reassignment epoch bump
-    if "leader" not in record and any(r not in replicas for r in p.replicas):
+    if "leader" not in record and replicas is not p.replicas and any(r not in replicas for r in p.replicas):
         record["leader"] = p.leader
 
     # 2.5 ELR (and LastKnownElr in the test-only mode)

@@ -47,6 +47,10 @@ _CHANGE_FIELDS = (
 )
 
 
+# Envelope prefixes by (type, version): the line is the prefix, the data, then offset and timestamp.
+_PREFIXES: dict[tuple[str, int], bytes] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class ScenarioShape:
     """Cluster shape a scenario needs (None = take the command line's value) and whether ELR is on."""
@@ -161,19 +165,17 @@ class Simulator:
     def emit(self, record_type: str, version: int, data: dict[str, Any]) -> int:
         """Write one envelope; returns its offset."""
         offset = self.offset
-        self.offset += 1
+        self.offset = offset + 1
         self.records_written += 1
-        self.counts_by_type[record_type] = self.counts_by_type.get(record_type, 0) + 1
+        counts = self.counts_by_type
+        counts[record_type] = counts.get(record_type, 0) + 1
         if self.out is not None:
-            line = orjson.dumps(
-                {
-                    "type": record_type,
-                    "version": version,
-                    "data": data,
-                    "offset": offset,
-                    "timestamp": self.timestamp_ms,
-                }
-            )
+            prefix = _PREFIXES.get((record_type, version))
+            if prefix is None:
+                prefix = _PREFIXES[(record_type, version)] = (
+                    f'{{"type":"{record_type}","version":{version},"data":'.encode()
+                )
+            line = b'%s%s,"offset":%d,"timestamp":%d}' % (prefix, orjson.dumps(data), offset, self.timestamp_ms)
             self._chunks.append(line)
             self._chunk_bytes += len(line)
             if self._chunk_bytes > 1 << 20:
@@ -498,6 +500,21 @@ class Simulator:
                     for record in controller.periodic_unclean_election(p, self.brokers, ctx, active).records:
                         self._change(index, record)
 
+    def operator_unclean_elections(self) -> None:
+        """An operator runs ``kafka-leader-election.sh --election-type unclean`` for every leaderless partition
+        (ElectLeaders UNCLEAN: ISR/ELR first, then the last known leader, then any live replica)."""
+        self.tick()
+        active = controller.active_brokers(self.brokers)
+        if not active:
+            return
+        for index, p in enumerate(self.partitions):
+            if p.leader == NO_LEADER and any(r in active for r in p.replicas):
+                decision = controller.elect_leaders(
+                    p, controller.UNCLEAN, self.brokers, self.contexts[self.topic_of[index]]
+                )
+                for record in decision.records:
+                    self._change(index, record)
+
     def change_min_isr(self, value: int, topic: SimTopic | None = None) -> None:
         """A min.insync.replicas ConfigRecord (topic or cluster level) and, with ELR on, its ClearElrRecord."""
         self.tick()
@@ -652,10 +669,12 @@ class Simulator:
             self.unfence(broker_id)
         elif roll < 0.85 and active:
             self.catch_up(rng.choice(active))
-        elif roll < 0.95:
+        elif roll < 0.93:
             self.preferred_elections()
-        else:
+        elif roll < 0.97:
             self.unclean_elections()
+        else:
+            self.operator_unclean_elections()
 
 
 def simulate(
