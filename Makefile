@@ -74,6 +74,7 @@ demo: install-python
 bench: install-python
 	$(PYTHON) bench/replay.py
 	$(PYTHON) bench/simulate.py
+	$(PYTHON) bench/api.py
 
 clean:
 	rm -rf $(STAMP) .pytest_cache .ruff_cache var artifacts
