@@ -131,11 +131,7 @@ def _compare_record(where: str, expected: Mapping[str, Any] | None, got: Mapping
         raise _Mismatch(f"{where}record: expected {_show(expected)} got {_show(got)}")
     keys = set(expected) | set(got)
     for key in keys:
-        if (
-            key not in expected
-            or key not in got
-            or _normalize(key, expected[key]) != _normalize(key, got[key])
-        ):
+        if key not in expected or key not in got or _normalize(key, expected[key]) != _normalize(key, got[key]):
             raise _Mismatch(f"{where}record: expected {_show(expected)} got {_show(got)}")
 
 
@@ -167,9 +163,7 @@ def _run_step(
     expected: Mapping[str, Any] | None,
 ) -> controller.TopicContext:
     broker_view = {
-        b: BrokerState(
-            s.broker_id, s.epoch, s.incarnation_id, s.fenced, s.in_controlled_shutdown, s.registered
-        )
+        b: BrokerState(s.broker_id, s.epoch, s.incarnation_id, s.fenced, s.in_controlled_shutdown, s.registered)
         for b, s in brokers.items()
     }
     decision = controller.decide(p, broker_view, ctx, inp)

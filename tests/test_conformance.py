@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
-from elrwatch.state.conformance import load_cases, run_case, run_file
 from typer.testing import CliRunner
 
 from elrwatch.cli import app
+from elrwatch.state.conformance import load_cases, run_case, run_file
 
 CASES_FILE = Path(
     os.environ.get(
