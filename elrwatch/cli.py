@@ -203,8 +203,8 @@ StorePasswordFile = Annotated[
 ]
 
 
-def _open_store(store: str, store_password_file: Path | None):  # -> StatusStore
-    """Open an existing status store or fail with a one-line error (password masked)."""
+def _open_store(store: str, store_password_file: Path | None, must_exist: bool = True):  # -> StatusStore
+    """Open a status store (an existing one if ``must_exist``) or fail with a one-line error (password masked)."""
     from sqlalchemy.engine import make_url
 
     from elrwatch.streaming.store import StatusStore, mask_url
@@ -213,7 +213,7 @@ def _open_store(store: str, store_password_file: Path | None):  # -> StatusStore
         url = make_url(store)
     except Exception:
         _fail("--store is not a database URL (e.g. sqlite:///var/elrwatch.db)")
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
+    if must_exist and url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
         _fail(f"no status store at {mask_url(url)}")
     try:
         return StatusStore(store, password_file=store_password_file)
@@ -278,7 +278,7 @@ def api(
     from elrwatch.api.app import create_app
     from elrwatch.api.settings import Settings
 
-    status_store = _open_store(store, store_password_file)
+    status_store = _open_store(store, store_password_file, must_exist=False)  # /readyz waits for the job
     try:
         settings = Settings(store=store, store_password_file=store_password_file, api_token_file=api_token_file,
                             host=host, port=port, ready_max_age_seconds=ready_max_age_seconds)

@@ -402,3 +402,45 @@ def test_cli_status_fails_in_one_line_and_masks_the_password(tmp_path: Path) -> 
     result = CliRunner().invoke(cli_app, ["status", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"])
     assert result.exit_code == 2
     assert "hunter2" not in result.output and "***" in result.output
+
+
+def test_api_on_postgresql(document: dict) -> None:
+    """The same queries on PostgreSQL (thread-pool path, boolean/tuple filters, cursors)."""
+    from test_store import PostgresServer
+
+    from elrwatch.streaming.store import metadata
+
+    server = PostgresServer().start()
+    try:
+        store = StatusStore(server.url, password_file=server.password_file)
+        metadata.drop_all(store.engine)
+        store.load_document(document, batch_id=1)
+        settings = Settings(store=server.url, store_password_file=server.password_file)
+        with TestClient(create_app(settings, store=store)) as c:
+            assert _walk(c, "/v1/partitions", limit=2) == [_summary_fields(p) for p in document["partitions"]]
+            assert _walk(c, "/v1/partitions", limit=1, broker=3, leaderless="true") == [
+                _summary_fields(p) for p in document["partitions"] if 3 in p["replicas"] and p["leaderless"]
+            ]
+            p = document["partitions"][1]
+            assert c.get(f"/v1/partitions/{p['topic']}/{p['partitionId']}").json() == p
+            assert c.get("/v1/partitions/nope/0").status_code == 404
+            assert c.get("/v1/summary").json()["gauges"] == document["gauges"]
+            severities = [i["severity"] for i in _walk(c, "/v1/recommendations", limit=1)]
+            assert severities and severities == sorted(severities)
+            assert c.get("/readyz").status_code == 200
+            if whatif_available():
+                assert c.get("/v1/whatif", params={"down": "1"}).status_code == 200
+        store.dispose()
+    finally:
+        server.stop()
+
+
+def test_api_on_a_store_the_job_has_not_written_yet(tmp_path: Path) -> None:
+    settings = Settings(store=f"sqlite:///{tmp_path}/new/store.db")
+    with TestClient(create_app(settings)) as c:
+        assert c.get("/healthz").status_code == 200
+        r = c.get("/readyz")
+        assert r.status_code == 503 and "never been written" in r.json()["detail"]
+        assert c.get("/v1/partitions").json()["items"] == []
+        assert c.get("/v1/summary").json()["partitions"] == 0
+        assert c.get("/v1/partitions/orders/0").status_code == 404
