@@ -80,6 +80,7 @@ def what_if(
     counts_after = dict.fromkeys(CATEGORIES, 0)
     lists: dict[str, list[dict[str, Any]]] = {name: [] for name in CATEGORIES}
     changed = 0
+    moved = 0
     partitions = 0
     for topic, p in cluster.iter_partitions():
         partitions += 1
@@ -103,6 +104,8 @@ def what_if(
                     merge_partition_change(after, record)
         if after is not p:
             changed += 1
+            if after.leader != p.leader and after.leader != NO_LEADER:
+                moved += 1
         after_flags = _classify(after, ctx.min_isr, active_after)
         for name, flag in zip(CATEGORIES, after_flags, strict=True):
             if flag:
@@ -114,6 +117,7 @@ def what_if(
         "unclean": unclean,
         "partitions": partitions,
         "changedPartitions": changed,
+        "leadersMoved": moved,
         "counts": counts_after,
         "countsBefore": counts_before,
         "newlyAffected": {name: counts_after[name] - counts_before[name] for name in CATEGORIES},

@@ -44,6 +44,7 @@ def test_fencing_two_of_three_replicas_puts_partitions_under_min_isr_without_tou
     result = what_if(cluster, [0, 1])
     affected = [p for p in sim.partitions if {0, 1} <= set(p.replicas)]
     assert result["counts"]["underMinIsr"] == len(affected) > 0
+    assert result["leadersMoved"] == sum(1 for p in sim.partitions if p.leader in (0, 1))
     assert result["counts"]["leaderless"] == 0  # a third replica is always live with 4 brokers, RF 3
     for entry in result["underMinIsr"]:
         assert entry["isr"] and not {0, 1} & set(entry["isr"])
