@@ -22,7 +22,12 @@ from elrwatch.streaming.store import SEVERITY, UPDATED_AT_MS, StatusStore
 
 PROBLEM = "application/problem+json"
 T0 = 1732100000000
-IDS = {"orders": "Yk3R8bYFQxGk1Ggd1vQ2Aw", "payments": "pX2mQz5TQ1aY8fKd0cLw9g", "audit-log": "c9Vb3nM2R4uT6hJk8LqZ1w"}
+IDS = {
+    "orders": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
+    "payments": "pX2mQz5TQ1aY8fKd0cLw9g",
+    "audit-log": "c9Vb3nM2R4uT6hJk8LqZ1w",
+    "ledger": "Lq7Ts2VbRk6Wn1Xc4Zp8Yw",
+}
 
 
 def _uuid(n: int) -> str:
@@ -30,7 +35,7 @@ def _uuid(n: int) -> str:
     return base64.urlsafe_b64encode(uuid.UUID(int=n << 64 | n).bytes).decode().rstrip("=")
 
 
-def scenario_lines() -> list[str]:
+def scenario_lines(t0: int = T0) -> list[str]:
     """Envelope lines: 4 brokers, 3 topics, then failures that leave partitions in several statuses."""
     records: list[tuple[str, int, dict[str, Any]]] = [
         ("FEATURE_LEVEL_RECORD", 0, {"name": "metadata.version", "featureLevel": 26}),
@@ -61,6 +66,7 @@ def scenario_lines() -> list[str]:
         "orders": [[0, 1, 2], [1, 2, 0], [2, 0, 1]],
         "payments": [[1, 3, 0], [0, 2, 1], [2, 0, 3]],
         "audit-log": [[3]],
+        "ledger": [[3, 0]],
     }
     for topic, parts in layout.items():
         records.append(("TOPIC_RECORD", 0, {"name": topic, "topicId": IDS[topic]}))
@@ -116,6 +122,9 @@ def scenario_lines() -> list[str]:
                 "lastKnownElr": [0],
             },
         ),
+        # ledger-0 lost both replicas with ISR and ELR empty and no last known leader: manual election
+        ("PARTITION_CHANGE_RECORD", 2, {"partitionId": 0, "topicId": IDS["ledger"], "isr": [], "leader": -1,
+                                        "eligibleLeaderReplicas": [], "lastKnownElr": []}),
         # payments-2: unclean election left it RECOVERING
         (
             "PARTITION_CHANGE_RECORD",
@@ -127,7 +136,7 @@ def scenario_lines() -> list[str]:
     for offset, (rtype, version, data) in enumerate(records):
         lines.append(
             json.dumps(
-                {"type": rtype, "version": version, "data": data, "offset": offset, "timestamp": T0 + offset * 1000}
+                {"type": rtype, "version": version, "data": data, "offset": offset, "timestamp": t0 + offset * 1000}
             )
         )
     lines.insert(5, "{not json")  # quarantined, counted

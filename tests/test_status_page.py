@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -15,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from elrwatch.streaming.store import StatusStore
+from elrwatch.streaming.store import STATUS_ORDER, StatusStore
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
@@ -85,7 +84,13 @@ class ApiServer:
 
 @pytest.fixture(scope="module")
 def document() -> dict:
-    return json.loads((Path(__file__).parent / "data" / "report_small.json").read_text())
+    """`elrwatch replay` of the API tests' scenario: real statuses, outlooks and recommendations."""
+    from test_api import scenario_lines
+
+    from elrwatch.state.replay import replay_lines
+
+    t0 = int(time.time() * 1000) - 2 * 3_600_000 - 41 * 60_000  # the incident began ~2 h 41 min ago
+    return replay_lines(scenario_lines(t0), "scenario.jsonl").document(advice=True)
 
 
 @pytest.fixture(scope="module")
@@ -144,23 +149,27 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
     assert "Partitions" in cards and str(len(document["partitions"])) in cards
     assert "CRITICAL" in page.inner_text("#overall")
 
-    urgent = [
-        p
-        for p in document["partitions"]
-        if p["status"]
-        in ("MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "LEADERLESS_ELECTING", "UNDER_MIN_ISR")
-    ]
+    severity = {s: i for i, s in enumerate(STATUS_ORDER)}
+    urgent = sorted(
+        (p for p in document["partitions"] if severity[p["status"]] <= severity["UNDER_MIN_ISR"]),
+        key=lambda p: (severity[p["status"]], p["topic"], p["partitionId"]),
+    )
     rows = page.locator("#risk-table tbody tr")
     assert rows.count() == len(urgent)
-    first = rows.nth(0).inner_text()
-    assert "MANUAL ELECTION REQUIRED" in first and "payments-0" in first
-    assert "kafka-leader-election.sh" in first and "--election-type unclean" in first
-    assert "data loss" in first
-    assert "UNDER MIN ISR" in rows.nth(len(urgent) - 1).inner_text()
+    for i, p in enumerate(urgent):  # most severe first, each with Kafka's outlook and the recommendation
+        row = rows.nth(i).inner_text()
+        assert p["status"].replace("_", " ") in row and f"{p['topic']}-{p['partitionId']}" in row
+        assert p["outlook"]["summary"] in row
+        assert p["recommendation"]["summary"] in row
+        for command in p["recommendation"]["commands"]:
+            assert command in row
+    assert "--election-type unclean" in rows.nth(0).inner_text()
+    assert "committed data may be lost" in rows.nth(0).inner_text()
 
     broker_rows = page.locator("#broker-table tbody tr")
     assert broker_rows.count() == len(document["brokers"])
-    assert "fenced" in broker_rows.nth(1).inner_text()
+    for i, b in enumerate(document["brokers"]):
+        assert b["state"].replace("_", " ") in broker_rows.nth(i).inner_text()
     assert page.locator("#token-form").is_hidden()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)

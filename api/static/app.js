@@ -15,6 +15,11 @@ const STATUS_COLORS = {
 const params = new URLSearchParams(window.location.search);
 const REFRESH_MS = Math.max(1, Number(params.get("refresh")) || 5) * 1000;
 const RISK_LIMIT = 200;
+const RISK_LABELS = {
+  none: "none",
+  uncommitted_data: "uncommitted data (acks=0/1 writes since the high watermark froze)",
+  committed_data: "committed data may be lost",
+};
 
 const $ = (id) => document.getElementById(id);
 
@@ -139,7 +144,8 @@ function adviceCell(rec) {
   const risk = text(rec.risk, "level", "summary", "description");
   if (risk) {
     const none = /^(none|no data loss)/i.test(risk);
-    cell.append(el("div", { class: "risk" + (none ? " none" : "") }, "Data-loss risk: ", el("b", { text: risk })));
+    cell.append(el("div", { class: "risk" + (none ? " none" : "") }, "Data-loss risk: ",
+      el("b", { text: RISK_LABELS[risk] || risk.replaceAll("_", " ") })));
   }
   const commands = (rec.commands || []).map((c) => (typeof c === "string" ? c : c.command || JSON.stringify(c)));
   if (commands.length) {
