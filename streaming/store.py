@@ -413,6 +413,8 @@ class StatusStore:
         """Create the tables and indexes if they do not exist (idempotent)."""
         with self._writer.begin() as conn:
             metadata.create_all(conn, checkfirst=True)
+            if conn.execute(select(meta_t.c.key).where(meta_t.c.key == LAST_BATCH_ID)).first() is None:
+                conn.execute(insert(meta_t).values(key=LAST_BATCH_ID, value="null"))  # the row writers lock
 
     def ping(self) -> bool:
         """True when the store answers a trivial query."""
@@ -421,8 +423,11 @@ class StatusStore:
         return True
 
     # ------------------------------------------------------------------ helpers
-    def _meta_get(self, conn: Connection, key: str, default: Any = None) -> Any:
-        text = conn.execute(select(meta_t.c.value).where(meta_t.c.key == key)).scalar()
+    def _meta_get(self, conn: Connection, key: str, default: Any = None, *, lock: bool = False) -> Any:
+        stmt = select(meta_t.c.value).where(meta_t.c.key == key)
+        if lock:  # PostgreSQL: concurrent writers of the same batch serialize here (SQLite: BEGIN IMMEDIATE)
+            stmt = stmt.with_for_update()
+        text = conn.execute(stmt).scalar()
         return default if text is None else _loads(text)
 
     def _meta_put(self, conn: Connection, key: str, value: Any) -> None:
@@ -494,7 +499,7 @@ class StatusStore:
         partition_docs = list(partitions)
         removed_keys = [_key_of(item) for item in removed]
         with self._writer.begin() as conn:
-            last = self._meta_get(conn, LAST_BATCH_ID)
+            last = self._meta_get(conn, LAST_BATCH_ID, lock=True)
             if last is not None and batch_id <= last:
                 log.info("batch %s already committed (last %s): skipped", batch_id, last)
                 return False
@@ -582,8 +587,7 @@ class StatusStore:
             last_event = _last_event_ms(doc, last_event)
             if last_event is not None:
                 self._meta_put(conn, LAST_EVENT_TIME_MS, last_event)
-            if batch_id is not None:
-                self._meta_put(conn, LAST_BATCH_ID, int(batch_id))
+            self._meta_put(conn, LAST_BATCH_ID, None if batch_id is None else int(batch_id))
             self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
         if self.is_sqlite:
             with self.engine.connect() as conn:

@@ -393,3 +393,27 @@ def test_gauges_are_replaced_as_a_whole(store: StatusStore) -> None:
     assert store.read_document()["gauges"] == {"elrwatch_partition_count": 4}
     assert store.write_batch(3, gauges=None)
     assert store.read_document()["gauges"] == {"elrwatch_partition_count": 4}
+
+
+def test_concurrent_writers_of_one_batch_apply_it_once(store: StatusStore) -> None:
+    """A re-run batch racing the original (e.g. a restarted driver): exactly one commits it."""
+    doc = small_doc()
+    store.load_document(doc, batch_id=1)
+    p = doc["partitions"][0]
+    transition = {"topic": p["topic"], "topicId": p["topicId"], "partitionId": p["partitionId"], "from": "HEALTHY",
+                  "to": p["status"], "atMs": 1, "offset": 2}  # fmt: skip
+    barrier = threading.Barrier(4)
+    results: list[bool] = []
+
+    def write() -> None:
+        barrier.wait()
+        results.append(store.write_batch(2, partitions=[p], transitions=[transition]))
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(results) == [False, False, False, True]
+    assert len(store.history(p["topic"], p["partitionId"])) == 1
+    assert store.read_document() == doc
