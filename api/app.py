@@ -54,6 +54,7 @@ PROBLEM = "application/problem+json"
 TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"  # Kafka's legal topic names
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,400}$"  # base64url, no padding
 INT32_MAX = 2**31 - 1
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 PUBLIC_PATHS = frozenset({"/healthz", "/", "/favicon.ico"})
 _LABEL = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<key>[a-zA-Z_]+)="(?P<value>[^"]*)"\})?$')
 
@@ -166,6 +167,7 @@ class _Guard:
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope.get("method", "")
+            method = method if method in _METHODS else "OTHER"  # bounded label values
             self.requests.labels(method, route, str(status[0])).inc()
             self.latency.labels(method, route).observe(time.perf_counter() - start)
 
