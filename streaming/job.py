@@ -129,6 +129,7 @@ class JobConfig:
 def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
     """mapInArrow: parse + validate each event once and send it to its bucket(s)."""
     import pyarrow as pa
+
     from elrwatch.state.records import Ignored, Record, RecordError, parse_line
     from elrwatch.state.routing import ALL_BUCKETS, targets
 
@@ -550,8 +551,9 @@ def build_spark(config: JobConfig) -> Any:
 
 def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
     """Wire source → route → state → foreachBatch(sink) and start the query."""
-    from elrwatch.streaming.sources import read_stream
     from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from elrwatch.streaming.sources import read_stream
 
     buckets = config.buckets
     events = read_stream(spark, config.source, config.source_options())
@@ -567,8 +569,22 @@ def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
     if config.available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=config.trigger)
+        writer = writer.trigger(processingTime=parse_trigger(config.trigger))
     return writer.queryName("elrwatch").start()
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def parse_trigger(text: str) -> str:
+    """``1s`` / ``500ms`` / ``2m`` / ``1.5s`` → Spark's ``"<n> milliseconds"``; Spark's own forms pass through."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)\s*", text)
+    if match:
+        millis = round(float(match.group(1)) * _UNITS[match.group(2)])
+        return f"{max(millis, 0)} milliseconds"
+    return text
 
 
 class Sink:
@@ -609,7 +625,12 @@ class JobError(RuntimeError):
     """A one-line reason the job cannot start or stopped."""
 
 
-def run(config: JobConfig, stop_event: threading.Event | None = None, on_started: Any = None) -> int:
+def run(
+    config: JobConfig,
+    stop_event: threading.Event | None = None,
+    on_started: Any = None,
+    handle_signals: bool = False,
+) -> int:
     """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
     from elrwatch.streaming.metrics import Health, start_exporter
     from elrwatch.streaming.store import StatusStore
@@ -636,17 +657,25 @@ def run(config: JobConfig, stop_event: threading.Event | None = None, on_started
     if config.metrics_port is not None:
         exporter = start_exporter(health, config.metrics_port, config.metrics_host)
     spark = build_spark(config)
+    stop_event = stop_event or threading.Event()
+    if handle_signals:  # after Spark: SparkContext installs its own SIGINT handler
+        install_signal_handlers(stop_event)
     listener = health.listener()
     spark.streams.addListener(listener)
     query = None
-    stop_event = stop_event or threading.Event()
     try:
         query = build_query(spark, config, Sink(store, aggregator, health))
         health.up = 1
+        log.info("elrwatch stream started: %s", dict(options_summary(config)))
         if on_started is not None:
             on_started(query)
-        while query.isActive and not stop_event.is_set():
-            query.awaitTermination(0.5)
+        with contextlib.suppress(KeyboardInterrupt):
+            while query.isActive and not stop_event.is_set():
+                query.awaitTermination(0.5)
+        if stop_event.is_set() or (not query.isActive and query.exception() is None):
+            log.info("stopping: %s", "signal" if stop_event.is_set() else "source drained")
+            query.stop()
+            return 0
         exc = query.exception()
         if exc is not None:
             raise JobError(_one_line(str(exc)))
@@ -675,7 +704,7 @@ def _one_line(message: str) -> str:
 
 
 def install_signal_handlers(stop_event: threading.Event) -> None:
-    """SIGINT / SIGTERM stop the query cleanly (the current batch finishes, the checkpoint stays valid)."""
+    """SIGINT / SIGTERM stop the query (an interrupted batch is re-run on restart: the checkpoint stays valid)."""
 
     def handler(signum: int, _frame: Any) -> None:
         log.warning("signal %s: stopping after the current batch", signum)

@@ -45,11 +45,28 @@ class SourceError(RuntimeError):
     """A configuration or connectivity problem of a source, with a one-line message."""
 
 
+class Options(dict):
+    """Case-insensitive options (Spark hands data sources lower-cased keys)."""
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        super().__init__({str(k).lower(): v for k, v in (options or {}).items()})
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(str(key).lower())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+
 # ---------------------------------------------------------------------------------------------- options
 
 
 def read_secret(options: Mapping[str, str], name: str) -> str | None:
     """The secret ``name`` (e.g. ``sasl.password``) from ``<name>.env`` (an env var) or ``<name>.file``."""
+    options = Options(options)
     env_name = options.get(f"{name}.env")
     if env_name:
         value = os.environ.get(env_name)
@@ -68,6 +85,7 @@ def read_secret(options: Mapping[str, str], name: str) -> str | None:
 
 def kafka_python_config(options: Mapping[str, str]) -> dict[str, Any]:
     """kafka-python client settings from the source options (security settings passed through)."""
+    options = Options(options)
     servers = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
     if not servers:
         raise SourceError("option bootstrap.servers is required")
@@ -100,6 +118,7 @@ def kafka_python_config(options: Mapping[str, str]) -> dict[str, Any]:
 
 def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     """The same options for Spark's built-in Kafka source (``kafka.*`` consumer properties)."""
+    options = Options(options)
     cfg = kafka_python_config(options)
     out = {
         "kafka.bootstrap.servers": ",".join(cfg["bootstrap_servers"]),
@@ -196,12 +215,12 @@ class KafkaDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return KafkaStreamReader(dict(self.options))
+        return KafkaStreamReader(Options(self.options))
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = options = Options(options)
         topic = options.get("topic") or options.get("subscribe")
         if not topic:
             raise SourceError("option topic is required")
@@ -352,6 +371,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: int = 20000) -> Iterator[Any]:
     """Executor side: fetch [start, end) of one partition as Arrow record batches (bounded wait)."""
+    options = Options(options)
     import pyarrow as pa
     from kafka import KafkaConsumer, TopicPartition
 
@@ -441,7 +461,7 @@ class FilesDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FilesStreamReader(dict(self.options))
+        return FilesStreamReader(Options(self.options))
 
 
 @dataclass
@@ -459,7 +479,8 @@ class FileSplit(InputPartition):
 
 
 class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
+        options = Options(options)
         self.root = options.get("path")
         if not self.root:
             raise SourceError("option path is required")

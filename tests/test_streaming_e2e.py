@@ -1,0 +1,261 @@
+"""End to end: simulator records → Kafka (noida-db) → `elrwatch stream` (Spark) → status store + metrics.
+
+The oracle is `elrwatch replay` of the same lines: the store's document must equal it field by field (except the
+transport-specific `lastPosition`), and the gauges on the metrics port must equal the replay's gauges.
+Real components only: noida-db, Spark local mode, SQLite and a real PostgreSQL server. One Spark job at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TRANSPORT_KEYS = {"lastPosition"}
+MALFORMED = [
+    "this is not json",
+    '{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":"zero","topicId":"x"}}',
+    '{"type":"PARTITION_CHANGE_RECORD","version":99,"data":{}}',
+    '{"version":0,"data":{}}',
+]
+
+
+def _cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "elrwatch.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def _events(tmp: Path, records: int = 2500, seed: int = 3, dirty: bool = True) -> Path:
+    """Simulator records (elrwatch simulate, with faults), plus malformed lines and duplicates mixed in."""
+    sim = tmp / "sim.jsonl"
+    done = _cli("simulate", "--faults", "0.35", "--records", str(records), "--topics", "4", "--partitions", "16",
+                "--brokers", "5", "--seed", str(seed), "-o", str(sim))
+    if done.returncode == 0 and sim.exists():
+        lines = sim.read_text().splitlines()
+    else:  # simulator not available: the built-in generator
+        from elrwatch.streaming.eventgen import scenario
+
+        lines = [x.decode() for x in scenario(4, 16, 5, steps=40, churn=records // 2, seed=seed)]
+    if dirty:
+        for i, bad in enumerate(MALFORMED):
+            lines.insert(50 + 400 * i, bad)
+        for i in (120, 700, 1500):  # published twice (producer retry): same record, later event offset
+            lines.insert(i + 40, lines[i])
+    path = tmp / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _replay(path: Path) -> dict:
+    done = _cli("replay", str(path), "--compact")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _produce(kafka, path: Path, topic: str, partitions: int) -> None:
+    done = _cli("produce", str(path), "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--create-topic",
+                "--partitions", str(partitions))
+    assert done.returncode == 0, done.stderr
+    assert "done," in done.stderr
+
+
+def _store_doc(url: str, password_file: str | None = None) -> dict | None:
+    from elrwatch.streaming.store import StatusStore
+
+    store = StatusStore(url, password_file=password_file)
+    try:
+        return store.read_document()
+    except Exception:  # schema not created yet
+        return None
+    finally:
+        store.dispose()
+
+
+def assert_same_as_oracle(doc: dict, oracle: dict) -> None:
+    strip = lambda d: {k: v for k, v in d.items() if k not in TRANSPORT_KEYS}  # noqa: E731
+    assert len(doc["partitions"]) == len(oracle["partitions"]) > 0
+    for got, want in zip(doc["partitions"], oracle["partitions"], strict=True):
+        got, want = strip(got), strip(want)
+        diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+        assert not diff, f"{want['topic']}-{want['partitionId']}: {diff}"
+    assert doc["brokers"] == oracle["brokers"]
+    assert doc["topics"] == oracle["topics"]
+    assert doc["cluster"] == oracle["cluster"]
+    assert doc["counts"] == oracle["counts"]
+    assert doc["gauges"] == oracle["gauges"]
+    strip_v = lambda v: {k: x for k, x in v.items() if k != "position"}  # noqa: E731
+    assert [strip_v(v) for v in doc["violations"]] == [strip_v(v) for v in oracle["violations"]]
+    assert doc["quarantined"]["count"] == oracle["quarantined"]["count"]
+    assert doc["quarantined"]["byReason"] == oracle["quarantined"]["byReason"]
+    reasons = sorted((q["reason"], q.get("type")) for q in doc["quarantined"]["records"])
+    assert reasons == sorted((q["reason"], q.get("type")) for q in oracle["quarantined"]["records"])
+
+
+class StreamJob:
+    """`elrwatch stream` in its own process group (so SIGKILL takes the Spark JVM with it)."""
+
+    def __init__(self, tmp: Path, *args: str, env: dict | None = None) -> None:
+        self.log = open(tmp / f"stream-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elrwatch.cli", "stream", *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "ELRWATCH_SPARK_DRIVER_MEMORY": "1g", **(env or {})},
+        )
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        self.log.close()
+
+    def output(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return Path(self.log.name).read_text()
+
+
+def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if job is not None and job.proc.poll() is not None:
+            pytest.fail(f"stream job exited ({job.proc.returncode}) before {what}:\n{job.output()[-3000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
+
+
+def test_kafka_to_store_and_metrics_equal_replay(kafka_server, tmp_path):
+    """3-partition event topic, malformed + duplicate records mixed in, continuous trigger, metrics scraped."""
+    from elrwatch.streaming.local_kafka import free_port
+    from elrwatch.streaming.metrics import scrape
+
+    events = _events(tmp_path)
+    oracle = _replay(events)
+    assert oracle["quarantined"]["count"] >= len(MALFORMED) and oracle["counts"]["duplicates"] >= 3
+    _produce(kafka_server, events, "meta-e2e", 3)
+    url = f"sqlite:///{tmp_path}/store.db"
+    port = free_port()
+    job = StreamJob(tmp_path, "--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-e2e", "--store", url,
+                    "--checkpoint", str(tmp_path / "ck"), "--metrics-port", str(port), "--buckets", "3",
+                    "--trigger", "1s")
+    try:
+        want = oracle["counts"]["events"]
+        _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events") == want, 240, "all events in store", job)
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        # Spark reports progress (lag) asynchronously, just after the batch's sink call
+        metrics = _poll(lambda: (m := scrape(metrics_url)).get("elrwatch_source_lag_records") == 0 and m, 30,
+                        "source lag 0 on the metrics port", job)
+        assert metrics["elrwatch_up"] == 1 and metrics["elrwatch_batches_total"] >= 1
+        assert metrics["elrwatch_batch_duration_seconds"] > 0 and "elrwatch_batch_input_rows" in metrics
+        assert {k: metrics.get(k) for k in oracle["gauges"]} == oracle["gauges"]
+        job.proc.send_signal(signal.SIGTERM)  # clean stop (as Kubernetes does)
+        assert job.wait(90) == 0, job.output()[-3000:]
+    finally:
+        job.kill()
+    assert_same_as_oracle(_store_doc(url), oracle)
+
+
+def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server, tmp_path):
+    events = _events(tmp_path, records=3000, seed=11)
+    oracle = _replay(events)
+    _produce(kafka_server, events, "meta-restart", 1)
+    url = f"sqlite:///{tmp_path}/store.db"
+    common = ["--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-restart", "--store", url,
+              "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--max-records-per-batch", "250"]
+    first = StreamJob(tmp_path, *common, "--trigger", "100 milliseconds")
+    try:
+        _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events", 0) >= 500, 180, "a few batches", first)
+    finally:
+        first.kill()  # SIGKILL: Python driver and the JVM, mid-stream
+    partial = _store_doc(url)["counts"]["events"]
+    assert partial < oracle["counts"]["events"], "the kill came too late to be mid-stream"
+    second = StreamJob(tmp_path, *common, "--available-now")
+    try:
+        assert second.wait(240) == 0, second.output()[-3000:]
+    finally:
+        second.kill()
+    doc = _store_doc(url)
+    # epochs equal to the oracle's prove no PartitionChangeRecord was applied twice
+    assert_same_as_oracle(doc, oracle)
+
+
+def test_postgresql_store_equals_replay(kafka_server, tmp_path):
+    from test_store import PostgresServer
+
+    events = _events(tmp_path, records=1500, seed=5)
+    oracle = _replay(events)
+    _produce(kafka_server, events, "meta-pg", 2)
+    pg = PostgresServer().start()
+    try:
+        job = StreamJob(tmp_path, "--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-pg",
+                        "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--available-now",
+                        env={"ELRWATCH_STORE": pg.url, "ELRWATCH_STORE_PASSWORD_FILE": str(pg.password_file)})
+        try:
+            assert job.wait(240) == 0, job.output()[-3000:]
+        finally:
+            job.kill()
+        assert pg.password not in job.output()
+        assert_same_as_oracle(_store_doc(pg.url, str(pg.password_file)), oracle)
+    finally:
+        pg.stop()
+
+
+def test_files_source_replays_a_metadata_log(tmp_path):
+    events = _events(tmp_path, records=800, seed=9, dirty=False)
+    logdir = tmp_path / "log"
+    logdir.mkdir()
+    # one part as envelopes, the rest as kafka-dump-log lines (with batch headers that are not events)
+    lines = events.read_text().splitlines()
+    (logdir / "00-envelopes.jsonl").write_text("\n".join(lines[:300]) + "\n")
+    dump = ["Dumping 00000000000000000000.log", "Log starting offset: 0"]
+    for i, line in enumerate(lines[300:]):
+        envelope = json.loads(line)
+        off = envelope.pop("offset")
+        ts = envelope.pop("timestamp")
+        if i % 50 == 0:
+            dump.append(f"baseOffset: {off} lastOffset: {off} count: 1 baseSequence: -1 isControl: false")
+        dump.append(f"| offset: {off} CreateTime: {ts} keySize: -1 valueSize: 1 sequence: -1 headerKeys: [] "
+                    f"payload: {json.dumps(envelope, separators=(',', ':'))}")
+    (logdir / "01-dump.log").write_text("\n".join(dump) + "\n")
+    oracle = _replay_files([logdir / "00-envelopes.jsonl", logdir / "01-dump.log"], tmp_path)
+    url = f"sqlite:///{tmp_path}/store.db"
+    job = StreamJob(tmp_path, "--source", "files", "--path", str(logdir), "--store", url,
+                    "--checkpoint", str(tmp_path / "ck"), "--available-now", "--buckets", "2")
+    try:
+        assert job.wait(240) == 0, job.output()[-3000:]
+    finally:
+        job.kill()
+    doc = _store_doc(url)
+    assert doc["counts"]["ignoredLines"] == oracle["counts"]["ignoredLines"] > 0
+    assert_same_as_oracle(doc, oracle)
+
+
+def _replay_files(paths: list[Path], tmp: Path) -> dict:
+    joined = tmp / "joined.txt"
+    joined.write_text("".join(p.read_text() for p in paths))
+    return _replay(joined)
