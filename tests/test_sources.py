@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
 from elrwatch.streaming.sources import (
     FilesStreamReader,
     KafkaStreamReader,
@@ -13,7 +15,6 @@ from elrwatch.streaming.sources import (
     native_kafka_options,
     split_limit,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 pytestmark = pytest.mark.e2e
 
