@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from core_events import DIR, TOPIC_ID, dump_line, envelope, line, skip_metadata_line, uuid_of
+
 from elrwatch.state.records import QUARANTINE_REASONS, Ignored, Record, RecordError, Skipped, parse_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -397,7 +398,8 @@ UUID_FIELDS = [(t, v, camel(f["name"])) for t, v in TYPE_VERSIONS if v == max_ve
 
 @pytest.mark.parametrize(("type_name", "version", "field"), UUID_FIELDS)
 @pytest.mark.parametrize("wrong", ["FbrrdcfiR-KC2CPSTHaJr", "FbrrdcfiR-KC2CPSTHaJrgA", "FbrrdcfiR+KC2CPSTHaJr/",
-                                   "!!!!!!!!!!!!!!!!!!!!!!", "", 12, "00000000-0000-0000-0000-000000000001"])
+                                   "!!!!!!!!!!!!!!!!!!!!!!", "", 12, None, [], [TOPIC_ID], {"a": 1},
+                                   "00000000-0000-0000-0000-000000000001"])
 def test_malformed_uuid(type_name: str, version: int, field: str, wrong: Any) -> None:
     data = example(type_name, version)
     data[field] = wrong
@@ -406,8 +408,9 @@ def test_malformed_uuid(type_name: str, version: int, field: str, wrong: Any) ->
 
 def test_malformed_uuid_in_directories() -> None:
     data = example("PARTITION_RECORD", 2)
-    data["directories"] = [DIR, "nope", DIR]
-    assert_error(parse(envelope("PARTITION_RECORD", 2, data)), "invalid_field", "directories")
+    for wrong in ([DIR, "nope", DIR], [DIR, [], DIR], [DIR, {"x": 1}, DIR], [DIR, 5, None], "AAAA", {"a": DIR}):
+        data["directories"] = wrong
+        assert_error(parse(envelope("PARTITION_RECORD", 2, data)), "invalid_field", "directories")
 
 
 @pytest.mark.parametrize("type_name", sorted(SCHEMAS))

@@ -528,6 +528,19 @@ def test_republished_clear_elr_after_elr_repopulated_changes_nothing() -> None:
     assert reg(f.part()) == before and f.part().elr == (2,)
 
 
+def test_republished_clear_elr_after_topic_removal_is_not_quarantined() -> None:
+    # a producer retry of an old ClearElrRecord (offset below the topic's removal) is a duplicate, not bad input
+    f = setup(replicas=(0, 1, 2), isr=(0,), elr=[1], min_isr=2)
+    clear, _ = f.next_line(clear_elr("foo"))
+    assert f.feed_raw(clear) is Outcome.APPLIED
+    assert f.feed(remove_topic()) is Outcome.APPLIED
+    before = state_doc(f)
+    outcome = f.feed_raw(clear)
+    assert state_doc(f) == before
+    assert not f.replayer.quarantined, [e.to_dict() for e in f.replayer.quarantined]
+    assert outcome is Outcome.DUPLICATE
+
+
 # --- derived status (monitor-spec §3) --------------------------------------------------------------------------------
 
 

@@ -1,0 +1,199 @@
+"""Property tests of the core (issue 2): bad input never raises and never changes state; replay is resumable from
+to_bytes/from_bytes; re-delivered events change nothing (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from typing import Any
+
+from core_events import random_stream
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from elrwatch.state import report
+from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.gauges import PipelineCounts
+from elrwatch.state.records import Ignored, Record, RecordError, Skipped, parse_line
+from elrwatch.state.replay import Replayer
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STREAMS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def state_of(cluster: ClusterState) -> dict[str, Any]:
+    """The report document of a state, independent of the pipeline counts."""
+    doc = report.build_document(cluster, PipelineCounts(), [])
+    del doc["counts"], doc["quarantined"]
+    return doc
+
+
+def state_without_positions(cluster: ClusterState) -> dict[str, Any]:
+    """`state_of` without the transport-specific positions (DESIGN.md §5: comparisons ignore lastPosition)."""
+    doc = state_of(cluster)
+    for p in doc["partitions"]:
+        del p["lastPosition"]
+    for v in doc["violations"]:
+        del v["position"]
+    return doc
+
+
+_BASE_LINES = random_stream(1, steps=40)
+
+
+def _base() -> Replayer:
+    replayer = Replayer()
+    replayer.feed_lines(_BASE_LINES, "base.jsonl")
+    return replayer
+
+
+_BASE_STATE = state_of(_base().cluster)
+
+
+# --- bad input never raises, is never applied ----------------------------------------------------------------------
+
+
+@FAST
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_are_quarantined_or_ignored(raw: bytes) -> None:
+    replayer = _base()
+    parsed = parse_line(raw, "fuzz", 1)
+    assert isinstance(parsed, Record | RecordError | Ignored | Skipped)
+    outcome = replayer.feed_line(raw, "fuzz", 1)
+    assert outcome in (None, Outcome.QUARANTINED)
+    assert state_of(replayer.cluster) == _BASE_STATE
+
+
+@FAST
+@given(json_values, st.sampled_from(["plain", "dump", "skip-metadata"]))
+def test_arbitrary_json_values_are_quarantined_or_ignored(value: Any, form: str) -> None:
+    text = json.dumps(value)
+    if form == "dump":
+        text = f"| offset: 7 CreateTime: 1 keySize: -1 valueSize: 3 sequence: -1 headerKeys: [] payload: {text}"
+    elif form == "skip-metadata":
+        text = f"| payload: {text}"
+    replayer = _base()
+    outcome = replayer.feed_line(text, "fuzz", 1)
+    assert outcome in (None, Outcome.QUARANTINED)
+    assert state_of(replayer.cluster) == _BASE_STATE
+    counts = replayer.counts
+    assert counts.ignored_lines + sum(counts.skipped_by_type.values()) + len(replayer.quarantined) >= 1
+
+
+@FAST
+@given(st.text(max_size=200))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    replayer = _base()
+    assert replayer.feed_line(text, "fuzz", 1) in (None, Outcome.QUARANTINED)
+    assert state_of(replayer.cluster) == _BASE_STATE
+
+
+@FAST
+@given(
+    st.integers(0, len(_BASE_LINES) - 1),
+    st.sampled_from(["set", "delete", "version", "type"]),
+    st.text(min_size=1, max_size=20),
+    json_values,
+    st.integers(-3, 9),
+)
+def test_mutated_records_never_raise_and_only_apply_when_valid(
+    index: int, how: str, key: str, value: Any, version: int
+) -> None:
+    env = json.loads(_BASE_LINES[index])
+    data = env["data"]
+    fields = sorted(data)
+    if how == "set":
+        data[fields[hash(key) % len(fields)]] = value
+    elif how == "delete":
+        del data[fields[hash(key) % len(fields)]]
+    elif how == "version":
+        env["version"] = version
+    else:
+        env["type"] = key
+    env["offset"] = 10_000  # a new record, not a re-delivery
+    replayer = _base()
+    outcome = replayer.feed_line(json.dumps(env), "fuzz", 1)
+    if outcome is not Outcome.APPLIED:
+        assert state_of(replayer.cluster) == _BASE_STATE
+
+
+# --- prefix + rest == whole ------------------------------------------------------------------------------------------
+
+
+@STREAMS
+@given(st.integers(0, 10**6), st.integers(0, 120), st.floats(0, 1))
+def test_prefix_then_rest_from_bytes_equals_whole(seed: int, steps: int, cut: float) -> None:
+    lines = random_stream(seed, steps=steps)
+    k = int(len(lines) * cut)
+    whole = Replayer()
+    whole.feed_lines(lines, "events.jsonl")
+    prefix = Replayer()
+    prefix.feed_lines(lines[:k], "events.jsonl")
+    rest = Replayer(cluster=ClusterState.from_bytes(prefix.cluster.to_bytes()))
+    rest.feed_lines(lines[k:], "events.jsonl", first_seq=k + 1)
+    assert state_of(rest.cluster) == state_of(whole.cluster)
+    assert not whole.quarantined and not rest.quarantined
+    assert prefix.counts.applied + rest.counts.applied == whole.counts.applied
+
+
+@STREAMS
+@given(st.integers(0, 10**6), st.lists(st.floats(0, 1), min_size=1, max_size=4))
+def test_many_checkpoints_equal_whole(seed: int, cuts: list[float]) -> None:
+    lines = random_stream(seed, steps=80)
+    whole = Replayer()
+    whole.feed_lines(lines, "events.jsonl")
+    points = sorted({int(len(lines) * c) for c in cuts} | {0, len(lines)})
+    cluster = ClusterState()
+    for start, end in itertools.pairwise(points):
+        replayer = Replayer(cluster=ClusterState.from_bytes(cluster.to_bytes()))
+        replayer.feed_lines(lines[start:end], "events.jsonl", first_seq=start + 1)
+        cluster = replayer.cluster
+    assert state_of(cluster) == state_of(whole.cluster)
+
+
+# --- re-delivery changes nothing -------------------------------------------------------------------------------------
+
+
+@STREAMS
+@given(st.integers(0, 10**6), st.integers(1, 120), st.randoms(use_true_random=False))
+def test_redelivering_applied_positions_changes_nothing(seed: int, steps: int, rnd: random.Random) -> None:
+    lines = random_stream(seed, steps=steps)
+    replayer = Replayer()
+    replayer.feed_lines(lines, "events.jsonl")
+    expected = state_of(replayer.cluster)
+    picks = [rnd.randrange(len(lines)) for _ in range(10)]
+    # same source and line number: duplicates by position
+    for i in picks:
+        assert replayer.feed_line(lines[i], "events.jsonl", i + 1) is Outcome.DUPLICATE
+    assert state_of(replayer.cluster) == expected
+    # same records (same metadata offsets) at new positions, e.g. a producer retry or another event partition
+    for n, i in enumerate(picks):
+        outcome = replayer.feed_line(lines[i], "retry", n + 1)
+        assert outcome in (Outcome.DUPLICATE, Outcome.APPLIED)  # ClearElr may find nothing left to do
+        assert state_of(replayer.cluster) == expected, lines[i]
+    assert not replayer.quarantined
+
+
+@STREAMS
+@given(st.integers(0, 10**6), st.integers(1, 100), st.randoms(use_true_random=False))
+def test_duplicates_interleaved_in_the_stream_change_nothing(seed: int, steps: int, rnd: random.Random) -> None:
+    lines = random_stream(seed, steps=steps)
+    clean = Replayer()
+    clean.feed_lines(lines, "events.jsonl")
+    noisy: list[str] = []
+    for i, text in enumerate(lines):
+        noisy.append(text)
+        if i and rnd.random() < 0.3:
+            noisy.append(lines[rnd.randrange(i + 1)])  # an earlier record delivered again, at a new position
+    replayer = Replayer()
+    replayer.feed_lines(noisy, "events.jsonl")
+    assert state_without_positions(replayer.cluster) == state_without_positions(clean.cluster)
+    assert not replayer.quarantined
+    assert replayer.counts.applied <= clean.counts.applied + (len(noisy) - len(lines))
