@@ -85,6 +85,7 @@ class JobConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     changelog_checkpointing: bool = True
     state_cache: bool = True
+    bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
 
     def source_options(self) -> dict[str, str]:
         """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
@@ -656,6 +657,7 @@ def run(
     exporter = None
     if config.metrics_port is not None:
         exporter = start_exporter(health, config.metrics_port, config.metrics_host)
+        config.bound_metrics_port = exporter.port
     spark = build_spark(config)
     stop_event = stop_event or threading.Event()
     if handle_signals:  # after Spark: SparkContext installs its own SIGINT handler
