@@ -477,6 +477,13 @@ def test_envelope_offset_must_be_a_non_negative_int() -> None:
     assert_error(parse(env), "invalid_envelope", "offset")
 
 
+def test_envelope_offset_must_match_the_dump_log_offset() -> None:
+    env = envelope("TOPIC_RECORD", 0, {"name": "foo", "topicId": TOPIC_ID}, offset=13)
+    assert_error(parse(dump_line(env, offset=12)), "invalid_envelope", "offset")
+    result = parse(dump_line(env, offset=13))
+    assert isinstance(result, Record) and result.offset == 13
+
+
 def test_dump_line_with_bad_payload_is_quarantined_with_its_offset() -> None:
     text = "| offset: 77 CreateTime: 1732100000000 keySize: -1 valueSize: 5 sequence: -1 headerKeys: [] payload: {oops"
     result = parse(text)
