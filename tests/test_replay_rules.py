@@ -629,6 +629,73 @@ def test_status_transition_is_recorded_with_its_record() -> None:
     assert (d["statusSinceOffset"], d["lastOffset"], d["lastPosition"]) == (offset, offset, f"events.jsonl:{f.seq}")
 
 
+def test_status_elr_member_in_controlled_shutdown_is_not_live() -> None:
+    f = setup(isr=(), leader=-1, elr=[1], min_isr=2)
+    assert f.doc("foo")["status"] == "LEADERLESS_ELECTING"
+    f.feed(broker_change(1, in_controlled_shutdown=1))
+    assert f.doc("foo")["status"] == "LEADERLESS_WAITING"
+
+
+def test_status_fenced_isr_member_blocks_live_elr_member() -> None:
+    # valid(r) needs r in the ISR, or an empty ISR and r in the ELR (elr-semantics §2.3): a live ELR member cannot
+    # be elected while a (fenced) ISR member remains, so Kafka waits for the ISR member.
+    f = setup(replicas=(0, 1, 2), isr=(0,), leader=-1, elr=[1], min_isr=2, fenced=(0,))
+    assert f.doc("foo")["status"] == "LEADERLESS_WAITING"
+
+
+def test_status_last_known_leader_live_is_electing_with_unclean_recovery() -> None:
+    f = setup(isr=(), leader=-1, elr=[], lke=[0], min_isr=2)
+    assert f.doc("foo")["status"] == "LEADERLESS_ELECTING"
+    assert f.replayer.document(advice=False)["gauges"]["elrwatch_unclean_recovery_partitions"] == 1
+
+
+# --- election counters and the last leader change (monitor-spec §2, §4; metrics.md §1) -------------------------------
+
+
+def _counters(f: Feeder) -> tuple[int, int, int]:
+    g = f.replayer.document(advice=False)["gauges"]
+    return (g["elrwatch_elr_elections_total"], g["elrwatch_unclean_elections_total"],
+            g["elrwatch_last_known_leader_elections_total"])
+
+
+def test_elr_election_counted() -> None:
+    f = setup(isr=(), leader=-1, elr=[1, 2], min_isr=2)
+    f.feed(change(leader=1, isr=[1], eligibleLeaderReplicas=[2]))
+    assert _counters(f) == (1, 0, 0)
+    assert f.doc("foo")["lastLeaderChange"] == "elr"
+
+
+def test_last_known_leader_election_counted_as_unclean_too() -> None:
+    f = setup(isr=(), leader=-1, elr=[], lke=[0], min_isr=2)
+    f.feed(change(leader=0, isr=[0], leaderRecoveryState=1, lastKnownElr=[]))
+    assert _counters(f) == (0, 1, 1)
+    d = f.doc("foo")
+    assert (d["lastLeaderChange"], d["status"]) == ("last_known_leader", "RECOVERING")
+
+
+def test_unclean_election_counted() -> None:
+    f = setup(isr=(), leader=-1, elr=[], lke=[], min_isr=2)
+    f.feed(change(leader=2, isr=[2], leaderRecoveryState=1))
+    assert _counters(f) == (0, 1, 0)
+    assert f.doc("foo")["lastLeaderChange"] == "unclean"
+
+
+def test_clean_election_and_lost_leader() -> None:
+    f = setup(isr=(0, 1, 2), min_isr=2)
+    f.feed(change(leader=1))
+    assert _counters(f) == (0, 0, 0)
+    assert f.doc("foo")["lastLeaderChange"] == "clean"
+    f.feed(change(leader=-1, isr=[]))
+    assert f.doc("foo")["lastLeaderChange"] == "lost"
+
+
+def test_partition_record_replacing_counts_elections() -> None:
+    f = setup(isr=(), leader=-1, elr=[1, 2], min_isr=2)
+    f.feed(partition(isr=(1,), leader=1, leader_epoch=1, partition_epoch=1, elr=[2]))
+    f.feed(partition(isr=(2,), leader=2, leader_epoch=2, partition_epoch=2, leader_recovery_state=1))
+    assert _counters(f)[:2] == (2, 1)
+
+
 # --- gauges ----------------------------------------------------------------------------------------------------------
 
 
