@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import random
+import time
 from collections.abc import Iterator
 
 import orjson
@@ -40,8 +41,10 @@ class EventGenerator:
         start_offset: int = 0,
         start_ms: int = 1_732_100_000_000,
         elr: bool = True,
+        wallclock: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        self.wallclock = wallclock  # timestamps = time of generation (freshness benchmarks)
         self.n_brokers = brokers
         self.rf = rf
         self.min_isr = min_isr
@@ -60,7 +63,7 @@ class EventGenerator:
     # ------------------------------------------------------------------------------------------ helpers
     def _line(self, type_: str, version: int, data: dict) -> bytes:
         self.offset += 1
-        self.now_ms += 1
+        self.now_ms = max(self.now_ms + 1, int(time.time() * 1000)) if self.wallclock else self.now_ms + 1
         return orjson.dumps(
             {"type": type_, "version": version, "data": data, "offset": self.offset, "timestamp": self.now_ms}
         )

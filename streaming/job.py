@@ -625,11 +625,13 @@ class Sink:
         if self.health is not None:
             self.health.batch_written(batch_id, self.aggregator.gauges(), time.monotonic() - started)
         log.info(
-            "batch %s: %d buckets, %d partitions changed, %d quarantined%s",
+            "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs%s",
             batch_id,
             len(payloads),
             len(args["partitions"]),
             len(args["quarantined"]),
+            args["meta"]["counts"]["events"],
+            time.monotonic() - started,
             "" if written else " (already committed: store unchanged)",
         )
 

@@ -1,0 +1,325 @@
+"""Streaming job benchmarks against a local noida-db, each figure printed with its target.
+
+    python bench/streaming.py                      # all phases (throughput, freshness, storm, restart)
+    python bench/streaming.py --phases throughput --events 300000
+    python bench/streaming.py --phases storm,restart --partitions 1000000 --storm-partitions 100000
+
+* throughput: sustained events/s of `elrwatch stream` (steady-state batches, cap 100k events/batch) on a
+  10k-partition cluster, and its ratio to raw kafka-python consumption of the same topic in the same run.
+* freshness: events produced at 1k/s with wall-clock timestamps; latency = first time the store's last event
+  time covers the event − the event's timestamp; p50/p99 (store polled every 50 ms).
+* storm: a cluster of ``--partitions`` partitions is loaded, then one broker is fenced: the controller-style
+  PartitionChangeRecords touch ~``--storm-partitions`` partitions. Figure: seconds from the last storm record
+  produced to the store (last event time) and the metrics port (fenced broker gauge) both showing it.
+  RSS: peak resident memory of the whole job (Python driver + JVM + Python workers) with that state.
+* restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
+  restart to the first completed batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from consume_raw import consume_all  # noqa: E402
+
+from elrwatch.streaming.eventgen import EventGenerator  # noqa: E402
+from elrwatch.streaming.local_kafka import KafkaServer, free_port  # noqa: E402
+from elrwatch.streaming.metrics import scrape  # noqa: E402
+from elrwatch.streaming.produce import create_topic, make_producer, produce_lines  # noqa: E402
+from elrwatch.streaming.store import StatusStore  # noqa: E402
+
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
+
+
+def rss_tree_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants, MB (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            ppid = int(fields[1])
+            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            children.setdefault(ppid, []).append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total / 1e6
+
+
+class Job:
+    """`elrwatch stream` subprocess with its log."""
+
+    def __init__(self, workdir: str, name: str, *args: str) -> None:
+        self.log_path = os.path.join(workdir, f"{name}-{time.monotonic_ns()}.log")
+        self.log = open(self.log_path, "w")  # noqa: SIM115
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elrwatch.cli", "stream", *args],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "ELRWATCH_SPARK_DRIVER_MEMORY": os.environ.get("ELRWATCH_SPARK_DRIVER_MEMORY", "2g")},
+        )
+
+    def batches(self) -> list[tuple[float, int, int]]:
+        """(epoch seconds, batch id, total events) per logged batch."""
+        out = []
+        for line in Path(self.log_path).read_text(errors="replace").splitlines():
+            m = BATCH_LINE.match(line)
+            if m:
+                stamp = time.mktime(time.strptime(m.group(1).split(",")[0], "%Y-%m-%d %H:%M:%S"))
+                stamp += int(m.group(1).split(",")[1]) / 1000
+                out.append((stamp, int(m.group(2)), int(m.group(3))))
+        return out
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        self.log.close()
+
+    def tail(self) -> str:
+        return Path(self.log_path).read_text(errors="replace")[-3000:]
+
+
+def fast_producer(opts: dict[str, str]):
+    return make_producer(opts, acks=1, linger_ms=50, max_in_flight_requests_per_connection=1)
+
+
+def poll(cond, timeout: float, what: str, job: Job | None = None, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        if job is not None and job.proc.poll() is not None:
+            raise RuntimeError(f"job exited before {what}:\n{job.tail()}")
+        time.sleep(every)
+    raise TimeoutError(f"{what}: not within {timeout}s" + (f"\n{job.tail()}" if job else ""))
+
+
+def meta(url: str) -> dict:
+    store = StatusStore(url)
+    try:
+        return store.get_meta()
+    except Exception:
+        return {}
+    finally:
+        store.dispose()
+
+
+def report(name: str, value: float, unit: str, target: str, ok: bool | None) -> None:
+    verdict = "" if ok is None else ("  OK" if ok else "  MISSED")
+    print(f"{name:<52} {value:>12,.2f} {unit:<10} target {target}{verdict}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ phases
+
+
+def phase_throughput(kafka: KafkaServer, workdir: str, events: int) -> None:
+    gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=1)
+    lines = list(gen.bootstrap()) + list(gen.churn(events))
+    topic = "bench-throughput"
+    opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
+    create_topic(opts, topic, 2)
+    producer = fast_producer(opts)
+    res = produce_lines(opts, topic, lines, out=None, producer=producer)
+    producer.close()
+    report("produce (kafka-python, acks=1)", res.sent / res.seconds, "events/s", "-", None)
+    n, seconds = consume_all(kafka.bootstrap, topic)
+    raw = n / seconds
+    report("raw kafka-python consumption, same topic", raw, "events/s", "-", None)
+    url = f"sqlite:///{workdir}/tp.db"
+    job = Job(workdir, "throughput", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url,
+              "--checkpoint", f"{workdir}/tp-ck", "--available-now", "--max-records-per-batch", "100000",
+              "--buckets", "2")
+    try:
+        job.wait(1200)
+    finally:
+        job.kill()
+    batches = job.batches()
+    if len(batches) < 3:
+        print(f"throughput: too few batches\n{job.tail()}")
+        return
+    (t0, _, e0), (t1, _, e1) = batches[0], batches[-1]
+    rate = (e1 - e0) / (t1 - t0)
+    report("stream sustained (batches 1..n, advice on)", rate, "events/s", ">= 100,000", rate >= 100_000)
+    report("  ratio to raw consumption", rate / raw, "x", "-", None)
+
+
+def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: float) -> None:
+    gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=2, wallclock=True)
+    topic = "bench-fresh"
+    opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
+    create_topic(opts, topic, 1)
+    producer = fast_producer(opts)
+    produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer)
+    url = f"sqlite:///{workdir}/fresh.db"
+    job = Job(workdir, "fresh", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url,
+              "--checkpoint", f"{workdir}/fresh-ck", "--trigger", "250ms", "--buckets", "2")
+    try:
+        boot_ms = gen.now_ms
+        poll(lambda: (meta(url).get("lastEventTimeMs") or 0) >= boot_ms, 300, "bootstrap loaded", job, every=0.5)
+        sent: list[int] = []
+        seen: list[tuple[float, int]] = []
+        import threading
+
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                last = meta(url).get("lastEventTimeMs")
+                if last:
+                    seen.append((time.time() * 1000, last))
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started = time.monotonic()
+        i = 0
+        churn = gen.churn(10**9)
+        while time.monotonic() - started < seconds:
+            due = started + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            line = next(churn)
+            sent.append(gen.now_ms)
+            producer.send(topic, key=b"x", value=line)
+            if i % 20 == 0:
+                producer.flush()
+            i += 1
+        producer.flush()
+        poll(lambda: (meta(url).get("lastEventTimeMs") or 0) >= sent[-1], 60, "last fresh event", job)
+        time.sleep(0.2)
+        stop.set()
+        watcher.join(5)
+    finally:
+        job.kill()
+        producer.close()
+    latencies = []
+    j = 0
+    for ts in sent:
+        while j < len(seen) and seen[j][1] < ts:
+            j += 1
+        if j < len(seen):
+            latencies.append((seen[j][0] - ts) / 1000)
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2]
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    report(f"freshness p50 at {rate:g} events/s (trigger 250ms)", p50, "s", "-", None)
+    report(f"freshness p99 at {rate:g} events/s", p99, "s", "<= 2", p99 <= 2)
+
+
+def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm: int, restart: bool) -> None:
+    brokers = max(4, round(3 * partitions / storm))  # RF 3: each broker holds ~3/brokers of the partitions
+    topics = max(1, partitions // 10_000)
+    gen = EventGenerator(topics=topics, partitions=partitions // topics, brokers=brokers, seed=3, wallclock=True)
+    topic = "bench-storm"
+    opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
+    create_topic(opts, topic, 2)
+    producer = fast_producer(opts)
+    t = time.monotonic()
+    res = produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer)
+    print(f"storm: loading {partitions:,} partitions ({res.sent:,} events produced in {time.monotonic() - t:.0f}s,"
+          f" {brokers} brokers)", flush=True)
+    url = f"sqlite:///{workdir}/storm.db"
+    port = free_port()
+    args = ["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url, "--checkpoint",
+            f"{workdir}/storm-ck", "--trigger", "250ms", "--buckets", "2", "--max-records-per-batch", "250000",
+            "--metrics-port", str(port)]
+    job = Job(workdir, "storm", *args)
+    peak = 0.0
+    try:
+        boot_ms = gen.now_ms
+
+        def loaded() -> bool:
+            nonlocal peak
+            peak = max(peak, rss_tree_mb(job.proc.pid))
+            return (meta(url).get("lastEventTimeMs") or 0) >= boot_ms
+
+        poll(loaded, 1800, "initial load", job, every=1.0)
+        load_s = time.monotonic() - job.started
+        report(f"initial load of {partitions:,} partitions (startup incl.)", load_s, "s", "-", None)
+        victim = 0
+        storm_lines = list(gen.fence(victim))
+        t_first = time.monotonic()
+        produce_lines(opts, topic, storm_lines, out=None, producer=producer)
+        t_last = time.monotonic()
+        last_ms = gen.now_ms
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+        def reflected() -> bool:
+            nonlocal peak
+            peak = max(peak, rss_tree_mb(job.proc.pid))
+            if (meta(url).get("lastEventTimeMs") or 0) < last_ms:
+                return False
+            return scrape(metrics_url).get('elrwatch_brokers{state="fenced"}') == 1
+
+        poll(reflected, 600, "storm reflected", job, every=0.1)
+        done = time.monotonic()
+        n = len(storm_lines) - 1
+        report(f"storm: {n:,} partition changes on {partitions:,}", done - t_last, "s", "<= 5 after last", done - t_last <= 5)
+        report("  storm: first record produced -> reflected", done - t_first, "s", "-", None)
+        peak = max(peak, rss_tree_mb(job.proc.pid))
+        report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
+        if not restart:
+            return
+        job.kill()
+        before = meta(url).get("lastBatchId")
+        job = Job(workdir, "restart", *args)
+        produce_lines(opts, topic, gen.churn(10), out=None, producer=producer)
+        poll(lambda: (meta(url).get("lastBatchId") or -1) > (before or -1), 600, "first batch after restart", job,
+             every=0.1)
+        took = time.monotonic() - job.started
+        report("restart from checkpoint -> first completed batch", took, "s", "<= 30", took <= 30)
+    finally:
+        job.kill()
+        producer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phases", default="throughput,freshness,storm,restart")
+    parser.add_argument("--events", type=int, default=300_000, help="throughput: churn events")
+    parser.add_argument("--rate", type=float, default=1000.0, help="freshness: events/s")
+    parser.add_argument("--seconds", type=float, default=30.0, help="freshness: duration")
+    parser.add_argument("--partitions", type=int, default=1_000_000, help="storm: cluster size")
+    parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions touched")
+    args = parser.parse_args()
+    phases = set(args.phases.split(","))
+    workdir = tempfile.mkdtemp(prefix="elrwatch-bench-")
+    print(f"elrwatch streaming benchmarks ({os.cpu_count()} cores; workdir {workdir})", flush=True)
+    with KafkaServer() as kafka:
+        if "throughput" in phases:
+            phase_throughput(kafka, workdir, args.events)
+        if "freshness" in phases:
+            phase_freshness(kafka, workdir, args.rate, args.seconds)
+        if "storm" in phases or "restart" in phases:
+            phase_storm_restart(kafka, workdir, args.partitions, args.storm_partitions, "restart" in phases)
+
+
+if __name__ == "__main__":
+    main()
