@@ -125,6 +125,8 @@ class ClusterState:
         self.feature_offsets: dict[str, int] = {}
         self.source_seq: dict[str, int] = {}
         self.removed_topics: dict[str, int | None] = {}
+        self.removed_topic_names: dict[str, int | None] = {}
+        self.clear_elr_offsets: dict[str, int] = {}
         self.shadow_p0: dict[str, PartitionState] = {}
         self.log_info: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
         self.violations: dict[tuple[str, int], tuple[Violation, ...]] = {}
@@ -342,6 +344,8 @@ class ClusterState:
         topic.partitions[partition_id] = new
         self._dirty_topics.add(topic.topic_id)
         self._index(new)
+        if partition_id == 0:
+            self._min_isr_cache.pop(topic.topic_id, None)  # its replica count caps the topic's min ISR
         self._refresh(topic, new, record, epoch_note)
         if partition_id == 0:
             self._replica_count_changed(topic, old, new, record)
@@ -389,6 +393,8 @@ class ClusterState:
         ):
             self._unindex(set(b_replicas) | set(b_isr) | set(b_elr) | set(b_lke), partition)
             self._index(partition)
+        if partition_id == 0 and len(partition.replicas) != old_rf:
+            self._min_isr_cache.pop(topic.topic_id, None)  # before refreshing: the cap changed
         self._refresh(topic, partition, record)
         if partition_id == 0 and len(partition.replicas) != old_rf:
             self._replica_count_changed(topic, None, partition, record)
@@ -694,6 +700,7 @@ class ClusterState:
             del self.topic_ids_by_name[topic.name]
         self.topic_configs.pop(topic.name, None)  # Kafka deletes the topic's configs with it
         self.removed_topics[topic.topic_id] = record.offset
+        self.removed_topic_names[topic.name] = record.offset
         self._min_isr_cache.pop(topic.topic_id, None)
         self._dirty_topics.discard(topic.topic_id)
         self._removed_topics_out.append((topic.topic_id, topic.name))
@@ -714,13 +721,19 @@ class ClusterState:
 
     def _apply_clear_elr(self, record: Record) -> Outcome | RecordError:
         name = record.data["topicName"]
+        if self._is_dup(self.clear_elr_offsets.get(name), record):
+            return Outcome.DUPLICATE
         if name:
             topic = self.topic_by_name(name)
             if topic is None:
+                if name in self.removed_topic_names and self._is_dup(self.removed_topic_names[name], record):
+                    return Outcome.DUPLICATE  # re-delivered after the topic was removed
                 return self._error(record, "unknown_topic", "topicName", f"no topic named {name!r}")
             topics: Iterable[TopicState] = (topic,)
         else:
             topics = list(self.topics.values())
+        if record.offset is not None:
+            self.clear_elr_offsets[name] = record.offset
         for topic in topics:
             shadow = self.shadow_p0.get(topic.topic_id)
             if shadow is not None and not self._is_dup(shadow.last_offset, record) and clear_elr(shadow):

@@ -314,9 +314,11 @@ _UUID_CACHE_LIMIT = 1_000_000
 
 def is_uuid(value: object) -> bool:
     """A Kafka Uuid string: 22 chars of URL-safe base64 without padding (16 bytes)."""
+    if not isinstance(value, str):
+        return False
     if value in _VALID_UUIDS:
         return True
-    if not isinstance(value, str) or not _UUID_CHARS.match(value):
+    if not _UUID_CHARS.match(value):
         return False
     try:
         ok = len(base64.urlsafe_b64decode(value + "==")) == 16
