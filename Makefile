@@ -24,9 +24,10 @@ $(STAMP)/python: pyproject.toml | $(STAMP)
 
 install-python: $(STAMP)/python
 
-# Debian packages for tests: promtool (prometheus), a PostgreSQL server, chromium for the status page test.
+# Debian packages for tests: Java 17 (Spark), promtool (prometheus), amtool, PostgreSQL, chromium (status page test).
 $(STAMP)/system: | $(STAMP)
 	@missing=""; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
