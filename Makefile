@@ -76,6 +76,7 @@ bench: install-python
 	$(PYTHON) bench/replay.py
 	$(PYTHON) bench/simulate.py
 	$(PYTHON) bench/api.py
+	$(PYTHON) bench/streaming.py
 
 clean:
 	rm -rf $(STAMP) .pytest_cache .ruff_cache var artifacts
