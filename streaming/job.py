@@ -563,7 +563,8 @@ def build_spark(config: JobConfig) -> Any:
     for key, value in config.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "ERROR"))
+    # Spark's own ERROR lines repeat what the job reports as one line; ELRWATCH_SPARK_LOG_LEVEL=WARN shows them.
+    spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "FATAL"))
     return spark
 
 
@@ -655,6 +656,7 @@ def run(
     from elrwatch.streaming.metrics import Health, start_exporter
     from elrwatch.streaming.store import StatusStore
 
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     if config.buckets < 1:
         raise JobError("--buckets must be >= 1")
     config.source_options()  # validates required options early
@@ -690,9 +692,15 @@ def run(
         log.info("elrwatch stream started: %s", dict(options_summary(config)))
         if on_started is not None:
             on_started(query)
-        with contextlib.suppress(KeyboardInterrupt):
+        from pyspark.errors import StreamingQueryException
+
+        try:
             while query.isActive and not stop_event.is_set():
                 query.awaitTermination(0.5)
+        except KeyboardInterrupt:
+            stop_event.set()
+        except StreamingQueryException as exc:
+            raise JobError(_one_line(str(exc))) from None
         if stop_event.is_set() or (not query.isActive and query.exception() is None):
             log.info("stopping: %s", "signal" if stop_event.is_set() else "source drained")
             query.stop()

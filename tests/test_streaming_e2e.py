@@ -259,3 +259,15 @@ def _replay_files(paths: list[Path], tmp: Path) -> dict:
     joined = tmp / "joined.txt"
     joined.write_text("".join(p.read_text() for p in paths))
     return _replay(joined)
+
+
+def test_missing_topic_is_a_one_line_error_within_the_bound(kafka_server, tmp_path):
+    started = time.monotonic()
+    done = _cli("stream", "--bootstrap-servers", kafka_server.bootstrap, "--topic", "no-such-topic", "--store",
+                f"sqlite:///{tmp_path}/s.db", "--checkpoint", str(tmp_path / "ck"), "--source-timeout-ms", "3000",
+                timeout=180)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
+    assert errors == [f"elrwatch: error: topic no-such-topic does not exist on {kafka_server.bootstrap} (waited 3s)"]
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 90
