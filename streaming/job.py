@@ -560,6 +560,8 @@ def build_spark(config: JobConfig) -> Any:
         .config("spark.driver.memory", os.environ.get("ELRWATCH_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
     )
+    if os.environ.get("ELRWATCH_SPARK_JARS_PACKAGES"):  # e.g. the Kafka connector for --source kafka-native
+        builder = builder.config("spark.jars.packages", os.environ["ELRWATCH_SPARK_JARS_PACKAGES"])
     for key, value in config.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -654,6 +656,7 @@ def run(
 ) -> int:
     """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
     from elrwatch.streaming.metrics import Health, start_exporter
+    from elrwatch.streaming.sources import SourceError
     from elrwatch.streaming.store import StatusStore
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -687,7 +690,10 @@ def run(
     spark.streams.addListener(listener)
     query = None
     try:
-        query = build_query(spark, config, Sink(store, aggregator, health))
+        try:
+            query = build_query(spark, config, Sink(store, aggregator, health))
+        except SourceError as exc:
+            raise JobError(str(exc)) from None
         health.up = 1
         log.info("elrwatch stream started: %s", dict(options_summary(config)))
         if on_started is not None:

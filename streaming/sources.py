@@ -591,7 +591,16 @@ def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
         register(spark)
         return spark.readStream.format(FILES_FORMAT).options(**dict(options)).load()
     if source == "kafka-native":
-        df = spark.readStream.format("kafka").options(**native_kafka_options(options)).load()
+        try:
+            df = spark.readStream.format("kafka").options(**native_kafka_options(options)).load()
+        except Exception as exc:
+            if "kafka" in str(exc) and ("Failed to find" in str(exc) or "DATA_SOURCE_NOT_FOUND" in str(exc)):
+                raise SourceError(
+                    "--source kafka-native needs Spark's Kafka connector on the classpath (spark-sql-kafka-0-10, "
+                    "e.g. ELRWATCH_SPARK_JARS_PACKAGES=org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>); "
+                    "--source kafka needs nothing extra"
+                ) from None
+            raise
         return df.select(
             F.col("value").cast("string").alias("value"),
             "topic",

@@ -271,3 +271,12 @@ def test_missing_topic_is_a_one_line_error_within_the_bound(kafka_server, tmp_pa
     assert errors == [f"elrwatch: error: topic no-such-topic does not exist on {kafka_server.bootstrap} (waited 3s)"]
     assert "Traceback" not in done.stderr
     assert time.monotonic() - started < 90
+
+
+def test_kafka_native_without_the_connector_says_what_is_missing(tmp_path):
+    """Spark's own Kafka source cannot be tested here (no Maven); without its jar the error says what to add."""
+    done = _cli("stream", "--source", "kafka-native", "--bootstrap-servers", "127.0.0.1:9", "--topic", "t",
+                "--store", f"sqlite:///{tmp_path}/s.db", "--checkpoint", str(tmp_path / "ck"), timeout=180)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
+    assert len(errors) == 1 and "spark-sql-kafka-0-10" in errors[0], done.stderr[-2000:]
