@@ -639,9 +639,10 @@ class Sink:
         )
 
 
-def _checkpoint_has_commits(checkpoint: str) -> bool:
-    commits = os.path.join(checkpoint, "commits")
-    return os.path.isdir(commits) and any(not f.startswith(".") for f in os.listdir(commits))
+def _checkpoint_has_batches(checkpoint: str) -> bool:
+    """Whether Spark planned a batch in this checkpoint (offsets log), committed or not: then it is a restart."""
+    offsets = os.path.join(checkpoint, "offsets")
+    return os.path.isdir(offsets) and any(not f.startswith(".") for f in os.listdir(offsets))
 
 
 class JobError(RuntimeError):
@@ -665,7 +666,7 @@ def run(
     config.source_options()  # validates required options early
     store = StatusStore(config.store, password_file=config.store_password_file)
     store.create_schema()
-    fresh = not _checkpoint_has_commits(config.checkpoint)
+    fresh = not _checkpoint_has_batches(config.checkpoint)
     driver_file = os.path.join(config.checkpoint, DRIVER_FILE)
     if fresh:
         if store.last_batch_id() is not None:
