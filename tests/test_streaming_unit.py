@@ -57,3 +57,23 @@ def test_trigger_parsing():
     assert job.parse_trigger("1s") == "1000 milliseconds"
     assert job.parse_trigger("250ms") == "250 milliseconds"
     assert job.parse_trigger("10 seconds") == "10 seconds"
+
+
+def test_fresh_checkpoint_with_a_used_store_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    from elrwatch.streaming.store import StatusStore
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = StatusStore(url)
+    store.create_schema()
+    store.write_batch(0, gauges={"elrwatch_partition_count": 0})
+    store.dispose()
+    done = subprocess.run(
+        [sys.executable, "-m", "elrwatch.cli", "stream", "--source", "files", "--path", str(tmp_path), "--store", url,
+         "--checkpoint", str(tmp_path / "new-ck")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1
+    assert "already holds batches of another run" in done.stderr.splitlines()[-1]
