@@ -169,7 +169,7 @@ def phase_throughput(kafka: KafkaServer, workdir: str, events: int) -> None:
     report("  ratio to raw consumption", rate / raw, "x", "-", None)
 
 
-def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: float) -> None:
+def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: float, buckets: int = 2) -> None:
     gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=2, wallclock=True)
     topic = "bench-fresh"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
@@ -178,7 +178,7 @@ def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: floa
     produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer)
     url = f"sqlite:///{workdir}/fresh.db"
     job = Job(workdir, "fresh", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url,
-              "--checkpoint", f"{workdir}/fresh-ck", "--trigger", "250ms", "--buckets", "2")
+              "--checkpoint", f"{workdir}/fresh-ck", "--trigger", "250ms", "--buckets", str(buckets))
     try:
         boot_ms = gen.now_ms
         poll(lambda: (meta(url).get("lastEventTimeMs") or 0) >= boot_ms, 300, "bootstrap loaded", job, every=0.5)
@@ -232,7 +232,7 @@ def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: floa
     latencies.sort()
     p50 = latencies[len(latencies) // 2]
     p99 = latencies[int(len(latencies) * 0.99) - 1]
-    report(f"freshness p50 at {rate:g} events/s (trigger 250ms)", p50, "s", "-", None)
+    report(f"freshness p50 at {rate:g} events/s (trigger 250ms, {buckets} buckets)", p50, "s", "-", None)
     report(f"freshness p99 at {rate:g} events/s", p99, "s", "<= 2", p99 <= 2)
 
 
@@ -317,6 +317,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000, help="throughput: churn events")
     parser.add_argument("--rate", type=float, default=1000.0, help="freshness: events/s")
     parser.add_argument("--seconds", type=float, default=35.0, help="freshness: duration (first 5 s: warm-up)")
+    parser.add_argument("--fresh-buckets", type=int, default=2, help="freshness: --buckets of the job")
     parser.add_argument("--partitions", type=int, default=1_000_000, help="storm: cluster size")
     parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions touched")
     args = parser.parse_args()
@@ -327,7 +328,7 @@ def main() -> None:
         if "throughput" in phases:
             phase_throughput(kafka, workdir, args.events)
         if "freshness" in phases:
-            phase_freshness(kafka, workdir, args.rate, args.seconds)
+            phase_freshness(kafka, workdir, args.rate, args.seconds, args.fresh_buckets)
         if "storm" in phases or "restart" in phases:
             phase_storm_restart(kafka, workdir, args.partitions, args.storm_partitions, "restart" in phases)
 
