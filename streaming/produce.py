@@ -1,11 +1,13 @@
 """`elrwatch produce`: publish metadata event lines to a Kafka topic, keyed so per-entity order is kept.
 
 Keys (Kafka's default partitioner hashes the key, so one key always lands in one partition, in order):
-* PARTITION_RECORD / PARTITION_CHANGE_RECORD / REPLICA_LOG_INFO_RECORD: ``<topicId>:<partitionId>``;
+* TOPIC_RECORD, PARTITION_RECORD, PARTITION_CHANGE_RECORD, REPLICA_LOG_INFO_RECORD, REMOVE_TOPIC_RECORD:
+  ``topic:<topicId>`` (a partition record can never overtake the creation of its topic);
 * broker records (register, change, fence, unfence, unregister): ``broker:<id>``;
 * every other type: the type name; lines that are not valid events: ``invalid``.
-Records of one partition and of one broker therefore keep their order; across keys the job re-orders each
-micro-batch by metadata offset (``"offset"`` in the envelope, always set by the simulator and the generator).
+Records of one topic (hence of one partition) and of one broker therefore keep their order; across keys the job
+re-orders each micro-batch by metadata offset (``"offset"`` in the envelope, always set by the simulator and the
+generator).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ import orjson
 
 from elrwatch.streaming.sources import kafka_python_config
 
-PARTITION_TYPES = ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "REPLICA_LOG_INFO_RECORD")
+#: Records about one topic (its creation, its partitions, its removal): keyed by topic id.
+TOPIC_SCOPED_TYPES = (
+    "TOPIC_RECORD",
+    "PARTITION_RECORD",
+    "PARTITION_CHANGE_RECORD",
+    "REPLICA_LOG_INFO_RECORD",
+    "REMOVE_TOPIC_RECORD",
+)
 BROKER_ID_FIELD = {
     "REGISTER_BROKER_RECORD": "brokerId",
     "BROKER_REGISTRATION_CHANGE_RECORD": "brokerId",
@@ -47,8 +56,10 @@ def key_of(line: bytes | str) -> bytes:
         return b"invalid"
     if not isinstance(type_name, str) or not isinstance(data, dict):
         return b"invalid"
-    if type_name in PARTITION_TYPES and "topicId" in data and "partitionId" in data:
-        return f"{data['topicId']}:{data['partitionId']}".encode()
+    if type_name in TOPIC_SCOPED_TYPES and "topicId" in data:
+        # One key per topic: its TOPIC_RECORD, partition records and removal share an event-topic partition, so a
+        # partition record can never overtake the creation of its topic (which would be quarantined as unknown).
+        return f"topic:{data['topicId']}".encode()
     field = BROKER_ID_FIELD.get(type_name)
     if field is not None and field in data:
         return f"broker:{data[field]}".encode()

@@ -42,6 +42,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -49,7 +50,6 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.engine import URL, Connection, make_url
@@ -455,10 +455,19 @@ class StatusStore:
             conn.execute(stmt, chunk)
 
     def _delete_partitions(self, conn: Connection, keys: list[tuple[str, int]]) -> None:
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            for table in (partitions_t, partition_replicas_t, violations_t):
-                conn.execute(delete(table).where(tuple_(table.c.topic_id, table.c.partition_id).in_(chunk)))
+        """Delete the rows of these partitions: one indexed delete per key, sent as executemany.
+
+        (A row-value ``IN`` over a chunk of keys looks cheaper but SQLite runs it as a full table scan per chunk:
+        at 1M partitions that dominated a 100k-partition storm.)
+        """
+        if not keys:
+            return
+        params = [{"k_topic": topic_id, "k_partition": partition_id} for topic_id, partition_id in keys]
+        for table in (partitions_t, partition_replicas_t, violations_t):
+            statement = delete(table).where(
+                table.c.topic_id == bindparam("k_topic"), table.c.partition_id == bindparam("k_partition")
+            )
+            conn.execute(statement, params)
 
     # ------------------------------------------------------------------ writes
     def last_batch_id(self) -> int | None:

@@ -12,11 +12,13 @@ from elrwatch.streaming.produce import key_of
 
 def test_keys_keep_partition_and_broker_order():
     pcr = '{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":3,"topicId":"FbrrdcfiR-KC2CPSTHaJrg"}}'
-    assert key_of(pcr) == b"FbrrdcfiR-KC2CPSTHaJrg:3"
-    assert key_of(f"| offset: 4 CreateTime: 1 keySize: -1 valueSize: 9 payload: {pcr}") == b"FbrrdcfiR-KC2CPSTHaJrg:3"
+    assert key_of(pcr) == b"topic:FbrrdcfiR-KC2CPSTHaJrg"
+    assert key_of(f"| offset: 4 CreateTime: 1 keySize: -1 valueSize: 9 payload: {pcr}") == b"topic:FbrrdcfiR-KC2CPSTHaJrg"
     assert key_of('{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":0,"data":{"brokerId":2}}') == b"broker:2"
     assert key_of('{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":5,"epoch":1}}') == b"broker:5"
-    assert key_of('{"type":"TOPIC_RECORD","version":0,"data":{"name":"a","topicId":"x"}}') == b"TOPIC_RECORD"
+    # a topic's creation and its partitions share one key, so they stay in order across event-topic partitions
+    assert key_of('{"type":"TOPIC_RECORD","version":0,"data":{"name":"a","topicId":"x"}}') == b"topic:x"
+    assert key_of('{"type":"REMOVE_TOPIC_RECORD","version":0,"data":{"topicId":"x"}}') == b"topic:x"
     assert key_of("garbage") == b"invalid"
     assert key_of("| offset: 0 CreateTime: 1 SnapshotHeader {}") == b"other"
 
