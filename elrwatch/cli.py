@@ -436,6 +436,13 @@ def stream(
     sasl_mechanism: SaslMechanism = None,
     sasl_username: SaslUsername = None,
     sasl_password_file: SaslPasswordFile = None,
+    spark_master: Annotated[
+        str | None,
+        _opt("--spark-master", "Spark master URL; default: spark-submit's when launched by it, else local[2]."),
+    ] = None,
+    spark_conf: Annotated[
+        list[str] | None, _opt("--spark-conf", "Extra Spark setting KEY=VALUE (repeatable).")
+    ] = None,
 ) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
     import logging
@@ -452,7 +459,8 @@ def stream(
         default_min_isr=default_min_isr, advice=advice, source_timeout_ms=source_timeout_ms,
         security_protocol=security_protocol, ssl_cafile=ssl_cafile, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
         ssl_password_file=ssl_password_file, sasl_mechanism=sasl_mechanism, sasl_username=sasl_username,
-        sasl_password_file=sasl_password_file,
+        sasl_password_file=sasl_password_file, spark_master=spark_master,
+        spark_conf=_key_values(spark_conf or [], "--spark-conf"),
     )
     if source not in ("kafka", "kafka-native", "files"):
         _fail("--source must be kafka, kafka-native or files")
@@ -460,6 +468,17 @@ def stream(
         job.run(config, stop_event=threading.Event(), handle_signals=True)
     except (job.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
+
+
+def _key_values(items: list[str], option: str) -> dict[str, str]:
+    """Parse repeated KEY=VALUE options."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"{option} takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
 
 
 @app.command()

@@ -82,7 +82,7 @@ class JobConfig:
     sasl_username: str | None = None
     sasl_password_file: str | None = None
     source_timeout_ms: int = 15000
-    spark_master: str = "local[2]"
+    spark_master: str | None = None  # None: spark-submit's master when launched by it, else local[2]
     spark_conf: dict[str, str] = field(default_factory=dict)
     changelog_checkpointing: bool = True
     state_cache: bool = True
@@ -535,14 +535,26 @@ class Aggregator:
 # ---------------------------------------------------------------------------------------------- the job
 
 
+def spark_master(config: JobConfig) -> str | None:
+    """The master to set: ``--spark-master`` if given; none when spark-submit launched us (the Spark operator's
+    driver, `spark-submit --master k8s://…`), so its master and executors are used; else local mode on 2 cores."""
+    if config.spark_master:
+        return config.spark_master
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit's PythonRunner for the driver process
+        return None
+    return "local[2]"
+
+
 def build_spark(config: JobConfig) -> Any:
     """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow)."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("elrwatch-stream")
+    master = spark_master(config)
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName("elrwatch-stream")
-        .master(config.spark_master)
-        .config("spark.sql.shuffle.partitions", str(config.buckets))
+        builder.config("spark.sql.shuffle.partitions", str(config.buckets))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config(
