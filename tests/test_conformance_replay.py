@@ -10,8 +10,6 @@ asserted on the replayed partition (ELR and LastKnownElr as sets; conformance/RE
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,15 +27,11 @@ from core_events import (
     topic,
     topic_min_isr,
 )
+from reference import conformance_cases_file
 
 from elrwatch.state.cluster import Outcome
 
-CASES_FILE = Path(
-    os.environ.get(
-        "ELRWATCH_CONFORMANCE_CASES",
-        Path(__file__).resolve().parents[2] / "shared" / "reference" / "conformance" / "cases.jsonl",
-    )
-)
+CASES_FILE = conformance_cases_file()
 CASES = [json.loads(x) for x in CASES_FILE.read_text().splitlines() if x.strip()]
 BY_ID = {c["id"]: c for c in CASES}
 
