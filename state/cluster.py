@@ -296,16 +296,24 @@ class ClusterState:
             return self._error(record, "unknown_topic", "topicId", f"no TOPIC_RECORD for topic id {topic_id}")
         return topic
 
-    def _apply_partition_record(self, record: Record) -> Outcome | RecordError:
+    def _locate(self, record: Record) -> tuple[TopicState, int, bool, PartitionState | None] | Outcome | RecordError:
+        """(topic, partition id, owned, current registration or shadow) of a partition record, or why not."""
         topic = self._topic_for(record)
         if not isinstance(topic, TopicState):
             return topic
-        data = record.data
-        partition_id = data["partitionId"]
+        partition_id = record.data["partitionId"]
         owned = self.owns(topic.topic_id, partition_id)
         if not owned and partition_id != 0:
             return Outcome.NOT_OWNED
-        old = topic.partitions.get(partition_id) if owned else self.shadow_p0.get(topic.topic_id)
+        current = topic.partitions.get(partition_id) if owned else self.shadow_p0.get(topic.topic_id)
+        return topic, partition_id, owned, current
+
+    def _apply_partition_record(self, record: Record) -> Outcome | RecordError:
+        located = self._locate(record)
+        if not isinstance(located, tuple):
+            return located
+        topic, partition_id, owned, old = located
+        data = record.data
         if old is not None and self._is_dup(old.last_offset, record):
             return Outcome.DUPLICATE
         new = partition_from_record(data)
@@ -352,15 +360,11 @@ class ClusterState:
         return Outcome.APPLIED
 
     def _apply_partition_change(self, record: Record) -> Outcome | RecordError:
-        topic = self._topic_for(record)
-        if not isinstance(topic, TopicState):
-            return topic
+        located = self._locate(record)
+        if not isinstance(located, tuple):
+            return located
+        topic, partition_id, owned, partition = located
         data = record.data
-        partition_id = data["partitionId"]
-        owned = self.owns(topic.topic_id, partition_id)
-        if not owned and partition_id != 0:
-            return Outcome.NOT_OWNED
-        partition = topic.partitions.get(partition_id) if owned else self.shadow_p0.get(topic.topic_id)
         if partition is None:
             return self._error(
                 record,

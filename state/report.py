@@ -119,9 +119,7 @@ def violation_docs(cluster: ClusterState) -> list[dict[str, Any]]:
         topic = cluster.topics.get(topic_id)
         name = topic.name if topic is not None else topic_id
         for violation in violations:
-            out.append(
-                {"topic": name, "topicId": topic_id, "partitionId": partition_id, **violation.to_dict()}
-            )
+            out.append({"topic": name, "topicId": topic_id, "partitionId": partition_id, **violation.to_dict()})
     out.sort(key=lambda v: (v["topic"], v["partitionId"], v["kind"]))
     return out
 
@@ -153,13 +151,18 @@ def build_document(
         "gauges": all_gauges(cluster, counts),
         "violations": violation_docs(cluster),
         "quarantined": quarantine_doc(quarantined),
-        "counts": {
-            "events": sum(counts.events_by_type.values()),
-            "applied": counts.applied,
-            "duplicates": counts.duplicates,
-            "skippedByType": dict(sorted(counts.skipped_by_type.items())),
-            "ignoredLines": counts.ignored_lines,
-        },
+        "counts": counts_doc(counts),
+    }
+
+
+def counts_doc(counts: PipelineCounts) -> dict[str, Any]:
+    """The report's ``counts``: events read, applied, duplicates, skipped by type, ignored lines."""
+    return {
+        "events": sum(counts.events_by_type.values()),
+        "applied": counts.applied,
+        "duplicates": counts.duplicates,
+        "skippedByType": dict(sorted(counts.skipped_by_type.items())),
+        "ignoredLines": counts.ignored_lines,
     }
 
 

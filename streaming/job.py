@@ -515,16 +515,10 @@ class Aggregator:
         return dict(sorted(out.items()))
 
     def meta(self) -> dict[str, Any]:
+        from elrwatch.state.report import counts_doc
+
         counts = self.counts()
-        meta: dict[str, Any] = {
-            "counts": {
-                "events": sum(counts.events_by_type.values()),
-                "applied": counts.applied,
-                "duplicates": counts.duplicates,
-                "skippedByType": dict(sorted(counts.skipped_by_type.items())),
-                "ignoredLines": counts.ignored_lines,
-            }
-        }
+        meta: dict[str, Any] = {"counts": counts_doc(counts)}
         if counts.last_event_ms is not None:
             meta["lastEventTimeMs"] = counts.last_event_ms
         if self.cluster is not None:
