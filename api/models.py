@@ -23,7 +23,7 @@ _RECOMMENDATION_EXAMPLE = {
     "action": "restore_replicas",
     "summary": "High watermark frozen: bring broker 1 back or let broker 0 catch up.",
     "risk": "none",
-    "commands": ["kafka-topics.sh --bootstrap-server $BOOTSTRAP --describe --topic orders --partition 1"],
+    "commands": ["kafka-topics.sh --bootstrap-server $BOOTSTRAP --describe --topic orders --under-min-isr-partitions"],
 }
 _PARTITION_EXAMPLE = {
     "topic": "orders",

@@ -361,8 +361,9 @@ def recommendation(
                 summary=f"High watermark frozen (ISR {len(p.isr)} < min ISR {ctx.min_isr}): bring back or let catch "
                 f"up replicas {missing}; acks=all writes fail until then.",
                 waitFor=[r for r in missing if not is_active(r)],
-                commands=[
-                    f"bin/kafka-topics.sh --bootstrap-server {BOOTSTRAP} --describe --topic {name} --partition {pid}"
+                commands=[  # kafka-topics.sh has no --partition filter; this lists the topic's under-min-ISR ones
+                    f"bin/kafka-topics.sh --bootstrap-server {BOOTSTRAP} --describe --topic {name} "
+                    "--under-min-isr-partitions"
                 ],
             )
         elif len(p.isr) < len(p.replicas):
