@@ -261,7 +261,7 @@ def main() -> int:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                if httpx.get(base + "/healthz", timeout=2).status_code == 200:  # up; /readyz also wants fresh data
                     break
             except httpx.HTTPError:
                 pass
