@@ -6,16 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal[
-    "MANUAL_ELECTION_REQUIRED",
-    "RECOVERING",
-    "LEADERLESS_WAITING",
-    "LEADERLESS_ELECTING",
-    "UNDER_MIN_ISR",
-    "AT_MIN_ISR",
-    "UNDER_REPLICATED",
-    "HEALTHY",
-]
+from elrwatch.state.status import STATUSES
+
+Status = Literal[STATUSES]  # type: ignore[valid-type] - the status classes of state/status.py, most severe first
 
 _OUTLOOK_EXAMPLE = {"summary": "keeps leader 2; acks=all writes fail until the ISR grows back to 2"}
 _RECOMMENDATION_EXAMPLE = {

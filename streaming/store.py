@@ -54,19 +54,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL, Connection, make_url
 
+from elrwatch.state.status import STATUSES
+
 log = logging.getLogger(__name__)
 
 # Statuses, most severe first (monitor-spec §3). The index is the severity rank (0 = most severe).
-STATUS_ORDER: tuple[str, ...] = (
-    "MANUAL_ELECTION_REQUIRED",
-    "RECOVERING",
-    "LEADERLESS_WAITING",
-    "LEADERLESS_ELECTING",
-    "UNDER_MIN_ISR",
-    "AT_MIN_ISR",
-    "UNDER_REPLICATED",
-    "HEALTHY",
-)
+STATUS_ORDER: tuple[str, ...] = STATUSES
 SEVERITY: dict[str, int] = {name: rank for rank, name in enumerate(STATUS_ORDER)}
 # Statuses that always need an operator's attention (the recommendation says what to do).
 ACTION_STATUSES: frozenset[str] = frozenset(STATUS_ORDER[:5])
