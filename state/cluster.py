@@ -646,7 +646,9 @@ class ClusterState:
         return list(self._by_broker.get(broker_id, ()))
 
     def _broker_changed(self, broker: BrokerState, record: Record) -> None:
-        was_active = broker.broker_id in self._active
+        """A broker record was applied: stamp its offset, update liveness sets, re-derive its partitions."""
+        if record.offset is not None:
+            broker.last_offset = record.offset
         if broker.active:
             self._active.add(broker.broker_id)
         else:
@@ -656,7 +658,6 @@ class ClusterState:
         else:
             self._eligible.discard(broker.broker_id)
         self._dirty_brokers.add(broker.broker_id)
-        del was_active
         if self.partition_count == 0:
             return
         # Even when liveness is unchanged, fencing changes the KIP-903 audit: refresh every partition of the broker.
@@ -807,7 +808,6 @@ class ClusterState:
             broker.fenced = False
         if record.data.get("inControlledShutdown", 0) == 1:
             broker.in_controlled_shutdown = True
-        broker.last_offset = record.offset if record.offset is not None else broker.last_offset
         self._broker_changed(broker, record)
         return Outcome.APPLIED
 
@@ -816,7 +816,6 @@ class ClusterState:
         if not isinstance(broker, BrokerState):
             return broker
         broker.fenced = record.type == records.FENCE_BROKER_RECORD
-        broker.last_offset = record.offset if record.offset is not None else broker.last_offset
         self._broker_changed(broker, record)
         return Outcome.APPLIED
 
@@ -825,7 +824,6 @@ class ClusterState:
         if not isinstance(broker, BrokerState):
             return broker
         broker.registered = False
-        broker.last_offset = record.offset if record.offset is not None else broker.last_offset
         self._broker_changed(broker, record)
         return Outcome.APPLIED
 
