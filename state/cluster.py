@@ -107,13 +107,18 @@ class Changes:
 class ClusterState:
     """The monitor's view of a KRaft cluster's metadata, built by applying records in order."""
 
-    def __init__(self, default_min_isr: int = 1, bucket: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, default_min_isr: int = 1, bucket: tuple[int, int] | None = None, track_changes: bool = True
+    ) -> None:
+        """``track_changes=False`` skips the bookkeeping behind `drain_changes` (changed partitions, status
+        transitions): a replay that only reads the final state (``elrwatch replay``) does not need it."""
         if default_min_isr < 1:
             raise ValueError("default_min_isr must be >= 1")
         if bucket is not None and not (bucket[1] >= 1 and 0 <= bucket[0] < bucket[1]):
             raise ValueError(f"invalid bucket {bucket}")
         self.default_min_isr = default_min_isr
         self.bucket = bucket
+        self.track_changes = track_changes
         self.topics: dict[str, TopicState] = {}
         self.topic_ids_by_name: dict[str, str] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
@@ -152,6 +157,7 @@ class ClusterState:
         self._min_isr_cache: dict[str, int] = {}
         self._unclean_cache: dict[str, bool] = {}
         self._active: set[int] = {b.broker_id for b in self.brokers.values() if b.active}
+        self._is_active = self._active.__contains__  # the set is only ever updated in place
         self._eligible: set[int] = {b.broker_id for b in self.brokers.values() if b.registered and not b.fenced}
         self._elr_on = self.elr_enabled
         self.last_error: RecordError | None = None
@@ -169,6 +175,7 @@ class ClusterState:
         state = pickle.loads(zlib.decompress(body) if kind == b"Z" else body)
         self = cls.__new__(cls)
         self.__dict__.update(state)
+        self.__dict__.setdefault("track_changes", True)  # states written before the option existed
         self._reset_transient()
         return self
 
@@ -261,9 +268,8 @@ class ClusterState:
         if last is not None and record.seq <= last:
             return Outcome.DUPLICATE
         self.source_seq[source] = record.seq
-        handler = _HANDLERS[record.type]
-        result = handler(self, record)
-        if isinstance(result, RecordError):
+        result = _HANDLERS[record.type](self, record)
+        if result.__class__ is RecordError:
             self.last_error = result
             if self._reports(record):
                 self._quarantined.append(result)
@@ -309,16 +315,25 @@ class ClusterState:
         return topic, partition_id, owned, current
 
     def _apply_partition_record(self, record: Record) -> Outcome | RecordError:
-        located = self._locate(record)
-        if not isinstance(located, tuple):
-            return located
-        topic, partition_id, owned, old = located
         data = record.data
-        if old is not None and self._is_dup(old.last_offset, record):
+        topic = self.topics.get(data["topicId"])
+        partition_id = data["partitionId"]
+        if topic is not None and self.bucket is None:  # the common case, without the bucket hash
+            owned = True
+            old = topic.partitions.get(partition_id)
+        else:
+            located = self._locate(record)
+            if not isinstance(located, tuple):
+                return located
+            topic, partition_id, owned, old = located
+        offset = record.offset
+        if old is not None and offset is not None and old.last_offset is not None and offset <= old.last_offset:
             return Outcome.DUPLICATE
         new = partition_from_record(data)
         new.topic_id = topic.topic_id  # share the interned id string
-        self._stamp(new, record)
+        new.last_offset = offset
+        new.last_timestamp_ms = record.timestamp_ms
+        new.last_position = record.position
         if not owned:
             self.shadow_p0[topic.topic_id] = new
             self._replica_count_changed(topic, old, new, record)
@@ -360,11 +375,17 @@ class ClusterState:
         return Outcome.APPLIED
 
     def _apply_partition_change(self, record: Record) -> Outcome | RecordError:
-        located = self._locate(record)
-        if not isinstance(located, tuple):
-            return located
-        topic, partition_id, owned, partition = located
         data = record.data
+        topic = self.topics.get(data["topicId"])
+        partition_id = data["partitionId"]
+        if topic is not None and self.bucket is None:  # the common case, without the bucket hash
+            owned = True
+            partition = topic.partitions.get(partition_id)
+        else:
+            located = self._locate(record)
+            if not isinstance(located, tuple):
+                return located
+            topic, partition_id, owned, partition = located
         if partition is None:
             return self._error(
                 record,
@@ -372,7 +393,8 @@ class ClusterState:
                 "partitionId",
                 f"no PARTITION_RECORD for {topic.name}-{partition_id}",
             )
-        if self._is_dup(partition.last_offset, record):
+        offset = record.offset
+        if offset is not None and partition.last_offset is not None and offset <= partition.last_offset:
             return Outcome.DUPLICATE
         old_rf = len(partition.replicas)
         if not owned:
@@ -384,7 +406,11 @@ class ClusterState:
         b_leader, b_isr, b_elr = partition.leader, partition.isr, partition.elr
         b_lke, b_lrs, b_replicas = partition.last_known_elr, partition.leader_recovery_state, partition.replicas
         merge_partition_change(partition, data)
-        self._stamp(partition, record)
+        if offset is not None:
+            partition.last_offset = offset
+        if record.timestamp_ms is not None:
+            partition.last_timestamp_ms = record.timestamp_ms
+        partition.last_position = record.position
         leader_set = data.get("leader", NO_LEADER_CHANGE)
         record_lrs = data.get("leaderRecoveryState", -1)
         if leader_set != NO_LEADER_CHANGE or record_lrs != -1:
@@ -399,9 +425,10 @@ class ClusterState:
             self._index(partition)
         if partition_id == 0 and len(partition.replicas) != old_rf:
             self._min_isr_cache.pop(topic.topic_id, None)  # before refreshing: the cap changed
-        self._refresh(topic, partition, record)
-        if partition_id == 0 and len(partition.replicas) != old_rf:
+            self._refresh(topic, partition, record)
             self._replica_count_changed(topic, None, partition, record)
+        else:
+            self._refresh(topic, partition, record)
         return Outcome.APPLIED
 
     def _apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
@@ -500,38 +527,52 @@ class ClusterState:
         unclean = self._unclean_cache.get(topic_id)
         if unclean is None:
             unclean = self.unclean_enabled(topic)
-        status, flags = derive(partition, min_isr, self._active.__contains__, self._elr_on, unclean)
-        old_flags = partition.flags if partition.status else None
+        status, flags = derive(partition, min_isr, self._is_active, self._elr_on, unclean)
+        old_status = partition.status
+        old_flags = partition.flags if old_status else None
         if flags != old_flags:
             histogram = self.flag_histogram
             if old_flags is not None:
                 histogram[old_flags] -= 1
             histogram[flags] += 1
             partition.flags = flags
-        if status != partition.status:
+        if status != old_status:
             offset = record.offset if record is not None else None
             at_ms = record.timestamp_ms if record is not None else None
-            old_status = partition.status or None
-            if old_status is not None:
-                self.status_counts[old_status] -= 1
-            self.status_counts[status] += 1
-            self._transitions.append(
-                Transition(
-                    topic.topic_id,
-                    partition.partition_id,
-                    topic.name,
-                    old_status,
-                    status,
-                    at_ms,
-                    offset,
-                    record.position if record is not None else None,
+            status_counts = self.status_counts
+            if old_status:
+                status_counts[old_status] -= 1
+            status_counts[status] += 1
+            if self.track_changes:
+                self._transitions.append(
+                    Transition(
+                        topic_id,
+                        partition.partition_id,
+                        topic.name,
+                        old_status or None,
+                        status,
+                        at_ms,
+                        offset,
+                        record.position if record is not None else None,
+                    )
                 )
-            )
             partition.status = status
             partition.status_since_ms = at_ms
             partition.status_since_offset = offset
-        self._audit(topic, partition, min_isr, record, epoch_note)
-        self._dirty[id(partition)] = partition
+        # The audit, with its common case inline: nothing to report and nothing to clear.
+        isr = partition.isr
+        if (
+            epoch_note is not None
+            or partition.elr
+            or len(isr) < min_isr
+            or not (partition.leader == NO_LEADER or partition.leader in isr)
+            or (self.brokers and not self._eligible.issuperset(isr))
+            or not _all_in(isr, partition.replicas)
+            or (topic_id, partition.partition_id) in self.violations
+        ):
+            self._audit(topic, partition, min_isr, record, epoch_note)
+        if self.track_changes:
+            self._dirty[id(partition)] = partition
 
     def _count_flags(self, flags: int, delta: int) -> None:
         self.flag_histogram[flags] += delta
@@ -567,20 +608,7 @@ class ClusterState:
         epoch_note: str | None,
     ) -> None:
         key = (topic.topic_id, partition.partition_id)
-        isr = partition.isr
-        if (
-            not partition.elr
-            and epoch_note is None
-            and len(isr) >= min_isr
-            and (partition.leader == NO_LEADER or partition.leader in isr)
-            and (not self.brokers or self._eligible.issuperset(isr))
-            and _all_in(isr, partition.replicas)
-        ):
-            if key not in self.violations:
-                return  # the common case: nothing to report, nothing to clear
-            found = []
-        else:
-            found = audit.check(partition, min_isr, self._elr_on, self._is_ineligible, epoch_note)
+        found = audit.check(partition, min_isr, self._elr_on, self._is_ineligible, epoch_note)
         previous = self.violations.get(key, ())
         if len(found) == len(previous) and all(
             v.kind == kind and v.detail == detail for v, (kind, detail) in zip(previous, found, strict=True)

@@ -24,19 +24,20 @@ def partition_from_record(data: Mapping[str, object]) -> PartitionState:
 
     Absent ELR / LastKnownElr (null, or record version < 2) become empty; absent leaderRecoveryState is 0.
     """
+    get = data.get
     return PartitionState(
-        topic_id=data["topicId"],  # type: ignore[arg-type]
-        partition_id=data["partitionId"],  # type: ignore[arg-type]
-        replicas=data.get("replicas") or EMPTY,  # type: ignore[arg-type]
-        isr=data.get("isr") or EMPTY,  # type: ignore[arg-type]
-        elr=data.get("eligibleLeaderReplicas") or EMPTY,  # type: ignore[arg-type]
-        last_known_elr=data.get("lastKnownElr") or EMPTY,  # type: ignore[arg-type]
-        leader=data.get("leader", -1),  # type: ignore[arg-type]
-        leader_epoch=data.get("leaderEpoch", 0),  # type: ignore[arg-type]
-        partition_epoch=data.get("partitionEpoch", 0),  # type: ignore[arg-type]
-        leader_recovery_state=data.get("leaderRecoveryState", LRS_RECOVERED),  # type: ignore[arg-type]
-        adding_replicas=data.get("addingReplicas") or EMPTY,  # type: ignore[arg-type]
-        removing_replicas=data.get("removingReplicas") or EMPTY,  # type: ignore[arg-type]
+        data["topicId"],  # type: ignore[arg-type]
+        data["partitionId"],  # type: ignore[arg-type]
+        get("replicas") or EMPTY,  # type: ignore[arg-type]
+        get("isr") or EMPTY,  # type: ignore[arg-type]
+        get("eligibleLeaderReplicas") or EMPTY,  # type: ignore[arg-type]
+        get("lastKnownElr") or EMPTY,  # type: ignore[arg-type]
+        get("leader", -1),  # type: ignore[arg-type]
+        get("leaderEpoch", 0),  # type: ignore[arg-type]
+        get("partitionEpoch", 0),  # type: ignore[arg-type]
+        get("leaderRecoveryState", LRS_RECOVERED),  # type: ignore[arg-type]
+        get("addingReplicas") or EMPTY,  # type: ignore[arg-type]
+        get("removingReplicas") or EMPTY,  # type: ignore[arg-type]
     )
 
 

@@ -431,6 +431,101 @@ def _validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
     return out
 
 
+# --- compiled validators (the hot path) --------------------------------------------------------------------------
+#
+# `_validate_data` walks the compiled field list and names the precise error. Most records are valid, so each
+# (type, version) also gets a straight-line validator generated from the same field list: it accepts exactly what
+# `_validate_data` accepts and returns the same dict, or returns None on *anything* unusual (a bad value, an
+# extra key, a semantic problem), and then `_validate_data` runs to accept the record or name the error.
+
+_MISSING = object()
+_INT32_MAX = 2**31 - 1
+
+
+def _field_source(name: str, kind: int, low: int, high: int, required: bool, nullable: bool) -> list[str]:
+    """Generated lines that validate one field into ``out`` or ``return None``."""
+    key = repr(name)
+    lines = [f"v = get({key}, M)", "if v is M:", "    return None" if required else "    pass", "elif v is None:"]
+    lines.append(f"    out[{key}] = None" if nullable else "    return None")
+    lines.append("else:")
+    if kind == _K_INT:
+        body = [f"if type(v) is not int or v < {low} or v > {high}:", "    return None", f"out[{key}] = v"]
+    elif kind == _K_BOOL:
+        body = ["if type(v) is not bool:", "    return None", f"out[{key}] = v"]
+    elif kind == _K_STRING:
+        body = ["if not isinstance(v, str):", "    return None", f"out[{key}] = v"]
+    elif kind == _K_UUID:
+        body = ["if type(v) is not str or (v not in U and not is_uuid(v)):", "    return None", f"out[{key}] = v"]
+    elif kind in (_K_BROKER_LIST, _K_INT_LIST):
+        low_item = 0 if kind == _K_BROKER_LIST else -(2**31)
+        body = [
+            "if type(v) is not list:",
+            "    return None",
+            "for i in v:",
+            f"    if type(i) is not int or i < {low_item} or i > {_INT32_MAX}:",
+            "        return None",
+            "v = tuple(v)",
+        ]
+        if kind == _K_BROKER_LIST:
+            body += ["if len(v) > 1 and len(set(v)) != len(v):", "    return None"]
+        body.append(f"out[{key}] = v")
+    elif kind == _K_UUID_LIST:
+        body = [  # U holds only Uuids already validated; hashing an unhashable item raises TypeError
+            "if type(v) is not list:",
+            "    return None",
+            "try:",
+            "    known = U.issuperset(v)",
+            "except TypeError:",
+            "    return None",
+            "if not known and not all(is_uuid(i) for i in v):",
+            "    return None",
+            f"out[{key}] = tuple(v)",
+        ]
+    else:
+        body = [
+            "if type(v) is not list or not all(isinstance(i, dict) for i in v):",
+            "    return None",
+            f"out[{key}] = v",
+        ]
+    lines += ["    " + line for line in body]
+    return lines
+
+
+@cache
+def _fast_validator(type_name: str, version: int) -> Any:
+    """The straight-line validator of one (type, version): data dict → validated dict, or None (see above)."""
+    lines = ["def validate(data):", "    get = data.get", "    out = {}"]
+    for name, kind, low, high, required, nullable, _spec in _compiled(type_name, version):
+        lines += ["    " + line for line in _field_source(name, kind, low, high, required, nullable)]
+    lines += [
+        "    if len(data) != len(out):",
+        "        return None",
+        "    try:",
+        "        check(out)",
+        "    except Invalid:",
+        "        return None",
+        "    return out",
+    ]
+    namespace: dict[str, Any] = {
+        "M": _MISSING,
+        "U": _VALID_UUIDS,
+        "is_uuid": is_uuid,
+        "Invalid": _Invalid,
+        "check": _SEMANTICS.get(type_name, _no_semantics),
+    }
+    exec(compile("\n".join(lines), f"<elrwatch validator {type_name} v{version}>", "exec"), namespace)
+    return namespace["validate"]
+
+
+def validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
+    """Validate a record's ``data`` for a known type and supported version; raises `_Invalid` naming the error."""
+    if type(data) is dict:
+        out = _fast_validator(type_name, version)(data)
+        if out is not None:
+            return out
+    return _validate_data(type_name, version, data)
+
+
 def _nonneg(data: dict[str, Any], *names: str) -> None:
     for name in names:
         value = data.get(name)
@@ -438,55 +533,74 @@ def _nonneg(data: dict[str, Any], *names: str) -> None:
             raise _Invalid("invalid_field", name, f"must be >= 0, got {value}")
 
 
+def _partition_record_semantics(data: dict[str, Any]) -> None:
+    _nonneg(data, "partitionId", "leaderEpoch", "partitionEpoch")
+    if data["leader"] < -1:
+        raise _Invalid("invalid_field", "leader", f"must be a broker id or -1, got {data['leader']}")
+    if data.get("leaderRecoveryState", 0) not in (0, 1):
+        raise _Invalid("invalid_field", "leaderRecoveryState", "must be 0 or 1")
+    if not data["replicas"]:
+        raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
+
+
+def _partition_change_semantics(data: dict[str, Any]) -> None:
+    if data["partitionId"] < 0:
+        raise _Invalid("invalid_field", "partitionId", f"must be >= 0, got {data['partitionId']}")
+    if data.get("leader", -2) < -2:
+        raise _Invalid("invalid_field", "leader", f"must be a broker id, -1 or -2, got {data['leader']}")
+    if data.get("leaderRecoveryState", -1) not in (-1, 0, 1):
+        raise _Invalid("invalid_field", "leaderRecoveryState", "must be -1, 0 or 1")
+    if data.get("replicas") == ():
+        raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
+
+
+def _broker_change_semantics(data: dict[str, Any]) -> None:
+    _nonneg(data, "brokerId")
+    if data.get("fenced", 0) not in (-1, 0, 1):
+        raise _Invalid("invalid_field", "fenced", "must be -1 (unfence), 0 (none) or 1 (fence)")
+    if data.get("inControlledShutdown", 0) not in (0, 1):
+        raise _Invalid("invalid_field", "inControlledShutdown", "must be 0 or 1")
+
+
+def _config_semantics(data: dict[str, Any]) -> None:
+    if data["name"] == "min.insync.replicas" and data["value"] is not None:
+        try:
+            if int(data["value"]) < 1:
+                raise ValueError
+        except ValueError:
+            raise _Invalid(  # noqa: B904 - the int() error adds nothing
+                "invalid_field", "value", f"min.insync.replicas must be an int >= 1: {data['value']!r}"
+            )
+    if (
+        data["name"] == "unclean.leader.election.enable"
+        and data["value"] is not None
+        and data["value"].strip().lower() not in ("true", "false")
+    ):
+        raise _Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
+
+
+def _no_semantics(data: dict[str, Any]) -> None:
+    return None
+
+
+#: Impossible values that the schema alone allows, per record type.
+_SEMANTICS = {
+    PARTITION_RECORD: _partition_record_semantics,
+    PARTITION_CHANGE_RECORD: _partition_change_semantics,
+    REGISTER_BROKER_RECORD: lambda data: _nonneg(data, "brokerId"),
+    BROKER_REGISTRATION_CHANGE_RECORD: _broker_change_semantics,
+    UNREGISTER_BROKER_RECORD: lambda data: _nonneg(data, "brokerId"),
+    FENCE_BROKER_RECORD: lambda data: _nonneg(data, "id"),
+    UNFENCE_BROKER_RECORD: lambda data: _nonneg(data, "id"),
+    CONFIG_RECORD: _config_semantics,
+    FEATURE_LEVEL_RECORD: lambda data: _nonneg(data, "featureLevel"),
+    REPLICA_LOG_INFO_RECORD: lambda data: _nonneg(data, "partitionId", "brokerId", "logEndOffset"),
+}
+
+
 def _check_semantics(type_name: str, data: dict[str, Any]) -> None:
     """Impossible values that the schema alone allows."""
-    if type_name == PARTITION_RECORD:
-        _nonneg(data, "partitionId", "leaderEpoch", "partitionEpoch")
-        if data["leader"] < -1:
-            raise _Invalid("invalid_field", "leader", f"must be a broker id or -1, got {data['leader']}")
-        if data.get("leaderRecoveryState", 0) not in (0, 1):
-            raise _Invalid("invalid_field", "leaderRecoveryState", "must be 0 or 1")
-        if not data["replicas"]:
-            raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
-    elif type_name == PARTITION_CHANGE_RECORD:
-        _nonneg(data, "partitionId")
-        if data.get("leader", -2) < -2:
-            raise _Invalid("invalid_field", "leader", f"must be a broker id, -1 or -2, got {data['leader']}")
-        if data.get("leaderRecoveryState", -1) not in (-1, 0, 1):
-            raise _Invalid("invalid_field", "leaderRecoveryState", "must be -1, 0 or 1")
-        if data.get("replicas") == ():
-            raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
-    elif type_name == REGISTER_BROKER_RECORD:
-        _nonneg(data, "brokerId")
-    elif type_name == BROKER_REGISTRATION_CHANGE_RECORD:
-        _nonneg(data, "brokerId")
-        if data.get("fenced", 0) not in (-1, 0, 1):
-            raise _Invalid("invalid_field", "fenced", "must be -1 (unfence), 0 (none) or 1 (fence)")
-        if data.get("inControlledShutdown", 0) not in (0, 1):
-            raise _Invalid("invalid_field", "inControlledShutdown", "must be 0 or 1")
-    elif type_name in (UNREGISTER_BROKER_RECORD,):
-        _nonneg(data, "brokerId")
-    elif type_name in (FENCE_BROKER_RECORD, UNFENCE_BROKER_RECORD):
-        _nonneg(data, "id")
-    elif type_name == CONFIG_RECORD:
-        if data["name"] == "min.insync.replicas" and data["value"] is not None:
-            try:
-                if int(data["value"]) < 1:
-                    raise ValueError
-            except ValueError:
-                raise _Invalid(  # noqa: B904 - the int() error adds nothing
-                    "invalid_field", "value", f"min.insync.replicas must be an int >= 1: {data['value']!r}"
-                )
-        if (
-            data["name"] == "unclean.leader.election.enable"
-            and data["value"] is not None
-            and data["value"].strip().lower() not in ("true", "false")
-        ):
-            raise _Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
-    elif type_name == FEATURE_LEVEL_RECORD:
-        _nonneg(data, "featureLevel")
-    elif type_name == REPLICA_LOG_INFO_RECORD:
-        _nonneg(data, "partitionId", "brokerId", "logEndOffset")
+    _SEMANTICS.get(type_name, _no_semantics)(data)
 
 
 # --- line parsing ---------------------------------------------------------------------------------------------
@@ -632,7 +746,7 @@ def parse_envelope(
             type_name,
         )
     try:
-        data = _validate_data(type_name, version, data)  # type: ignore[arg-type]
+        data = validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:
         return error(exc.reason, exc.field, exc.message, type_name)
     return Record(type_name, version, data, source, seq, position, offset, timestamp_ms)  # type: ignore[arg-type]

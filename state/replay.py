@@ -23,8 +23,15 @@ class ReplayInputError(Exception):
 class Replayer:
     """Applies parsed events to a `ClusterState` and keeps the pipeline counts and the quarantine."""
 
-    def __init__(self, default_min_isr: int = 1, cluster: ClusterState | None = None) -> None:
-        self.cluster = cluster if cluster is not None else ClusterState(default_min_isr=default_min_isr)
+    def __init__(
+        self, default_min_isr: int = 1, cluster: ClusterState | None = None, track_changes: bool = True
+    ) -> None:
+        """``track_changes=False`` when only the final state is read (see `ClusterState`)."""
+        self.cluster = (
+            cluster
+            if cluster is not None
+            else ClusterState(default_min_isr=default_min_isr, track_changes=track_changes)
+        )
         self.counts = PipelineCounts()
         self.quarantined: list[RecordError] = []
 
@@ -69,13 +76,25 @@ class Replayer:
         self.quarantined.append(error)
 
     def feed_lines(self, lines: Iterable[str | bytes], source: str, first_seq: int = 1) -> None:
-        """Apply lines in order; their positions are ``source:<line number>``."""
+        """Apply lines in order; their positions are ``source:<line number>``.
+
+        The state is long-lived and the hot path makes no reference cycles, so the cyclic GC would only rescan
+        the growing state: it is paused while lines are fed, and every `GC_FREEZE_EVERY` lines one collection of
+        the young generations frees any cycle (from an error path, say) and `gc.freeze()` moves the surviving
+        state out of later collections' way.
+        """
         feed = self.feed_line
-        for seq, line in enumerate(lines, start=first_seq):
-            feed(line, source, seq)
-            if seq % GC_FREEZE_EVERY == 0:
-                # The state is long-lived: move it out of the cyclic GC's way so collections stay cheap.
-                gc.freeze()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for seq, line in enumerate(lines, start=first_seq):
+                feed(line, source, seq)
+                if seq % GC_FREEZE_EVERY == 0:
+                    gc.collect(1)
+                    gc.freeze()
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def document(self, advice: bool = True) -> dict[str, Any]:
         """The report document of the current state (DESIGN.md §5)."""
@@ -105,7 +124,7 @@ def _open_lines(path: str) -> tuple[str, Iterator[bytes], BinaryIO | None]:
 
 def replay_lines(lines: Iterable[str | bytes], source: str = "input", default_min_isr: int = 1) -> Replayer:
     """Replay lines into a fresh state and return the replayer (state, counts, quarantine)."""
-    replayer = Replayer(default_min_isr=default_min_isr)
+    replayer = Replayer(default_min_isr=default_min_isr, track_changes=False)
     replayer.feed_lines(lines, source)
     return replayer
 

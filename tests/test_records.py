@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 from core_events import DIR, TOPIC_ID, dump_line, envelope, line, skip_metadata_line, uuid_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from elrwatch.state import records as records_module
 from elrwatch.state.records import QUARANTINE_REASONS, Ignored, Record, RecordError, Skipped, parse_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -610,3 +613,50 @@ def test_parse_line_never_raises_on_odd_input() -> None:
                  '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":1e400}}']:
         result = parse(text)
         assert isinstance(result, RecordError | Ignored), (text, result)
+
+
+# --- the compiled fast path agrees with the generic validator ---------------------------------------------------
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**64), 2**64)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=30)
+    | st.sampled_from(["AAAAAAAAAAAAAAAAAAAAAg", "AAAAAAAAAAAAAAAAAAAAA", "min.insync.replicas", "true"]),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+_INT_LISTS = st.lists(st.integers(-3, 2**31) | st.booleans(), max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(TYPE_VERSIONS),
+    st.data(),
+)
+def test_fast_validator_accepts_only_what_the_generic_validator_accepts(type_version, data) -> None:
+    """The generated straight-line validator returns the generic validator's result, or None (= ask it)."""
+    type_name, version = type_version
+    record = copy.deepcopy(example(type_name, version))
+    for key in data.draw(st.lists(st.sampled_from([*sorted(record), "extra"]), max_size=3)):
+        record[key] = data.draw(_JSON_VALUES | _INT_LISTS)
+    for key in data.draw(st.lists(st.sampled_from(sorted(record)), max_size=2)):
+        record.pop(key, None)
+    fast = records_module._fast_validator(type_name, version)(copy.deepcopy(record))
+    try:
+        generic = records_module._validate_data(type_name, version, copy.deepcopy(record))
+    except records_module._Invalid:
+        generic = None
+    if fast is not None:
+        assert generic is not None, (record, fast)
+        assert fast == generic and [type(v) for v in fast.values()] == [type(v) for v in generic.values()]
+
+
+@pytest.mark.parametrize(("type_name", "version"), TYPE_VERSIONS)
+def test_fast_validator_takes_the_valid_examples(type_name: str, version: int) -> None:
+    """Valid records go through the fast path (else it would be no faster)."""
+    data = example(type_name, version)
+    assert records_module._fast_validator(type_name, version)(copy.deepcopy(data)) == records_module._validate_data(
+        type_name, version, copy.deepcopy(data)
+    )
