@@ -442,61 +442,84 @@ _MISSING = object()
 _INT32_MAX = 2**31 - 1
 
 
-def _field_source(name: str, kind: int, low: int, high: int, required: bool, nullable: bool) -> list[str]:
-    """Generated lines that validate one field into ``out`` or ``return None``."""
-    key = repr(name)
-    lines = [f"v = get({key}, M)", "if v is M:", "    return None" if required else "    pass", "elif v is None:"]
-    lines.append(f"    out[{key}] = None" if nullable else "    return None")
-    lines.append("else:")
+def _value_check(var: str, kind: int, low: int, high: int) -> list[str]:
+    """Generated lines that check the non-null value in ``var`` (lists become tuples) or ``return None``."""
     if kind == _K_INT:
-        body = [f"if type(v) is not int or v < {low} or v > {high}:", "    return None", f"out[{key}] = v"]
-    elif kind == _K_BOOL:
-        body = ["if type(v) is not bool:", "    return None", f"out[{key}] = v"]
-    elif kind == _K_STRING:
-        body = ["if not isinstance(v, str):", "    return None", f"out[{key}] = v"]
-    elif kind == _K_UUID:
-        body = ["if type(v) is not str or (v not in U and not is_uuid(v)):", "    return None", f"out[{key}] = v"]
-    elif kind in (_K_BROKER_LIST, _K_INT_LIST):
+        return [f"if type({var}) is not int or {var} < {low} or {var} > {high}:", "    return None"]
+    if kind == _K_BOOL:
+        return [f"if type({var}) is not bool:", "    return None"]
+    if kind == _K_STRING:
+        return [f"if not isinstance({var}, str):", "    return None"]
+    if kind == _K_UUID:
+        return [f"if type({var}) is not str or ({var} not in U and not is_uuid({var})):", "    return None"]
+    if kind in (_K_BROKER_LIST, _K_INT_LIST):
         low_item = 0 if kind == _K_BROKER_LIST else -(2**31)
-        body = [
-            "if type(v) is not list:",
+        lines = [
+            f"if type({var}) is not list:",
             "    return None",
-            "for i in v:",
+            f"for i in {var}:",
             f"    if type(i) is not int or i < {low_item} or i > {_INT32_MAX}:",
             "        return None",
-            "v = tuple(v)",
+            f"{var} = tuple({var})",
         ]
         if kind == _K_BROKER_LIST:
-            body += ["if len(v) > 1 and len(set(v)) != len(v):", "    return None"]
-        body.append(f"out[{key}] = v")
-    elif kind == _K_UUID_LIST:
-        body = [  # U holds only Uuids already validated; hashing an unhashable item raises TypeError
-            "if type(v) is not list:",
+            lines += [f"if len({var}) > 1 and len(set({var})) != len({var}):", "    return None"]
+        return lines
+    if kind == _K_UUID_LIST:
+        return [  # U holds only Uuids already validated; hashing an unhashable item raises TypeError
+            f"if type({var}) is not list:",
             "    return None",
             "try:",
-            "    known = U.issuperset(v)",
+            f"    known = U.issuperset({var})",
             "except TypeError:",
             "    return None",
-            "if not known and not all(is_uuid(i) for i in v):",
+            f"if not known and not all(is_uuid(i) for i in {var}):",
             "    return None",
-            f"out[{key}] = tuple(v)",
+            f"{var} = tuple({var})",
         ]
-    else:
-        body = [
-            "if type(v) is not list or not all(isinstance(i, dict) for i in v):",
-            "    return None",
-            f"out[{key}] = v",
-        ]
-    lines += ["    " + line for line in body]
-    return lines
+    return [f"if type({var}) is not list or not all(isinstance(i, dict) for i in {var}):", "    return None"]
+
+
+def _indent(lines: list[str], depth: int = 1) -> list[str]:
+    return ["    " * depth + line for line in lines]
 
 
 @cache
 def _fast_validator(type_name: str, version: int) -> Any:
     """The straight-line validator of one (type, version): data dict → validated dict, or None (see above)."""
-    lines = ["def validate(data):", "    get = data.get", "    out = {}"]
-    for name, kind, low, high, required, nullable, _spec in _compiled(type_name, version):
-        lines += ["    " + line for line in _field_source(name, kind, low, high, required, nullable)]
+    fields = _compiled(type_name, version)
+    required = [(f"v{i}", field) for i, field in enumerate(fields) if field[4]]
+    optional = [(f"v{i}", field) for i, field in enumerate(fields) if not field[4]]
+    lines = ["def validate(data):"]
+    if required:
+        reads = [f"{var} = data[{field[0]!r}]" for var, field in required]
+        lines += ["    try:", *_indent(reads, 2), "    except KeyError:", "        return None"]
+    for var, (_name, kind, low, high, _required, nullable, _spec) in required:
+        check = _value_check(var, kind, low, high)
+        if nullable:
+            lines += [f"    if {var} is not None:", *_indent(check, 2)]
+        else:
+            lines += [f"    if {var} is None:", "        return None", *_indent(check)]
+    lines.append("    out = {" + ", ".join(f"{field[0]!r}: {var}" for var, field in required) + "}")
+    if optional:
+        # Optional (tagged) fields: only look up as many as the data still holds; each level of nesting is one
+        # more field, entered while keys are left (a change record usually sets two or three of eleven).
+        lines += ["    get = data.get", f"    left = len(data) - {len(required)}"]
+        for depth, (var, (name, kind, low, high, _required, nullable, _spec)) in enumerate(optional, start=1):
+            lines += _indent(
+                [
+                    "if left:",
+                    f"    {var} = get({name!r}, M)",
+                    f"    if {var} is not M:",
+                    "        left -= 1",
+                    f"        if {var} is None:",
+                    f"            out[{name!r}] = None" if nullable else "            return None",
+                    "        else:",
+                    *_indent(_value_check(var, kind, low, high), 3),
+                    f"            out[{name!r}] = {var}",
+                ],
+                depth,
+            )
     lines += [
         "    if len(data) != len(out):",
         "        return None",
@@ -534,7 +557,9 @@ def _nonneg(data: dict[str, Any], *names: str) -> None:
 
 
 def _partition_record_semantics(data: dict[str, Any]) -> None:
-    _nonneg(data, "partitionId", "leaderEpoch", "partitionEpoch")
+    for name in ("partitionId", "leaderEpoch", "partitionEpoch"):
+        if data[name] < 0:
+            raise _Invalid("invalid_field", name, f"must be >= 0, got {data[name]}")
     if data["leader"] < -1:
         raise _Invalid("invalid_field", "leader", f"must be a broker id or -1, got {data['leader']}")
     if data.get("leaderRecoveryState", 0) not in (0, 1):
@@ -628,8 +653,7 @@ def parse_line(
     ``position`` is their printable form (default ``source:seq``).
     """
     if type(line) is bytes:
-        head = line.lstrip()[:1]
-        if head == b"{":
+        if line[:1] == b"{" or line.lstrip()[:1] == b"{":
             return parse_envelope(line, source=source, seq=seq, position=position)  # the hot path: no decode
         try:
             text = line.decode("utf-8")
@@ -684,6 +708,10 @@ def parse_line(
     )
 
 
+#: (type, version) → compiled validator, filled as (type, version) pairs are first seen: `parse_envelope`'s hot path.
+_VALIDATORS: dict[tuple[str, int], Any] = {}
+
+
 def parse_envelope(
     payload: str | bytes,
     *,
@@ -695,21 +723,79 @@ def parse_envelope(
     raw: str | None = None,
 ) -> Record | RecordError | Skipped:
     """Parse and validate one JSON envelope."""
-
-    def error(reason: str, field: str | None, message: str, type_name: str | None = None) -> RecordError:
-        raw_text = raw if raw is not None else payload
-        if not isinstance(raw_text, str):
-            raw_text = bytes(raw_text).decode("utf-8", "replace")
-        return RecordError(position or f"{source}:{seq}", reason, field, message, raw_text, type_name, offset)
-
     try:
         envelope = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        return error("invalid_json", None, f"invalid JSON: {exc}")
+        message = f"invalid JSON: {exc}"
+        return _envelope_error(payload, raw, position, source, seq, offset, "invalid_json", None, message)
+    if type(envelope) is dict:
+        # Hot path: a known (type, version), well-formed envelope keys and data the compiled validator accepts.
+        get = envelope.get
+        type_name = get("type")
+        version = get("version")
+        if type(type_name) is str and type(version) is int:
+            validator = _VALIDATORS.get((type_name, version))
+            if validator is not None:
+                data = get("data")
+                extra_offset = get("offset")
+                extra_ts = get("timestamp")
+                if (
+                    type(data) is dict
+                    and (extra_offset is None or (offset is None and type(extra_offset) is int and extra_offset >= 0))
+                    and (extra_ts is None or (type(extra_ts) is int and extra_ts >= 0))
+                ):
+                    out = validator(data)
+                    if out is not None:
+                        return Record(
+                            type_name,
+                            version,
+                            out,
+                            source,
+                            seq,
+                            position,
+                            offset if extra_offset is None else extra_offset,
+                            timestamp_ms if extra_ts is None else extra_ts,
+                        )
+    return _parse_envelope_checked(envelope, payload, source, seq, position, offset, timestamp_ms, raw)
+
+
+def _envelope_error(
+    payload: str | bytes,
+    raw: str | None,
+    position: str | None,
+    source: str,
+    seq: int,
+    offset: int | None,
+    reason: str,
+    field: str | None,
+    message: str,
+    type_name: str | None = None,
+) -> RecordError:
+    raw_text = raw if raw is not None else payload
+    if not isinstance(raw_text, str):
+        raw_text = bytes(raw_text).decode("utf-8", "replace")
+    return RecordError(position or f"{source}:{seq}", reason, field, message, raw_text, type_name, offset)
+
+
+def _parse_envelope_checked(
+    envelope: Any,
+    payload: str | bytes,
+    source: str,
+    seq: int,
+    position: str | None,
+    offset: int | None,
+    timestamp_ms: int | None,
+    raw: str | None,
+) -> Record | RecordError | Skipped:
+    """Every check of the envelope, naming the first problem (the path for anything the hot path declined)."""
+
+    def error(reason: str, field: str | None, message: str, type_name: str | None = None) -> RecordError:
+        return _envelope_error(payload, raw, position, source, seq, offset, reason, field, message, type_name)
+
     if type(envelope) is not dict:
         return error("invalid_envelope", None, "the event must be a JSON object")
     type_name = envelope.get("type")
-    versions = _USED_VERSIONS.get(type_name)  # type: ignore[arg-type]
+    versions = _USED_VERSIONS.get(type_name) if type(type_name) is str else None
     if versions is None and (not isinstance(type_name, str) or not _TYPE_NAME.match(type_name)):
         return error("invalid_envelope", "type", f"missing or malformed record type {type_name!r}")
     extra_offset = envelope.get("offset")
@@ -745,6 +831,7 @@ def parse_envelope(
             f"{type_name} version {version} is not in {versions[0]}-{versions[1]}",
             type_name,
         )
+    _VALIDATORS[(type_name, version)] = _fast_validator(type_name, version)  # type: ignore[arg-type]
     try:
         data = validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:
