@@ -66,6 +66,62 @@ def rss_tree_mb(pid: int) -> float:
     return total / 1e6
 
 
+def _kind(pid: int, root: int) -> str:
+    if pid == root:
+        return "python driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    if "java" in cmd.split(" ", 1)[0]:
+        return "jvm"
+    if "pyspark.daemon" in cmd:
+        return "python workers"
+    if "streaming_source_runner" in cmd or "pyspark" in cmd:
+        return "python source/planner"
+    return "other"
+
+
+def rss_breakdown(root: int) -> dict[str, float]:
+    """RSS (MB) of the job's process tree by kind (python driver, jvm, python workers, ...), and its PSS total
+    (forked Python workers share their parent's pages: RSS counts them once per process, PSS divides them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    out: dict[str, float] = {}
+    pss = 0.0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                fields = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("Rss", "Pss")}
+        except (OSError, IndexError, ValueError):
+            continue
+        kind = _kind(pid, root)
+        out[kind] = out.get(kind, 0.0) + fields.get("Rss", 0) / 1000
+        out[kind + " (n)"] = out.get(kind + " (n)", 0) + 1
+        pss += fields.get("Pss", 0) / 1000
+    out["PSS total"] = pss
+    return out
+
+
+def print_breakdown(label: str, root: int) -> None:
+    parts = rss_breakdown(root)
+    text = ", ".join(
+        f"{k} {v:,.0f} MB ({int(parts[k + ' (n)'])})" for k, v in parts.items() if not k.endswith("(n)") and k != "PSS total"
+    )
+    print(f"  {label}: {text}; PSS total {parts['PSS total']:,.0f} MB", flush=True)
+
+
 class Job:
     """`elrwatch stream` subprocess with its log."""
 
@@ -92,6 +148,12 @@ class Job:
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
+
+    def print_batches(self, label: str) -> None:
+        """The job's per-batch log lines (where each batch's time went: state load/process/save, store)."""
+        for line in Path(self.log_path).read_text(errors="replace").splitlines():
+            if "elrwatch.stream: batch " in line or "elrwatch stream started" in line:
+                print(f"  [{label}] {line[:400]}", flush=True)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -273,6 +335,7 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         time.sleep(5)
         peak = rss_tree_mb(job.proc.pid)
         report(f"  RSS after the load, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
+        print_breakdown("after the load", job.proc.pid)
         victim = 0
         storm_lines = list(gen.fence(victim))
         t_first = time.monotonic()
@@ -295,9 +358,11 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         report("  storm: first record produced -> reflected", done - t_first, "s", "-", None)
         peak = max(peak, rss_tree_mb(job.proc.pid))
         report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
+        print_breakdown("after the storm", job.proc.pid)
         if not restart:
             return
         job.kill()
+        job.print_batches("storm job")
         before = meta(url).get("lastBatchId")
         job = Job(workdir, "restart", *args)
         produce_lines(opts, topic, gen.churn(10), out=None, producer=producer)
@@ -306,8 +371,10 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         took = time.monotonic() - job.started
         report("restart from checkpoint -> first completed batch", took, "s", "<= 30", took <= 30)
         report(f"RSS after restart, {partitions:,} partitions", rss_tree_mb(job.proc.pid), "MB", "<= 3,000", None)
+        print_breakdown("after restart", job.proc.pid)
     finally:
         job.kill()
+        job.print_batches(job.log_path.rsplit("/", 1)[-1].split("-")[0] + " job")
         producer.close()
 
 

@@ -443,6 +443,21 @@ def stream(
     spark_conf: Annotated[
         list[str] | None, _opt("--spark-conf", "Extra Spark setting KEY=VALUE (repeatable).")
     ] = None,
+    state_mode: Annotated[
+        str,
+        _opt("--state-mode", "snapshot: bucket snapshots in --state-dir + a small delta in Spark's state; "
+             "blob: each bucket's whole state in Spark's state (no shared filesystem needed, slower)."),
+    ] = "snapshot",
+    state_dir: Annotated[
+        str | None,
+        _opt("--state-dir", "Bucket snapshot directory (--state-mode snapshot); default <checkpoint>/bucket-snapshots "
+             "for a local checkpoint. With several executors: a filesystem shared by all (e.g. an RWX volume)."),
+    ] = None,
+    state_delta_max_records: Annotated[
+        int,
+        _opt("--state-delta-max-records", "Snapshot mode: write a new bucket snapshot once this many records "
+             "were applied since the last one.", min=1),
+    ] = 100_000,
 ) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
     import logging
@@ -460,7 +475,8 @@ def stream(
         security_protocol=security_protocol, ssl_cafile=ssl_cafile, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
         ssl_password_file=ssl_password_file, sasl_mechanism=sasl_mechanism, sasl_username=sasl_username,
         sasl_password_file=sasl_password_file, spark_master=spark_master,
-        spark_conf=_key_values(spark_conf or [], "--spark-conf"),
+        spark_conf=_key_values(spark_conf or [], "--spark-conf"), state_mode=state_mode, state_dir=state_dir,
+        state_delta_max_records=state_delta_max_records,
     )
     if source not in ("kafka", "kafka-native", "files"):
         _fail("--source must be kafka, kafka-native or files")

@@ -27,6 +27,7 @@ Pipeline (one micro-batch):
 from __future__ import annotations
 
 import contextlib
+import gc
 import heapq
 import json
 import logging
@@ -49,6 +50,15 @@ ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec b
 STATE_SCHEMA = "token string, blob binary"
 OUTPUT_SCHEMA = "bucket int, payload binary"
 DRIVER_FILE = "elrwatch-driver.json"
+STATE_MODES = ("snapshot", "blob")
+DEFAULT_SNAPSHOT_SUBDIR = "bucket-snapshots"
+# Snapshot mode: when a bucket's delta (records applied since its snapshot) exceeds either bound, the worker
+# writes a new snapshot. Rows bound the replay on a worker-cache miss (~10 µs per record); bytes bound what every
+# micro-batch ships through Arrow into the state store (~15 B per compressed PartitionChangeRecord).
+DELTA_MAX_RECORDS = 100_000
+DELTA_MAX_BYTES = 4 << 20
+SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
+SNAPSHOT_SUFFIX = ".snap"
 
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
 
@@ -86,7 +96,28 @@ class JobConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     changelog_checkpointing: bool = True
     state_cache: bool = True
+    state_mode: str = "snapshot"  # snapshot: snapshot files + delta in the state row; blob: whole state in the row
+    state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
+    state_delta_max_records: int = DELTA_MAX_RECORDS
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
+
+    def snapshot_dir(self) -> str | None:
+        """The absolute snapshot directory of snapshot mode (None in blob mode); ValueError when it has none."""
+        if self.state_mode not in STATE_MODES:
+            raise ValueError(f"--state-mode must be one of {', '.join(STATE_MODES)}, got {self.state_mode!r}")
+        if self.state_mode != "snapshot":
+            return None
+        if self.state_dir:
+            path = self.state_dir
+        else:
+            checkpoint = self.checkpoint.removeprefix("file://").removeprefix("file:")
+            if "://" in checkpoint:
+                raise ValueError(
+                    f"--checkpoint {self.checkpoint} is not a local path: give --state-dir (a filesystem shared "
+                    "by the driver and every executor) or use --state-mode blob"
+                )
+            path = os.path.join(checkpoint, DEFAULT_SNAPSHOT_SUBDIR)
+        return os.path.abspath(path)
 
     def source_options(self) -> dict[str, str]:
         """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
@@ -198,15 +229,101 @@ def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
 # ---------------------------------------------------------------------------------------------- stage 3: state
 
 
-class BucketState:
-    """What one bucket keeps between micro-batches (pickled + zlib'd into the state's ``blob``)."""
+class SnapshotError(RuntimeError):
+    """A bucket's snapshot file cannot be read (missing, corrupt): one line, raised in the Python worker."""
 
-    __slots__ = ("cluster", "counts", "emitted_topic_counts")
+
+class SnapshotDir:
+    """A directory of immutable bucket snapshots (``ClusterState.to_bytes()``), shared by every executor.
+
+    Names are ``<run>-b<bucket>-<time_ns>-<token>.snap``: unique per write (a retried batch writes another
+    file, never over one a committed state row may reference), sortable by age within a bucket. ``run`` is
+    drawn when the bucket's state is created, so two jobs sharing a directory never touch each other's files.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @staticmethod
+    def name(run: str, bucket: int, token: str) -> str:
+        return f"{run}-b{bucket:04d}-{time.time_ns():020d}-{token}{SNAPSHOT_SUFFIX}"
+
+    def write(self, name: str, data: bytes) -> None:
+        """tmp file + fsync + atomic rename (+ directory fsync): a reader sees the whole file or none."""
+        os.makedirs(self.path, exist_ok=True)
+        final = os.path.join(self.path, name)
+        tmp = os.path.join(self.path, f".{name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        dir_fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def read(self, bucket: int, name: str) -> Any:
+        """The ClusterState of a snapshot, or a one-line SnapshotError."""
+        from elrwatch.state.cluster import ClusterState
+
+        path = os.path.join(self.path, name)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            raise SnapshotError(
+                f"bucket {bucket}: snapshot {path} referenced by the checkpoint is missing (--state-dir must be "
+                "the same directory, shared by every executor, for the life of the checkpoint)"
+            ) from None
+        except OSError as exc:
+            raise SnapshotError(f"bucket {bucket}: cannot read snapshot {path}: {exc.strerror or exc}") from None
+        try:
+            return ClusterState.from_bytes(data)
+        except Exception as exc:
+            raise SnapshotError(
+                f"bucket {bucket}: snapshot {path} is corrupt ({type(exc).__name__}: {str(exc)[:80]})"
+            ) from None
+
+    def rotate(self, run: str, bucket: int, keep: set[str]) -> None:
+        """Delete the bucket's snapshots except ``keep`` and the newest SNAPSHOTS_KEPT (a retried or zombie
+        attempt of the current batch may still commit a row referencing one of those)."""
+        prefix = f"{run}-b{bucket:04d}-"
+        try:
+            names = sorted(n for n in os.listdir(self.path) if n.startswith(prefix) and n.endswith(SNAPSHOT_SUFFIX))
+        except FileNotFoundError:
+            return
+        for name in names[:-SNAPSHOTS_KEPT]:
+            if name not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.path, name))
+
+
+class BucketState:
+    """What one bucket keeps between micro-batches.
+
+    Blob mode: the whole state, pickled + zlib'd, in the state row (``to_blob``). Snapshot mode: the state row
+    holds ``run``, the ``snapshot`` file name (None: the empty initial state) and the ``delta``: the encoded
+    records applied since that snapshot, in apply order, as zlib'd chunks (one per micro-batch), plus counts.
+    """
+
+    __slots__ = (
+        "cluster", "counts", "emitted_topic_counts", "run", "snapshot", "delta", "delta_rows", "delta_bytes",
+        "journal", "must_snapshot",
+    )
 
     def __init__(self, cluster: Any, counts: Any, emitted_topic_counts: dict[str, int]) -> None:
         self.cluster = cluster
         self.counts = counts
         self.emitted_topic_counts = emitted_topic_counts
+        self.run = uuid.uuid4().hex[:12]
+        self.snapshot: str | None = None
+        self.delta: list[bytes] = []
+        self.delta_rows = 0
+        self.delta_bytes = 0
+        self.journal: list[bytes] = []  # this micro-batch's records, as applied (snapshot mode)
+        self.must_snapshot = False  # the state does not derive from (snapshot, delta): e.g. read from a blob
 
     def to_blob(self) -> bytes:
         body = pickle.dumps(
@@ -220,16 +337,81 @@ class BucketState:
         from elrwatch.state.cluster import ClusterState
 
         cluster_bytes, counts, emitted = pickle.loads(zlib.decompress(blob))
-        return cls(ClusterState.from_bytes(cluster_bytes), counts, emitted)
+        bs = cls(ClusterState.from_bytes(cluster_bytes), counts, emitted)
+        bs.must_snapshot = True
+        return bs
+
+    def to_row(
+        self,
+        snapshots: SnapshotDir,
+        bucket: int,
+        token: str,
+        max_records: int = DELTA_MAX_RECORDS,
+        max_bytes: int = DELTA_MAX_BYTES,
+    ) -> bytes:
+        """Snapshot mode: append this batch's records to the delta, or write a new snapshot when it is big."""
+        journal, self.journal = self.journal, []
+        if journal:
+            chunk = zlib.compress(marshal.dumps(journal), 1)
+            self.delta.append(chunk)
+            self.delta_rows += len(journal)
+            self.delta_bytes += len(chunk)
+        if self.must_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
+            name = SnapshotDir.name(self.run, bucket, token)
+            snapshots.write(name, self.cluster.to_bytes())
+            snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
+            self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
+            self.must_snapshot = False
+        return b"S" + pickle.dumps(
+            {
+                "run": self.run,
+                "snapshot": self.snapshot,
+                "minIsr": self.cluster.default_min_isr,
+                "delta": self.delta,
+                "deltaRows": self.delta_rows,
+                "deltaBytes": self.delta_bytes,
+                "counts": self.counts,
+                "emitted": self.emitted_topic_counts,
+            },
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+
+    @classmethod
+    def from_row(cls, row: bytes, snapshots: SnapshotDir | None, bucket: int, buckets: int) -> BucketState:
+        """Either format: a snapshot-mode row (snapshot file + delta replayed) or a whole blob (blob mode)."""
+        if row[:1] != b"S":
+            return cls.from_blob(row)
+        from elrwatch.state.cluster import ClusterState
+
+        data = pickle.loads(row[1:])
+        name = data["snapshot"]
+        if name is None:
+            cluster = ClusterState(default_min_isr=data["minIsr"], bucket=(bucket, buckets))
+        elif snapshots is None:
+            raise SnapshotError(f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed")
+        else:
+            cluster = snapshots.read(bucket, name)
+        apply = cluster.apply
+        for chunk in data["delta"]:  # changes are discarded: they were emitted when the records were first applied
+            for rec in marshal.loads(zlib.decompress(chunk)):
+                apply(decode_record(rec))
+        cluster.drain_changes()
+        bs = cls(cluster, data["counts"], data["emitted"])
+        bs.run, bs.snapshot, bs.delta = data["run"], name, data["delta"]
+        bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
+        return bs
 
 
 # Per Python worker: bucket → (token, BucketState). Spark reuses Python workers, so the state a worker wrote
-# last time is usually still in memory: when the state store's token matches, the blob is not unpickled again.
+# last time is usually still in memory: when the state store's token matches, nothing is read or replayed.
 _CACHE: dict[int, tuple[str, BucketState]] = {}
 _CACHE_MAX = 4
 
 
-def _load_bucket(bucket: int, buckets: int, state: Any, default_min_isr: int, use_cache: bool) -> BucketState:
+def _load_bucket(
+    bucket: int, buckets: int, state: Any, default_min_isr: int, use_cache: bool, snapshots: SnapshotDir | None
+) -> tuple[BucketState, bool]:
+    """(the bucket's state, whether it came from this worker's cache)."""
     from elrwatch.state.cluster import ClusterState
     from elrwatch.state.gauges import PipelineCounts
 
@@ -237,10 +419,18 @@ def _load_bucket(bucket: int, buckets: int, state: Any, default_min_isr: int, us
         token, blob = state.get
         cached = _CACHE.pop(bucket, None) if use_cache else None
         if cached is not None and cached[0] == token:
-            return cached[1]
-        return BucketState.from_blob(bytes(blob))
+            return cached[1], True
+        del cached
+        gc.disable()  # unpickling millions of objects would trigger many full collections for nothing
+        try:
+            bs = BucketState.from_row(bytes(blob), snapshots, bucket, buckets)
+        finally:
+            gc.enable()
+        gc.freeze()  # long-lived: keep the state out of the cyclic GC's scans
+        return bs, False
     _CACHE.pop(bucket, None)
-    return BucketState(ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets)), PipelineCounts(), {})
+    cluster = ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
+    return BucketState(cluster, PipelineCounts(), {}), False
 
 
 def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
@@ -277,8 +467,10 @@ def process_bucket(
     cluster, counts = bs.cluster, bs.counts
     quarantined: list[dict[str, Any]] = []
     loads = pickle.loads
+    journal = bs.journal.append
     for kind, _unused, rec in rows:
         if kind == KIND_RECORD:
+            journal(rec)
             record = decode_record(rec)
             if record.type in PARTITION_TYPES:
                 reports = bucket_of(record.data["topicId"], record.data["partitionId"], buckets) == bucket
@@ -363,26 +555,60 @@ def process_bucket(
     return payload
 
 
-def make_state_function(buckets: int, default_min_isr: int, advice: bool, use_cache: bool):
+def make_state_function(
+    buckets: int,
+    default_min_isr: int,
+    advice: bool,
+    use_cache: bool,
+    state_mode: str = "blob",
+    state_dir: str | None = None,
+    delta_max_records: int = DELTA_MAX_RECORDS,
+):
     """The applyInPandasWithState function (closure over the job's settings)."""
+    snapshots = SnapshotDir(state_dir) if state_dir else None
+    if state_mode == "snapshot" and snapshots is None:
+        raise ValueError("snapshot state mode needs a state directory")
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         import orjson
         import pandas as pd
 
         bucket = int(key[0])
-        bs = _load_bucket(bucket, buckets, state, default_min_isr, use_cache)
+        started = time.perf_counter()
+        bs, hit = _load_bucket(bucket, buckets, state, default_min_isr, use_cache, snapshots)
+        loaded = time.perf_counter()
         frames = [pdf for pdf in pdfs if len(pdf)]
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
         rows = _ordered_rows(pdf) if pdf is not None else iter(())
+        del frames
         payload = process_bucket(bucket, buckets, rows, bs, advice)
+        del pdf, rows
+        processed = time.perf_counter()
         token = uuid.uuid4().hex
-        state.update((token, bs.to_blob()))
+        snapshot_before = bs.snapshot
+        if state_mode == "snapshot":
+            state.update((token, bs.to_row(snapshots, bucket, token, delta_max_records)))
+        else:
+            bs.journal = []
+            state.update((token, bs.to_blob()))
         if use_cache:
             while len(_CACHE) >= _CACHE_MAX:
                 _CACHE.pop(next(iter(_CACHE)))
             _CACHE[bucket] = (token, bs)
+        saved = time.perf_counter()
+        payload["timing"] = {
+            "load": round(loaded - started, 3),
+            "hit": hit,
+            "process": round(processed - loaded, 3),
+            "save": round(saved - processed, 3),
+            "snapshot": bs.snapshot != snapshot_before,
+            "deltaRows": bs.delta_rows,
+            "pid": os.getpid(),
+        }
         body = zlib.compress(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS), 1)
+        del payload
+        gc.collect()  # this batch's garbage cycles (only young objects are scanned: the state is frozen) ...
+        gc.freeze()  # ... then what survived (the state's new objects) leaves the GC's scans too
         yield pd.DataFrame({"bucket": [bucket], "payload": [body]})
 
     return update
@@ -586,7 +812,15 @@ def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
     events = read_stream(spark, config.source, config.source_options())
     routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
     updates = routed.groupBy("bucket").applyInPandasWithState(
-        make_state_function(buckets, config.default_min_isr, config.advice, config.state_cache),
+        make_state_function(
+            buckets,
+            config.default_min_isr,
+            config.advice,
+            config.state_cache,
+            config.state_mode,
+            config.snapshot_dir(),
+            config.state_delta_max_records,
+        ),
         OUTPUT_SCHEMA,
         STATE_SCHEMA,
         "append",
@@ -628,21 +862,38 @@ class Sink:
         started = time.monotonic()
         rows = batch_df.collect()
         payloads = [orjson.loads(zlib.decompress(r["payload"])) for r in rows]
+        absorbed = time.monotonic()
         args = self.aggregator.absorb(payloads)
         written = self.store.write_batch(batch_id, **args)
+        stored = time.monotonic()
         self.aggregator.save(batch_id)
         if self.health is not None:
             self.health.batch_written(batch_id, self.aggregator.gauges(), time.monotonic() - started)
         log.info(
-            "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs%s",
+            "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s)%s",
             batch_id,
             len(payloads),
             len(args["partitions"]),
             len(args["quarantined"]),
             args["meta"]["counts"]["events"],
             time.monotonic() - started,
+            _timing_summary(payloads, stored - absorbed),
             "" if written else " (already committed: store unchanged)",
         )
+
+
+def _timing_summary(payloads: list[dict[str, Any]], store_s: float) -> str:
+    """Where the batch's time went, per bucket: state load (cache hit/miss), apply + documents, state save."""
+    parts = []
+    for p in sorted(payloads, key=lambda p: p["bucket"]):
+        t = p.get("timing")
+        if t:
+            parts.append(
+                f"b{p['bucket']} {'hit' if t['hit'] else 'miss'} load {t['load']:.2f} process {t['process']:.2f} "
+                f"save {t['save']:.2f}{' snapshot' if t['snapshot'] else ''}"
+            )
+    parts.append(f"store {store_s:.2f}")
+    return "; ".join(parts)
 
 
 def _checkpoint_has_batches(checkpoint: str) -> bool:
@@ -667,9 +918,14 @@ def run(
     from elrwatch.streaming.store import StatusStore
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if "ELRWATCH_SPARK_LOG_LEVEL" not in os.environ:
+        # a failing batch (e.g. a missing snapshot) is reported once, as one line, by the query's exception below;
+        # py4j would also log the foreachBatch callback's whole Python + Java traceback
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     if config.buckets < 1:
         raise JobError("--buckets must be >= 1")
     config.source_options()  # validates required options early
+    snapshot_dir = config.snapshot_dir()
     store = StatusStore(config.store, password_file=config.store_password_file)
     store.create_schema()
     fresh = not _checkpoint_has_batches(config.checkpoint)
@@ -682,6 +938,11 @@ def run(
             )
         with contextlib.suppress(FileNotFoundError):
             os.remove(driver_file)
+        if snapshot_dir and not config.state_dir and os.path.isdir(snapshot_dir):
+            # the default directory belongs to this checkpoint: a new checkpoint starts without old snapshots
+            for name in os.listdir(snapshot_dir):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(snapshot_dir, name))
     os.makedirs(config.checkpoint, exist_ok=True)
     aggregator = Aggregator(config.buckets, driver_file)
     health = Health(aggregator)
@@ -736,9 +997,10 @@ def run(
 
 def _one_line(message: str) -> str:
     """The most useful line of a (Python/Java) error: an elrwatch SourceError if present."""
-    for line in message.splitlines():
-        if "SourceError:" in line:
-            return line.split("SourceError:", 1)[1].strip()
+    for marker in ("SourceError:", "SnapshotError:"):
+        for line in message.splitlines():
+            if marker in line:
+                return line.split(marker, 1)[1].strip()
     for line in message.splitlines():
         if line.strip():
             return line.strip()[:500]
@@ -761,6 +1023,8 @@ def options_summary(config: JobConfig) -> Mapping[str, Any]:
     skip = {"ssl_password_file", "sasl_password_file", "store_password_file"}
     data = {k: v for k, v in config.__dict__.items() if k not in skip}
     data["store"] = _mask(config.store)
+    with contextlib.suppress(ValueError):
+        data["state_dir"] = config.snapshot_dir()
     return data
 
 
@@ -779,6 +1043,8 @@ __all__ = [
     "JobConfig",
     "JobError",
     "Sink",
+    "SnapshotDir",
+    "SnapshotError",
     "build_query",
     "build_spark",
     "process_bucket",

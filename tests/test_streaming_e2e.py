@@ -185,8 +185,11 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     oracle = _replay(events)
     _produce(kafka_server, events, "meta-restart", 1)
     url = f"sqlite:///{tmp_path}/store.db"
+    # snapshot state mode (the default) with a small delta bound: bucket snapshots are written and rotated
+    # throughout, so the kill lands between snapshot writes and the restart rebuilds buckets from snapshot + delta
     common = ["--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-restart", "--store", url,
-              "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--max-records-per-batch", "250"]
+              "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--max-records-per-batch", "250",
+              "--state-delta-max-records", "300"]
     first = StreamJob(tmp_path, *common, "--trigger", "100 milliseconds")
     try:
         _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events", 0) >= 500, 180, "a few batches", first)
@@ -202,6 +205,21 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     doc = _store_doc(url)
     # epochs equal to the oracle's prove no PartitionChangeRecord was applied twice
     assert_same_as_oracle(doc, oracle)
+    snapshots = sorted(os.listdir(tmp_path / "ck" / "bucket-snapshots"))
+    for bucket in ("-b0000-", "-b0001-"):  # rotated: the newest few per bucket (+ one a committed row may hold)
+        assert 1 <= sum(bucket in name for name in snapshots) <= 4, snapshots
+    assert all(name.endswith(".snap") for name in snapshots), snapshots
+    # snapshots lost (e.g. --state-dir not shared or not kept with the checkpoint): a one-line error, no traceback
+    for name in snapshots:
+        os.remove(tmp_path / "ck" / "bucket-snapshots" / name)
+    more = tmp_path / "more.jsonl"
+    more.write_text(events.read_text().splitlines()[-1] + "\n")
+    _produce(kafka_server, more, "meta-restart", 1)
+    done = _cli("stream", *common, "--available-now", timeout=240)
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
+    assert len(errors) == 1 and "snapshot" in errors[0] and "is missing" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
 
 
 def test_postgresql_store_equals_replay(kafka_server, tmp_path):
@@ -212,8 +230,10 @@ def test_postgresql_store_equals_replay(kafka_server, tmp_path):
     _produce(kafka_server, events, "meta-pg", 2)
     pg = PostgresServer().start()
     try:
+        # blob state mode (no shared filesystem needed) stays covered end to end here
         job = StreamJob(tmp_path, "--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-pg",
                         "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--available-now",
+                        "--state-mode", "blob",
                         env={"ELRWATCH_STORE": pg.url, "ELRWATCH_STORE_PASSWORD_FILE": str(pg.password_file)})
         try:
             assert job.wait(240) == 0, job.output()[-3000:]

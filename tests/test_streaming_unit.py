@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -77,3 +79,166 @@ def test_fresh_checkpoint_with_a_used_store_is_refused(tmp_path):
     )
     assert done.returncode == 1
     assert "already holds batches of another run" in done.stderr.splitlines()[-1]
+
+
+# --------------------------------------------------------------------------- snapshot mode (snapshot file + delta)
+
+
+class _State:
+    """The part of pyspark's GroupState that the job's state function uses."""
+
+    def __init__(self) -> None:
+        self.row = None
+
+    @property
+    def exists(self) -> bool:
+        return self.row is not None
+
+    @property
+    def get(self):
+        return self.row
+
+    def update(self, row) -> None:
+        self.row = row
+
+
+def _routed(lines: list[str], buckets: int):
+    return pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
+
+
+def _payload(frame) -> dict:
+    import zlib
+
+    import orjson
+
+    return orjson.loads(zlib.decompress(frame["payload"][0]))
+
+
+def _run(fn, bucket: int, pdf, state: _State) -> dict:
+    return _payload(next(fn((bucket,), iter([pdf]), state)))
+
+
+def _plain(obj, seen=None):
+    """A ClusterState (or any part of it) as plain nested values: dict order, object fields and types included."""
+    if isinstance(obj, dict):
+        return (type(obj).__name__, [(_plain(k), _plain(v)) for k, v in obj.items()])
+    if isinstance(obj, list | tuple):
+        return (type(obj).__name__, [_plain(x) for x in obj])
+    if isinstance(obj, set | frozenset):
+        return (type(obj).__name__, sorted(map(repr, obj)))
+    if obj is None or isinstance(obj, int | float | str | bytes | bool):
+        return obj
+    if hasattr(obj, "value") and type(obj).__module__ == "enum":
+        return repr(obj)
+    slots = [s for cls in type(obj).__mro__ for s in getattr(cls, "__slots__", ())]
+    fields = {s: getattr(obj, s) for s in slots if hasattr(obj, s)}
+    fields.update({k: v for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("_")})
+    fields.pop("last_error", None)
+    return (type(obj).__name__, [(k, _plain(v)) for k, v in sorted(fields.items())])
+
+
+def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tmp_path):
+    lines = [x.decode() for x in scenario(3, 12, 4, steps=30, churn=120, seed=5)]
+    lines.insert(9, "not json")
+    lines.insert(60, lines[44])  # a duplicate
+    routed = _routed(lines, 2)
+    fn = job.make_state_function(2, 1, True, True, "snapshot", str(tmp_path), delta_max_records=40)
+    snapshots = job.SnapshotDir(str(tmp_path))
+    for b in range(2):
+        part = routed[routed.bucket == b]
+        state = _State()
+        step = max(1, len(part) // 9)
+        for i in range(0, len(part), step):
+            _run(fn, b, part.iloc[i : i + step], state)
+            token, row = state.row
+            kept = job._CACHE[b][1]
+            assert job._CACHE[b][0] == token
+            rebuilt = job.BucketState.from_row(row, snapshots, b, 2)
+            assert _plain(rebuilt.cluster) == _plain(kept.cluster)
+            assert rebuilt.counts == kept.counts and rebuilt.emitted_topic_counts == kept.emitted_topic_counts
+            assert rebuilt.snapshot == kept.snapshot and rebuilt.delta_rows == kept.delta_rows <= 40 + step
+        assert kept.snapshot is not None, "delta_max_records=40 must have forced snapshots"
+
+
+def test_snapshot_mode_payloads_equal_blob_mode(tmp_path):
+    lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=8)]
+    routed = _routed(lines, 3)
+    outputs = {}
+    for mode in ("blob", "snapshot"):
+        fn = job.make_state_function(3, 1, True, True, mode, str(tmp_path / mode), delta_max_records=30)
+        got = []
+        for b in range(3):
+            part = routed[routed.bucket == b]
+            state = _State()
+            for i in range(0, len(part), 25):
+                if i % 50 == 0:  # every other batch misses the worker cache
+                    job._CACHE.clear()
+                p = _run(fn, b, part.iloc[i : i + 25], state)
+                p.pop("timing")
+                # partitions touched by one broker record come from a set: their order is not part of the contract
+                for key in ("partitions", "transitions", "violations"):
+                    p[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))
+                got.append(p)
+        outputs[mode] = got
+    assert outputs["snapshot"] == outputs["blob"]
+
+
+def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
+    lines = [x.decode() for x in scenario(2, 8, 4, steps=40, churn=200, seed=2)]
+    routed = _routed(lines, 1)
+    fn = job.make_state_function(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=20)
+    state = _State()
+    referenced = []
+    for i in range(0, len(routed), 15):
+        _run(fn, 0, routed.iloc[i : i + 15], state)
+        referenced.append(job._CACHE[0][1].snapshot)
+    written = [s for s in dict.fromkeys(referenced) if s]
+    assert len(written) > job.SNAPSHOTS_KEPT + 2
+    files = sorted(os.listdir(tmp_path))
+    assert files == sorted(written[-job.SNAPSHOTS_KEPT :])  # the newest; no tmp files left behind
+    assert all(f.endswith(".snap") and "-b0000-" in f for f in files)
+    # Spark re-runs a batch from the committed row after attempts whose rows never committed wrote snapshots:
+    # the snapshot the committed row references survives the rotation, even when it is no longer among the newest
+    committed = state.row
+    base = job._CACHE[0][1].snapshot
+    job._CACHE.clear()
+    retry = _State()
+    retry.row = committed
+    for _ in range(job.SNAPSHOTS_KEPT + 1):  # abandoned attempts (a zombie task): none of their rows is committed
+        retry.row = committed
+        job._CACHE.clear()
+        _run(fn, 0, routed.iloc[:25], retry)  # an old, already applied range: duplicates, still journaled
+    assert base in os.listdir(tmp_path)
+    assert len(os.listdir(tmp_path)) == job.SNAPSHOTS_KEPT + 1
+
+
+def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
+    lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
+    routed = _routed(lines, 1)
+    fn = job.make_state_function(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=10)
+    state = _State()
+    _run(fn, 0, routed, state)
+    (name,) = os.listdir(tmp_path)
+    job._CACHE.clear()
+    (tmp_path / name).write_bytes(b"Z" + b"\0" * 40)
+    with pytest.raises(job.SnapshotError, match=r"^bucket 0: snapshot .*\.snap is corrupt \(error: .*\)$"):
+        _run(fn, 0, routed.iloc[:0], state)
+    os.remove(tmp_path / name)
+    with pytest.raises(job.SnapshotError) as err:
+        _run(fn, 0, routed.iloc[:0], state)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"bucket 0: snapshot {tmp_path / name} referenced by")
+    wrapped = f"org.apache.spark.api.python.PythonException: Traceback...\n  File x\nelrwatch.streaming.job.SnapshotError: {message}\n\tat org..."
+    assert job._one_line(wrapped) == message
+
+
+def test_state_dir_defaults_next_to_a_local_checkpoint(tmp_path):
+    config = job.JobConfig(checkpoint=str(tmp_path / "ck"))
+    assert config.snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
+    assert job.JobConfig(checkpoint=f"file://{tmp_path}/ck").snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
+    assert job.JobConfig(checkpoint="s3a://b/ck", state_dir="/mnt/rwx/s").snapshot_dir() == "/mnt/rwx/s"
+    assert job.JobConfig(checkpoint="s3a://b/ck", state_mode="blob").snapshot_dir() is None
+    with pytest.raises(ValueError, match="not a local path: give --state-dir"):
+        job.JobConfig(checkpoint="s3a://b/ck").snapshot_dir()
+    with pytest.raises(ValueError, match="--state-mode must be one of snapshot, blob"):
+        job.JobConfig(state_mode="rocks").snapshot_dir()
