@@ -458,6 +458,10 @@ def stream(
         _opt("--state-delta-max-records", "Snapshot mode: write a new bucket snapshot once this many records "
              "were applied since the last one.", min=1),
     ] = 100_000,
+    state_tasks: Annotated[
+        int | None,
+        _opt("--state-tasks", "Parallel state tasks (spark.sql.shuffle.partitions); default: one per bucket.", min=1),
+    ] = None,
 ) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
     import logging
@@ -476,7 +480,7 @@ def stream(
         ssl_password_file=ssl_password_file, sasl_mechanism=sasl_mechanism, sasl_username=sasl_username,
         sasl_password_file=sasl_password_file, spark_master=spark_master,
         spark_conf=_key_values(spark_conf or [], "--spark-conf"), state_mode=state_mode, state_dir=state_dir,
-        state_delta_max_records=state_delta_max_records,
+        state_delta_max_records=state_delta_max_records, state_tasks=state_tasks,
     )
     if source not in ("kafka", "kafka-native", "files"):
         _fail("--source must be kafka, kafka-native or files")

@@ -59,6 +59,7 @@ DELTA_MAX_RECORDS = 100_000
 DELTA_MAX_BYTES = 4 << 20
 SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
 SNAPSHOT_SUFFIX = ".snap"
+STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
 
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
 
@@ -99,6 +100,7 @@ class JobConfig:
     state_mode: str = "snapshot"  # snapshot: snapshot files + delta in the state row; blob: whole state in the row
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
+    state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: one per bucket
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
 
     def snapshot_dir(self) -> str | None:
@@ -156,6 +158,29 @@ class JobConfig:
         return opts
 
 
+def release_memory() -> None:
+    """Give freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    After a big batch (the initial load, a storm) the Python processes keep their freed heap: CPython returns
+    empty arenas, but the malloc'd blocks of big lists and documents stay in glibc's heap, counted in RSS.
+    """
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 - glibc only
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
+TRIM_AFTER_ROWS = 20_000  # batches at least this big release their memory afterwards
+
 # ---------------------------------------------------------------------------------------------- stage 2: route
 
 
@@ -184,7 +209,9 @@ def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
 
     all_buckets = list(range(buckets))
     dumps = pickle.dumps
+    rows = 0
     for batch in batches:
+        rows += batch.num_rows
         values = batch.column("value").to_pylist()
         topics = batch.column("topic").to_pylist()
         parts = batch.column("partition").to_pylist()
@@ -224,6 +251,8 @@ def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
             ],
             names=["bucket", "src", "seq", "moff", "kind", "rec"],
         )
+    if rows >= TRIM_AFTER_ROWS:
+        release_memory()
 
 
 # ---------------------------------------------------------------------------------------------- stage 3: state
@@ -402,10 +431,21 @@ class BucketState:
         return bs
 
 
-# Per Python worker: bucket → (token, BucketState). Spark reuses Python workers, so the state a worker wrote
-# last time is usually still in memory: when the state store's token matches, nothing is read or replayed.
+# Per Python worker: bucket → (token, BucketState), at most every bucket. Spark reuses Python workers, so the state
+# a worker wrote last time is usually still in memory: when the state row's token matches, nothing is read or
+# replayed (see build_query and state_tasks for how the job makes the same worker see the same buckets).
 _CACHE: dict[int, tuple[str, BucketState]] = {}
-_CACHE_MAX = 4
+
+
+def _remember(bucket: int, token: str, bs: BucketState, limit: int) -> None:
+    """Cache the bucket's state in this worker.
+
+    Module-level on purpose: the state function is a closure that cloudpickle ships *by value* with a copy of
+    the globals it names, so a ``_CACHE`` written from inside it would be a per-task copy, never seen again.
+    """
+    while len(_CACHE) >= limit:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[bucket] = (token, bs)
 
 
 def _load_bucket(
@@ -580,6 +620,7 @@ def make_state_function(
         frames = [pdf for pdf in pdfs if len(pdf)]
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
         rows = _ordered_rows(pdf) if pdf is not None else iter(())
+        n_rows = len(pdf) if pdf is not None else 0
         del frames
         payload = process_bucket(bucket, buckets, rows, bs, advice)
         del pdf, rows
@@ -592,9 +633,7 @@ def make_state_function(
             bs.journal = []
             state.update((token, bs.to_blob()))
         if use_cache:
-            while len(_CACHE) >= _CACHE_MAX:
-                _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[bucket] = (token, bs)
+            _remember(bucket, token, bs, buckets)
         saved = time.perf_counter()
         payload["timing"] = {
             "load": round(loaded - started, 3),
@@ -609,6 +648,8 @@ def make_state_function(
         del payload
         gc.collect()  # this batch's garbage cycles (only young objects are scanned: the state is frozen) ...
         gc.freeze()  # ... then what survived (the state's new objects) leaves the GC's scans too
+        if n_rows >= TRIM_AFTER_ROWS:
+            release_memory()
         yield pd.DataFrame({"bucket": [bucket], "payload": [body]})
 
     return update
@@ -765,6 +806,19 @@ def spark_master(config: JobConfig) -> str | None:
     return "local[2]"
 
 
+def state_tasks(config: JobConfig, master: str) -> int:
+    """Parallel state tasks (``spark.sql.shuffle.partitions``; a checkpoint keeps the value it started with).
+
+    Local mode: one task for all buckets, so one Python worker of the state pool keeps every bucket cached and
+    hits every batch (with two tasks the two workers swap buckets and half the loads are cache misses: reading
+    the snapshot and replaying the delta costs more than the parallelism gains on a few cores). A cluster: one
+    task per bucket, each executor keeping the buckets Spark's state-store locality sends it.
+    """
+    if config.state_tasks:
+        return config.state_tasks
+    return 1 if master.startswith("local") else config.buckets
+
+
 def build_spark(config: JobConfig) -> Any:
     """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow)."""
     from pyspark.sql import SparkSession
@@ -797,6 +851,7 @@ def build_spark(config: JobConfig) -> Any:
     for key, value in config.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.conf.set("spark.sql.shuffle.partitions", str(state_tasks(config, spark.sparkContext.master)))
     # Spark's own ERROR lines repeat what the job reports as one line; ELRWATCH_SPARK_LOG_LEVEL=WARN shows them.
     spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "FATAL"))
     return spark
@@ -811,21 +866,31 @@ def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
     buckets = config.buckets
     events = read_stream(spark, config.source, config.source_options())
     routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
-    updates = routed.groupBy("bucket").applyInPandasWithState(
-        make_state_function(
-            buckets,
-            config.default_min_isr,
-            config.advice,
-            config.state_cache,
-            config.state_mode,
-            config.snapshot_dir(),
-            config.state_delta_max_records,
-        ),
-        OUTPUT_SCHEMA,
-        STATE_SCHEMA,
-        "append",
-        GroupStateTimeout.NoTimeout,
-    )
+    # Spark keeps one pool of Python workers per (python, modules, environment) and hands a task any idle worker
+    # of its pool. Alone in its own pool (an extra environment variable), the state function runs in few workers
+    # (one per concurrent state task) that see the same buckets again: their cache hits. Sharing the pool with
+    # the source and route stages, the state landed on a random one of ~11 workers: always a miss, and stale
+    # copies of every bucket in many processes.
+    env = spark.sparkContext.environment
+    env[STATE_POOL_ENV] = "state"
+    try:
+        updates = routed.groupBy("bucket").applyInPandasWithState(
+            make_state_function(
+                buckets,
+                config.default_min_isr,
+                config.advice,
+                config.state_cache,
+                config.state_mode,
+                config.snapshot_dir(),
+                config.state_delta_max_records,
+            ),
+            OUTPUT_SCHEMA,
+            STATE_SCHEMA,
+            "append",
+            GroupStateTimeout.NoTimeout,
+        )
+    finally:
+        env.pop(STATE_POOL_ENV, None)
     writer = updates.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)
     if config.available_now:
         writer = writer.trigger(availableNow=True)
@@ -860,31 +925,40 @@ class Sink:
         import orjson
 
         started = time.monotonic()
-        rows = batch_df.collect()
+        rows = batch_df.collect()  # runs the batch: source, route, state (the sink is lazy until here)
+        collected = time.monotonic()
         payloads = [orjson.loads(zlib.decompress(r["payload"])) for r in rows]
-        absorbed = time.monotonic()
+        n_buckets = len(rows)
+        del rows
         args = self.aggregator.absorb(payloads)
+        absorbed = time.monotonic()
         written = self.store.write_batch(batch_id, **args)
         stored = time.monotonic()
+        changed = len(args["partitions"])
+        timing = _timing_summary(payloads, collected - started, absorbed - collected, stored - absorbed)
+        del payloads, args["partitions"]
+        if changed >= TRIM_AFTER_ROWS:
+            release_memory()
         self.aggregator.save(batch_id)
         if self.health is not None:
             self.health.batch_written(batch_id, self.aggregator.gauges(), time.monotonic() - started)
         log.info(
             "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s)%s",
             batch_id,
-            len(payloads),
-            len(args["partitions"]),
+            n_buckets,
+            changed,
             len(args["quarantined"]),
             args["meta"]["counts"]["events"],
             time.monotonic() - started,
-            _timing_summary(payloads, stored - absorbed),
+            timing,
             "" if written else " (already committed: store unchanged)",
         )
 
 
-def _timing_summary(payloads: list[dict[str, Any]], store_s: float) -> str:
-    """Where the batch's time went, per bucket: state load (cache hit/miss), apply + documents, state save."""
-    parts = []
+def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float, store_s: float) -> str:
+    """Where the batch's time went: Spark running the batch (source, route, state: per bucket its load with
+    cache hit/miss, apply + documents, state save), merging the payloads on the driver, the store write."""
+    parts = [f"run {run_s:.2f}"]
     for p in sorted(payloads, key=lambda p: p["bucket"]):
         t = p.get("timing")
         if t:
@@ -892,7 +966,7 @@ def _timing_summary(payloads: list[dict[str, Any]], store_s: float) -> str:
                 f"b{p['bucket']} {'hit' if t['hit'] else 'miss'} load {t['load']:.2f} process {t['process']:.2f} "
                 f"save {t['save']:.2f}{' snapshot' if t['snapshot'] else ''}"
             )
-    parts.append(f"store {store_s:.2f}")
+    parts.append(f"merge {merge_s:.2f}; store {store_s:.2f}")
     return "; ".join(parts)
 
 

@@ -313,6 +313,47 @@ def _bulk_insert(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> 
     conn.exec_driver_sql(sql, [tuple(row[c] for c in columns) for row in rows])
 
 
+def _upsert_partitions_sqlite(conn: Connection, docs: list[Mapping[str, Any]]) -> None:
+    """Insert or update partition rows in place (SQLite, straight to the driver).
+
+    An update rewrites only the indexes whose columns changed (a storm changes ISR and status, rarely the
+    replicas), where delete + insert rewrote all six indexes of ``partitions`` plus every replica row: at 1M
+    partitions that dominated the store write of a 100k-partition storm. Replica rows: those no longer in the
+    assignment are deleted, the others inserted unless present. Violations of these partitions are deleted
+    (the caller inserts their current ones).
+    """
+    if not docs:
+        return
+    for chunk in _chunks(_partition_row(d) for d in docs):
+        columns = list(chunk[0])
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in ("topic_id", "partition_id"))
+        conn.exec_driver_sql(
+            f"INSERT INTO {partitions_t.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT (topic_id, partition_id) DO UPDATE SET {updates}",
+            [tuple(row[c] for c in columns) for row in chunk],
+        )
+    assignments = []
+    replica_rows = []
+    for d in docs:
+        rows = _replica_rows(d)
+        replica_rows.extend((r["broker_id"], r["topic"], r["partition_id"], r["topic_id"]) for r in rows)
+        assignments.append((d["topicId"], int(d["partitionId"]), _dumps([r["broker_id"] for r in rows])))
+    conn.exec_driver_sql(
+        f"DELETE FROM {partition_replicas_t.name} WHERE topic_id = ? AND partition_id = ? "
+        "AND broker_id NOT IN (SELECT value FROM json_each(?))",
+        assignments,
+    )
+    conn.exec_driver_sql(
+        f"INSERT OR IGNORE INTO {partition_replicas_t.name} (broker_id, topic, partition_id, topic_id) "
+        "VALUES (?, ?, ?, ?)",
+        replica_rows,
+    )
+    conn.exec_driver_sql(
+        f"DELETE FROM {violations_t.name} WHERE topic = ? AND partition_id = ?",
+        [(d["topic"], int(d["partitionId"])) for d in docs],
+    )
+
+
 def _key_of(item: Any) -> tuple[str, int]:
     """(topicId, partitionId) from a tuple or from a dict with those keys."""
     if isinstance(item, Mapping):
@@ -505,13 +546,18 @@ class StatusStore:
             if last is not None and batch_id <= last:
                 log.info("batch %s already committed (last %s): skipped", batch_id, last)
                 return False
-            touched = removed_keys + [(d["topicId"], int(d["partitionId"])) for d in partition_docs]
-            if touched:
-                self._delete_partitions(conn, touched)
-            for chunk in _chunks(_partition_row(d) for d in partition_docs):
-                _bulk_insert(conn, partitions_t, chunk)
-            for chunk in _chunks(r for d in partition_docs for r in _replica_rows(d)):
-                _bulk_insert(conn, partition_replicas_t, chunk)
+            if conn.dialect.name == "sqlite":
+                if removed_keys:
+                    self._delete_partitions(conn, removed_keys)
+                _upsert_partitions_sqlite(conn, partition_docs)
+            else:
+                touched = removed_keys + [(d["topicId"], int(d["partitionId"])) for d in partition_docs]
+                if touched:
+                    self._delete_partitions(conn, touched)
+                for chunk in _chunks(_partition_row(d) for d in partition_docs):
+                    _bulk_insert(conn, partitions_t, chunk)
+                for chunk in _chunks(r for d in partition_docs for r in _replica_rows(d)):
+                    _bulk_insert(conn, partition_replicas_t, chunk)
             if violations is not None:
                 for chunk in _chunks(_violation_row(v) for v in violations):
                     conn.execute(insert(violations_t), chunk)
@@ -521,7 +567,7 @@ class StatusStore:
             if removed_topic_ids:
                 conn.execute(delete(topics_t).where(topics_t.c.topic_id.in_(removed_topic_ids)))
             for chunk in _chunks(_transition_row(t, batch_id) for t in transitions):
-                conn.execute(insert(status_transitions_t), chunk)
+                _bulk_insert(conn, status_transitions_t, chunk)
             q_rows = [_quarantine_row(q, batch_id) for q in quarantined]
             if q_rows:
                 for chunk in _chunks(q_rows):
