@@ -14,6 +14,11 @@
   RSS: peak resident memory of the whole job (Python driver + JVM + Python workers) with that state.
 * restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
   restart to the first completed batch.
+
+The storm/restart phases also print the RSS by process kind (Python driver, JVM, Python workers, ...) and the
+job's batch log lines, which say where each batch's time went (Spark run incl. each bucket's state load with
+cache hit / catch-up / miss, apply + documents, state save; driver merge; store write). Job options can be
+changed through the environment (e.g. ELRWATCH_STATE_MODE=blob, ELRWATCH_STATE_TASKS=2).
 """
 
 from __future__ import annotations

@@ -339,7 +339,7 @@ class BucketState:
 
     __slots__ = (
         "cluster", "counts", "emitted_topic_counts", "run", "snapshot", "delta", "delta_rows", "delta_bytes",
-        "journal", "must_snapshot",
+        "journal", "must_snapshot", "caught_up",
     )
 
     def __init__(self, cluster: Any, counts: Any, emitted_topic_counts: dict[str, int]) -> None:
@@ -353,6 +353,7 @@ class BucketState:
         self.delta_bytes = 0
         self.journal: list[bytes] = []  # this micro-batch's records, as applied (snapshot mode)
         self.must_snapshot = False  # the state does not derive from (snapshot, delta): e.g. read from a blob
+        self.caught_up = False  # loaded by catching up a stale cached state (see from_row)
 
     def to_blob(self) -> bytes:
         body = pickle.dumps(
@@ -406,29 +407,62 @@ class BucketState:
         )
 
     @classmethod
-    def from_row(cls, row: bytes, snapshots: SnapshotDir | None, bucket: int, buckets: int) -> BucketState:
-        """Either format: a snapshot-mode row (snapshot file + delta replayed) or a whole blob (blob mode)."""
+    def from_row(
+        cls,
+        row: bytes,
+        snapshots: SnapshotDir | None,
+        bucket: int,
+        buckets: int,
+        stale: BucketState | None = None,
+    ) -> BucketState:
+        """Either format: a snapshot-mode row (snapshot file + delta replayed) or a whole blob (blob mode).
+
+        ``stale``: this worker's cached state of an older row. When the row's delta extends the delta it was
+        built from (same run and snapshot, same first chunks), only the newer chunks are applied to it: the
+        batches another worker processed since (a cache "catch-up" instead of a snapshot read).
+        """
         if row[:1] != b"S":
             return cls.from_blob(row)
         from elrwatch.state.cluster import ClusterState
 
         data = pickle.loads(row[1:])
         name = data["snapshot"]
-        if name is None:
-            cluster = ClusterState(default_min_isr=data["minIsr"], bucket=(bucket, buckets))
-        elif snapshots is None:
-            raise SnapshotError(f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed")
+        delta = data["delta"]
+        if stale is not None and stale.catches_up_to(data):
+            cluster = stale.cluster
+            chunks = delta[len(stale.delta) :]
         else:
-            cluster = snapshots.read(bucket, name)
+            stale = None
+            if name is None:
+                cluster = ClusterState(default_min_isr=data["minIsr"], bucket=(bucket, buckets))
+            elif snapshots is None:
+                raise SnapshotError(
+                    f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed"
+                )
+            else:
+                cluster = snapshots.read(bucket, name)
+            chunks = delta
         apply = cluster.apply
-        for chunk in data["delta"]:  # changes are discarded: they were emitted when the records were first applied
+        for chunk in chunks:  # changes are discarded: they were emitted when the records were first applied
             for rec in marshal.loads(zlib.decompress(chunk)):
                 apply(decode_record(rec))
         cluster.drain_changes()
         bs = cls(cluster, data["counts"], data["emitted"])
-        bs.run, bs.snapshot, bs.delta = data["run"], name, data["delta"]
+        bs.run, bs.snapshot, bs.delta = data["run"], name, delta
         bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
+        bs.caught_up = stale is not None
         return bs
+
+    def catches_up_to(self, data: dict[str, Any]) -> bool:
+        """Whether this state (snapshot + its delta) is a prefix of the row ``data`` (snapshot + delta)."""
+        k = len(self.delta)
+        return (
+            not self.must_snapshot
+            and self.run == data["run"]
+            and self.snapshot == data["snapshot"]
+            and k <= len(data["delta"])
+            and data["delta"][:k] == self.delta
+        )
 
 
 # Per Python worker: bucket → (token, BucketState), at most every bucket. Spark reuses Python workers, so the state
@@ -450,8 +484,9 @@ def _remember(bucket: int, token: str, bs: BucketState, limit: int) -> None:
 
 def _load_bucket(
     bucket: int, buckets: int, state: Any, default_min_isr: int, use_cache: bool, snapshots: SnapshotDir | None
-) -> tuple[BucketState, bool]:
-    """(the bucket's state, whether it came from this worker's cache)."""
+) -> tuple[BucketState, str]:
+    """(the bucket's state, how it was loaded: "hit" from this worker's cache, "catch-up" of a stale cached
+    state, "miss": from the row alone)."""
     from elrwatch.state.cluster import ClusterState
     from elrwatch.state.gauges import PipelineCounts
 
@@ -459,18 +494,19 @@ def _load_bucket(
         token, blob = state.get
         cached = _CACHE.pop(bucket, None) if use_cache else None
         if cached is not None and cached[0] == token:
-            return cached[1], True
+            return cached[1], "hit"
+        stale = cached[1] if cached is not None else None
         del cached
         gc.disable()  # unpickling millions of objects would trigger many full collections for nothing
         try:
-            bs = BucketState.from_row(bytes(blob), snapshots, bucket, buckets)
+            bs = BucketState.from_row(bytes(blob), snapshots, bucket, buckets, stale)
         finally:
             gc.enable()
         gc.freeze()  # long-lived: keep the state out of the cyclic GC's scans
-        return bs, False
+        return bs, "catch-up" if bs.caught_up else "miss"
     _CACHE.pop(bucket, None)
     cluster = ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
-    return BucketState(cluster, PipelineCounts(), {}), False
+    return BucketState(cluster, PipelineCounts(), {}), "miss"
 
 
 def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
@@ -595,6 +631,44 @@ def process_bucket(
     return payload
 
 
+PAYLOAD_HEAD, PAYLOAD_ROWS = b"H", b"P"
+ROWS_PER_CHUNK = 5_000
+
+
+def encode_payload(payload: dict[str, Any]) -> list[bytes]:
+    """A bucket's output as rows: the head (everything but the partition documents, ``partitionCount``) and
+    the changed partitions as ready store rows (``store.partition_store_row``: the document already JSON) in
+    chunks. The driver merges the heads and streams the chunks into the store one at a time: it never parses
+    or holds the documents (1M of them in the initial load)."""
+    import orjson
+
+    from elrwatch.streaming.store import partition_store_row
+
+    docs = payload.pop("partitions")
+    payload["partitionCount"] = len(docs)
+    out = [PAYLOAD_HEAD + zlib.compress(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS), 1)]
+    for i in range(0, len(docs), ROWS_PER_CHUNK):
+        rows = [partition_store_row(d) for d in docs[i : i + ROWS_PER_CHUNK]]
+        out.append(PAYLOAD_ROWS + zlib.compress(orjson.dumps(rows), 1))
+    return out
+
+
+def decode_payloads(bodies: list[bytes]) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """(bucket heads, compressed partition-row chunks) of a batch's output rows."""
+    import orjson
+
+    heads = [orjson.loads(zlib.decompress(b[1:])) for b in bodies if b[:1] == PAYLOAD_HEAD]
+    return heads, [b for b in bodies if b[:1] == PAYLOAD_ROWS]
+
+
+def iter_partition_rows(chunks: list[bytes]) -> Iterator[list[Any]]:
+    """The store rows of the chunks, one chunk decoded at a time (each chunk is dropped once read)."""
+    import orjson
+
+    while chunks:
+        yield from orjson.loads(zlib.decompress(chunks.pop()[1:]))
+
+
 def make_state_function(
     buckets: int,
     default_min_isr: int,
@@ -610,12 +684,11 @@ def make_state_function(
         raise ValueError("snapshot state mode needs a state directory")
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-        import orjson
         import pandas as pd
 
         bucket = int(key[0])
         started = time.perf_counter()
-        bs, hit = _load_bucket(bucket, buckets, state, default_min_isr, use_cache, snapshots)
+        bs, cache = _load_bucket(bucket, buckets, state, default_min_isr, use_cache, snapshots)
         loaded = time.perf_counter()
         frames = [pdf for pdf in pdfs if len(pdf)]
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
@@ -637,20 +710,20 @@ def make_state_function(
         saved = time.perf_counter()
         payload["timing"] = {
             "load": round(loaded - started, 3),
-            "hit": hit,
+            "cache": cache,
             "process": round(processed - loaded, 3),
             "save": round(saved - processed, 3),
             "snapshot": bs.snapshot != snapshot_before,
             "deltaRows": bs.delta_rows,
             "pid": os.getpid(),
         }
-        body = zlib.compress(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS), 1)
+        bodies = encode_payload(payload)
         del payload
         gc.collect()  # this batch's garbage cycles (only young objects are scanned: the state is frozen) ...
         gc.freeze()  # ... then what survived (the state's new objects) leaves the GC's scans too
         if n_rows >= TRIM_AFTER_ROWS:
             release_memory()
-        yield pd.DataFrame({"bucket": [bucket], "payload": [body]})
+        yield pd.DataFrame({"bucket": [bucket] * len(bodies), "payload": bodies})
 
     return update
 
@@ -710,7 +783,7 @@ class Aggregator:
         touched_topics: set[str] = set()
         for p in sorted(payloads, key=lambda p: p["bucket"]):
             b = p["bucket"]
-            partitions.extend(p["partitions"])
+            partitions.extend(p.get("partitions", ()))
             removed.extend(p["removed"])
             transitions.extend(p["transitions"])
             quarantined.extend(p["quarantined"])
@@ -844,6 +917,12 @@ def build_spark(config: JobConfig) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.driver.memory", os.environ.get("ELRWATCH_SPARK_DRIVER_MEMORY", "2g"))
+        # G1 returns unused heap to the OS when idle (after the initial load the heap is mostly garbage; without
+        # this the JVM kept ~2.7 GB resident at 1M partitions)
+        .config(
+            "spark.driver.extraJavaOptions",
+            "-XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
+        )
         .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
     )
     if os.environ.get("ELRWATCH_SPARK_JARS_PACKAGES"):  # e.g. the Kafka connector for --source kafka-native
@@ -922,21 +1001,21 @@ class Sink:
         self.health = health
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        import orjson
 
         started = time.monotonic()
         rows = batch_df.collect()  # runs the batch: source, route, state (the sink is lazy until here)
         collected = time.monotonic()
-        payloads = [orjson.loads(zlib.decompress(r["payload"])) for r in rows]
-        n_buckets = len(rows)
+        payloads, chunks = decode_payloads([r["payload"] for r in rows])
         del rows
+        n_buckets = len(payloads)
         args = self.aggregator.absorb(payloads)
+        changed = len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads)
+        args["partition_rows"] = iter_partition_rows(chunks)
         absorbed = time.monotonic()
         written = self.store.write_batch(batch_id, **args)
         stored = time.monotonic()
-        changed = len(args["partitions"])
         timing = _timing_summary(payloads, collected - started, absorbed - collected, stored - absorbed)
-        del payloads, args["partitions"]
+        del payloads, chunks, args["partitions"], args["partition_rows"]
         if changed >= TRIM_AFTER_ROWS:
             release_memory()
         self.aggregator.save(batch_id)
@@ -963,7 +1042,7 @@ def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float
         t = p.get("timing")
         if t:
             parts.append(
-                f"b{p['bucket']} {'hit' if t['hit'] else 'miss'} load {t['load']:.2f} process {t['process']:.2f} "
+                f"b{p['bucket']} {t['cache']} load {t['load']:.2f} process {t['process']:.2f} "
                 f"save {t['save']:.2f}{' snapshot' if t['snapshot'] else ''}"
             )
     parts.append(f"merge {merge_s:.2f}; store {store_s:.2f}")

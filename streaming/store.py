@@ -20,6 +20,7 @@ Tables:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import threading
@@ -235,6 +236,32 @@ def _partition_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+PARTITION_COLUMNS = (
+    "topic_id",
+    "partition_id",
+    "topic",
+    "status",
+    "severity",
+    "needs_action",
+    "under_min_isr",
+    "leaderless",
+    "leader",
+    "effective_min_isr",
+    "status_since_ms",
+    "doc",
+)
+
+
+def partition_store_row(doc: Mapping[str, Any]) -> list[Any]:
+    """A partition document as a ready ``partitions`` row: the PARTITION_COLUMNS values (the document as JSON
+    text last) + the sorted broker ids of its replica rows. The streaming job builds these where it builds the
+    documents (its Python workers), so the driver passes them to ``write_batch(partition_rows=…)`` without
+    parsing or serializing a document."""
+    row = _partition_row(doc)
+    brokers = set(doc.get("replicas") or ()) | set(doc.get("addingReplicas") or ())
+    return [*(row[c] for c in PARTITION_COLUMNS), sorted(int(b) for b in brokers)]
+
+
 def _replica_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     brokers_of = set(doc.get("replicas") or ()) | set(doc.get("addingReplicas") or ())
     return [
@@ -289,8 +316,8 @@ def _transition_row(doc: Mapping[str, Any], batch_id: int | None) -> dict[str, A
     }
 
 
-def _chunks(rows: Iterable[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
+def _chunks(rows: Iterable[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
     for row in rows:
         chunk.append(row)
         if len(chunk) >= size:
@@ -313,8 +340,8 @@ def _bulk_insert(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> 
     conn.exec_driver_sql(sql, [tuple(row[c] for c in columns) for row in rows])
 
 
-def _upsert_partitions_sqlite(conn: Connection, docs: list[Mapping[str, Any]]) -> None:
-    """Insert or update partition rows in place (SQLite, straight to the driver).
+def _upsert_partition_rows_sqlite(conn: Connection, rows: list[list[Any]]) -> None:
+    """Insert or update partition rows (``partition_store_row``) in place (SQLite, straight to the driver).
 
     An update rewrites only the indexes whose columns changed (a storm changes ISR and status, rarely the
     replicas), where delete + insert rewrote all six indexes of ``partitions`` plus every replica row: at 1M
@@ -322,35 +349,27 @@ def _upsert_partitions_sqlite(conn: Connection, docs: list[Mapping[str, Any]]) -
     assignment are deleted, the others inserted unless present. Violations of these partitions are deleted
     (the caller inserts their current ones).
     """
-    if not docs:
+    if not rows:
         return
-    for chunk in _chunks(_partition_row(d) for d in docs):
-        columns = list(chunk[0])
-        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in ("topic_id", "partition_id"))
-        conn.exec_driver_sql(
-            f"INSERT INTO {partitions_t.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
-            f"ON CONFLICT (topic_id, partition_id) DO UPDATE SET {updates}",
-            [tuple(row[c] for c in columns) for row in chunk],
-        )
-    assignments = []
-    replica_rows = []
-    for d in docs:
-        rows = _replica_rows(d)
-        replica_rows.extend((r["broker_id"], r["topic"], r["partition_id"], r["topic_id"]) for r in rows)
-        assignments.append((d["topicId"], int(d["partitionId"]), _dumps([r["broker_id"] for r in rows])))
+    n = len(PARTITION_COLUMNS)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in PARTITION_COLUMNS if c not in ("topic_id", "partition_id"))
+    conn.exec_driver_sql(
+        f"INSERT INTO {partitions_t.name} ({', '.join(PARTITION_COLUMNS)}) VALUES ({', '.join('?' * n)}) "
+        f"ON CONFLICT (topic_id, partition_id) DO UPDATE SET {updates}",
+        [tuple(r[:n]) for r in rows],
+    )
     conn.exec_driver_sql(
         f"DELETE FROM {partition_replicas_t.name} WHERE topic_id = ? AND partition_id = ? "
         "AND broker_id NOT IN (SELECT value FROM json_each(?))",
-        assignments,
+        [(r[0], r[1], _dumps(r[n])) for r in rows],
     )
     conn.exec_driver_sql(
         f"INSERT OR IGNORE INTO {partition_replicas_t.name} (broker_id, topic, partition_id, topic_id) "
         "VALUES (?, ?, ?, ?)",
-        replica_rows,
+        [(b, r[2], r[1], r[0]) for r in rows for b in r[n]],
     )
     conn.exec_driver_sql(
-        f"DELETE FROM {violations_t.name} WHERE topic = ? AND partition_id = ?",
-        [(d["topic"], int(d["partitionId"])) for d in docs],
+        f"DELETE FROM {violations_t.name} WHERE topic = ? AND partition_id = ?", [(r[2], r[1]) for r in rows]
     )
 
 
@@ -514,6 +533,7 @@ class StatusStore:
         batch_id: int,
         *,
         partitions: Iterable[Mapping[str, Any]] = (),
+        partition_rows: Iterable[Sequence[Any]] = (),
         removed: Iterable[Any] = (),
         brokers: Iterable[Mapping[str, Any]] = (),
         topics: Iterable[Mapping[str, Any]] = (),
@@ -526,7 +546,8 @@ class StatusStore:
     ) -> bool:
         """Apply one micro-batch in one transaction; False (a no-op) if ``batch_id`` was already committed.
 
-        * ``partitions``: partition documents (DESIGN §5 shape) to insert or replace;
+        * ``partitions``: partition documents (DESIGN §5 shape) to insert or replace; ``partition_rows``: the
+          same as ``partition_store_row`` rows (consumed lazily, chunk by chunk);
           ``removed``: ``(topicId, partitionId)`` pairs (or dicts with those keys) to delete.
         * ``brokers`` / ``topics``: documents to insert or replace; ``removed_topics``: topic ids to delete.
         * ``transitions``: ``{"topic","topicId","partitionId","from","to","atMs","offset","position"}`` dicts,
@@ -546,18 +567,20 @@ class StatusStore:
             if last is not None and batch_id <= last:
                 log.info("batch %s already committed (last %s): skipped", batch_id, last)
                 return False
-            if conn.dialect.name == "sqlite":
-                if removed_keys:
-                    self._delete_partitions(conn, removed_keys)
-                _upsert_partitions_sqlite(conn, partition_docs)
-            else:
-                touched = removed_keys + [(d["topicId"], int(d["partitionId"])) for d in partition_docs]
-                if touched:
-                    self._delete_partitions(conn, touched)
-                for chunk in _chunks(_partition_row(d) for d in partition_docs):
-                    _bulk_insert(conn, partitions_t, chunk)
-                for chunk in _chunks(r for d in partition_docs for r in _replica_rows(d)):
-                    _bulk_insert(conn, partition_replicas_t, chunk)
+            if removed_keys:
+                self._delete_partitions(conn, removed_keys)
+            rows = itertools.chain((partition_store_row(d) for d in partition_docs), partition_rows)
+            n = len(PARTITION_COLUMNS)
+            for chunk in _chunks(rows):
+                if conn.dialect.name == "sqlite":
+                    _upsert_partition_rows_sqlite(conn, chunk)
+                    continue
+                self._delete_partitions(conn, [(r[0], r[1]) for r in chunk])
+                _bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in chunk])
+                replicas = [
+                    {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in chunk for b in r[n]
+                ]
+                _bulk_insert(conn, partition_replicas_t, replicas)
             if violations is not None:
                 for chunk in _chunks(_violation_row(v) for v in violations):
                     conn.execute(insert(violations_t), chunk)

@@ -107,11 +107,16 @@ def _routed(lines: list[str], buckets: int):
 
 
 def _payload(frame) -> dict:
-    import zlib
-
+    """The bucket's output rows as one payload: the head + the documents of its partition-row chunks."""
     import orjson
 
-    return orjson.loads(zlib.decompress(frame["payload"][0]))
+    from elrwatch.streaming.store import PARTITION_COLUMNS
+
+    (head,), chunks = job.decode_payloads(list(frame["payload"]))
+    rows = list(job.iter_partition_rows(chunks))
+    assert len(rows) == head.pop("partitionCount")
+    head["partitions"] = [orjson.loads(r[PARTITION_COLUMNS.index("doc")]) for r in rows]
+    return head
 
 
 def _run(fn, bucket: int, pdf, state: _State) -> dict:
@@ -160,27 +165,33 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
         assert kept.snapshot is not None, "delta_max_records=40 must have forced snapshots"
 
 
-def test_snapshot_mode_payloads_equal_blob_mode(tmp_path):
+def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
+    """Two Python workers taking turns (each with its cache), a restart in between: same output as blob mode."""
     lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=8)]
     routed = _routed(lines, 3)
     outputs = {}
+    loads = []
     for mode in ("blob", "snapshot"):
-        fn = job.make_state_function(3, 1, True, True, mode, str(tmp_path / mode), delta_max_records=30)
+        fn = job.make_state_function(3, 1, True, True, mode, str(tmp_path / mode), delta_max_records=60)
+        workers = [{}, {}]
         got = []
         for b in range(3):
             part = routed[routed.bucket == b]
             state = _State()
-            for i in range(0, len(part), 25):
-                if i % 50 == 0:  # every other batch misses the worker cache
-                    job._CACHE.clear()
-                p = _run(fn, b, part.iloc[i : i + 25], state)
-                p.pop("timing")
+            for n, i in enumerate(range(0, len(part), 12)):
+                if n == 7:  # a restart: every worker's cache is gone
+                    workers = [{}, {}]
+                monkeypatch.setattr(job, "_CACHE", workers[(n // 2) % 2])  # two batches per worker, in turn
+                p = _run(fn, b, part.iloc[i : i + 12], state)
+                loads.append((mode, p.pop("timing")["cache"]))
                 # partitions touched by one broker record come from a set: their order is not part of the contract
                 for key in ("partitions", "transitions", "violations"):
                     p[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))
                 got.append(p)
         outputs[mode] = got
     assert outputs["snapshot"] == outputs["blob"]
+    assert {c for m, c in loads if m == "blob"} == {"hit", "miss"}
+    assert {c for m, c in loads if m == "snapshot"} == {"hit", "miss", "catch-up"}
 
 
 def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
@@ -242,3 +253,10 @@ def test_state_dir_defaults_next_to_a_local_checkpoint(tmp_path):
         job.JobConfig(checkpoint="s3a://b/ck").snapshot_dir()
     with pytest.raises(ValueError, match="--state-mode must be one of snapshot, blob"):
         job.JobConfig(state_mode="rocks").snapshot_dir()
+
+
+def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
+    config = job.JobConfig(buckets=4)
+    assert job.state_tasks(config, "local[2]") == 1  # one Python worker keeps (and hits) every bucket
+    assert job.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
+    assert job.state_tasks(job.JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
