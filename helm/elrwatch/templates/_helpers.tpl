@@ -173,6 +173,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - --max-records-per-batch
 - {{ . | quote }}
 {{- end }}
+{{- if .Values.streaming.stateDir }}
+- --state-dir
+- {{ .Values.streaming.stateDir | quote }}
+{{- else if and (eq .Values.streaming.mode "sparkApplication") .Values.streaming.sparkApplication.checkpointDir }}
+- --state-dir
+- {{ printf "%s/bucket-snapshots" .Values.persistence.mountPath | quote }}
+{{- end }}
 {{- range .Values.streaming.extraArgs }}
 - {{ . | quote }}
 {{- end }}
