@@ -108,7 +108,9 @@ def rss_breakdown(root: int) -> dict[str, float]:
         todo.extend(children.get(pid, []))
         try:
             with open(f"/proc/{pid}/smaps_rollup") as fh:
-                fields = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("Rss", "Pss")}
+                fields = {
+                    line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("Rss", "Pss")
+                }
         except (OSError, IndexError, ValueError):
             continue
         kind = _kind(pid, root)
@@ -122,7 +124,9 @@ def rss_breakdown(root: int) -> dict[str, float]:
 def print_breakdown(label: str, root: int) -> None:
     parts = rss_breakdown(root)
     text = ", ".join(
-        f"{k} {v:,.0f} MB ({int(parts[k + ' (n)'])})" for k, v in parts.items() if not k.endswith("(n)") and k != "PSS total"
+        f"{k} {v:,.0f} MB ({int(parts[k + ' (n)'])})"
+        for k, v in parts.items()
+        if not k.endswith("(n)") and k != "PSS total"
     )
     print(f"  {label}: {text}; PSS total {parts['PSS total']:,.0f} MB", flush=True)
 
@@ -136,7 +140,9 @@ class Job:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elrwatch.cli", "stream", *args],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "ELRWATCH_SPARK_DRIVER_MEMORY": os.environ.get("ELRWATCH_SPARK_DRIVER_MEMORY", "2g")},
         )
 
@@ -219,9 +225,23 @@ def phase_throughput(kafka: KafkaServer, workdir: str, events: int) -> None:
     raw = n / seconds
     report("raw kafka-python consumption, same topic", raw, "events/s", "-", None)
     url = f"sqlite:///{workdir}/tp.db"
-    job = Job(workdir, "throughput", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url,
-              "--checkpoint", f"{workdir}/tp-ck", "--available-now", "--max-records-per-batch", "100000",
-              "--buckets", "2")
+    job = Job(
+        workdir,
+        "throughput",
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--topic",
+        topic,
+        "--store",
+        url,
+        "--checkpoint",
+        f"{workdir}/tp-ck",
+        "--available-now",
+        "--max-records-per-batch",
+        "100000",
+        "--buckets",
+        "2",
+    )
     try:
         job.wait(1200)
     finally:
@@ -244,8 +264,22 @@ def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: floa
     producer = fast_producer(opts)
     produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer)
     url = f"sqlite:///{workdir}/fresh.db"
-    job = Job(workdir, "fresh", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url,
-              "--checkpoint", f"{workdir}/fresh-ck", "--trigger", "250ms", "--buckets", str(buckets))
+    job = Job(
+        workdir,
+        "fresh",
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--topic",
+        topic,
+        "--store",
+        url,
+        "--checkpoint",
+        f"{workdir}/fresh-ck",
+        "--trigger",
+        "250ms",
+        "--buckets",
+        str(buckets),
+    )
     try:
         boot_ms = gen.now_ms
         poll(lambda: (meta(url).get("lastEventTimeMs") or 0) >= boot_ms, 300, "bootstrap loaded", job, every=0.5)
@@ -315,12 +349,29 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
     producer = fast_producer(opts)
     t = time.monotonic()
     res = produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer)
-    print(f"storm: loading {partitions:,} partitions ({res.sent:,} events produced in {time.monotonic() - t:.0f}s,"
-          f" {brokers} brokers)", flush=True)
+    print(
+        f"storm: loading {partitions:,} partitions ({res.sent:,} events produced in {time.monotonic() - t:.0f}s,"
+        f" {brokers} brokers)",
+        flush=True,
+    )
     url = f"sqlite:///{workdir}/storm.db"
     port = free_port()
-    args = ["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--store", url, "--checkpoint",
-            f"{workdir}/storm-ck", "--trigger", "250ms", "--buckets", "4", "--metrics-port", str(port)]
+    args = [
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--topic",
+        topic,
+        "--store",
+        url,
+        "--checkpoint",
+        f"{workdir}/storm-ck",
+        "--trigger",
+        "250ms",
+        "--buckets",
+        "4",
+        "--metrics-port",
+        str(port),
+    ]
     # No --max-records-per-batch for the load: with several event-topic partitions a cap could apply a
     # PARTITION_RECORD before its TOPIC_RECORD (they have different keys); the whole load is one batch.
     job = Job(workdir, "storm", *args)
@@ -359,7 +410,13 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         poll(reflected, 600, "storm reflected", job, every=0.1)
         done = time.monotonic()
         n = len(storm_lines) - 1
-        report(f"storm: {n:,} partition changes on {partitions:,}", done - t_last, "s", "<= 5 after last", done - t_last <= 5)
+        report(
+            f"storm: {n:,} partition changes on {partitions:,}",
+            done - t_last,
+            "s",
+            "<= 5 after last",
+            done - t_last <= 5,
+        )
         report("  storm: first record produced -> reflected", done - t_first, "s", "-", None)
         peak = max(peak, rss_tree_mb(job.proc.pid))
         report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
@@ -371,8 +428,13 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         before = meta(url).get("lastBatchId")
         job = Job(workdir, "restart", *args)
         produce_lines(opts, topic, gen.churn(10), out=None, producer=producer)
-        poll(lambda: (meta(url).get("lastBatchId") or -1) > (before or -1), 600, "first batch after restart", job,
-             every=0.1)
+        poll(
+            lambda: (meta(url).get("lastBatchId") or -1) > (before or -1),
+            600,
+            "first batch after restart",
+            job,
+            every=0.1,
+        )
         took = time.monotonic() - job.started
         report("restart from checkpoint -> first completed batch", took, "s", "<= 30", took <= 30)
         report(f"RSS after restart, {partitions:,} partitions", rss_tree_mb(job.proc.pid), "MB", "<= 3,000", None)

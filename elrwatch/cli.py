@@ -269,8 +269,9 @@ def api(
             help="/readyz fails when the store was last written longer ago than this (0 = no limit).",
         ),
     ] = 900.0,
-    log_level: Annotated[str, typer.Option("--log-level", envvar="ELRWATCH_LOG_LEVEL", help="uvicorn log level.")]
-    = "info",
+    log_level: Annotated[
+        str, typer.Option("--log-level", envvar="ELRWATCH_LOG_LEVEL", help="uvicorn log level.")
+    ] = "info",
 ) -> None:
     """Serve the REST API and the status page over a status store (uvicorn, one worker)."""
     import uvicorn
@@ -280,8 +281,14 @@ def api(
 
     status_store = _open_store(store, store_password_file, must_exist=False)  # /readyz waits for the job
     try:
-        settings = Settings(store=store, store_password_file=store_password_file, api_token_file=api_token_file,
-                            host=host, port=port, ready_max_age_seconds=ready_max_age_seconds)
+        settings = Settings(
+            store=store,
+            store_password_file=store_password_file,
+            api_token_file=api_token_file,
+            host=host,
+            port=port,
+            ready_max_age_seconds=ready_max_age_seconds,
+        )
         application = create_app(settings, store=status_store)
     except (OSError, ValueError) as exc:
         _fail(f"invalid API settings: {exc}")
@@ -315,16 +322,33 @@ SaslPasswordFile = Annotated[
 ]
 
 
-def _kafka_options(bootstrap_servers, topic, security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
-                   ssl_password_file, sasl_mechanism, sasl_username, sasl_password_file) -> dict[str, str]:
+def _kafka_options(
+    bootstrap_servers,
+    topic,
+    security_protocol,
+    ssl_cafile,
+    ssl_certfile,
+    ssl_keyfile,
+    ssl_password_file,
+    sasl_mechanism,
+    sasl_username,
+    sasl_password_file,
+) -> dict[str, str]:
     import os
 
     if not bootstrap_servers or not topic:
         _fail("--bootstrap-servers and --topic are required")
     opts = {"bootstrap.servers": bootstrap_servers, "topic": topic}
-    pairs = {"security.protocol": security_protocol, "ssl.cafile": ssl_cafile, "ssl.certfile": ssl_certfile,
-             "ssl.keyfile": ssl_keyfile, "ssl.password.file": ssl_password_file, "sasl.mechanism": sasl_mechanism,
-             "sasl.username": sasl_username, "sasl.password.file": sasl_password_file}
+    pairs = {
+        "security.protocol": security_protocol,
+        "ssl.cafile": ssl_cafile,
+        "ssl.certfile": ssl_certfile,
+        "ssl.keyfile": ssl_keyfile,
+        "ssl.password.file": ssl_password_file,
+        "sasl.mechanism": sasl_mechanism,
+        "sasl.username": sasl_username,
+        "sasl.password.file": sasl_password_file,
+    }
     opts.update({k: v for k, v in pairs.items() if v})
     if not sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
         opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
@@ -335,8 +359,9 @@ def _kafka_options(bootstrap_servers, topic, security_protocol, ssl_cafile, ssl_
 
 @app.command()
 def produce(
-    file: Annotated[str | None, typer.Argument(help="Event file (envelope lines / dump-log output); '-' for stdin.")]
-    = None,
+    file: Annotated[
+        str | None, typer.Argument(help="Event file (envelope lines / dump-log output); '-' for stdin.")
+    ] = None,
     bootstrap_servers: BootstrapServers = None,
     topic: EventTopic = None,
     simulate: Annotated[bool, _opt("--simulate", "Publish generated events instead of a file.")] = False,
@@ -367,8 +392,18 @@ def produce(
     from elrwatch.streaming import produce as producing
     from elrwatch.streaming.sources import SourceError
 
-    opts = _kafka_options(bootstrap_servers, topic, security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
-                          ssl_password_file, sasl_mechanism, sasl_username, sasl_password_file)
+    opts = _kafka_options(
+        bootstrap_servers,
+        topic,
+        security_protocol,
+        ssl_cafile,
+        ssl_certfile,
+        ssl_keyfile,
+        ssl_password_file,
+        sasl_mechanism,
+        sasl_username,
+        sasl_password_file,
+    )
     if simulate == (file is not None):
         _fail("give either FILE or --simulate")
     handle = None
@@ -376,8 +411,9 @@ def produce(
         if create_topic and producing.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-            lines = producing.simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed,
-                                              loop=sim_loop)
+            lines = producing.simulated_lines(
+                sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop
+            )
         elif file == "-":
             lines = iter(sys.stdin.buffer)
         else:
@@ -406,10 +442,10 @@ def stream(
     path: Annotated[str | None, _opt("--path", "--source files: directory of event files.")] = None,
     store: StoreUrl = "sqlite:///var/elrwatch.db",
     store_password_file: StorePasswordFile = None,
-    checkpoint: Annotated[str, _opt("--checkpoint", "Spark checkpoint directory (offsets + state).")]
-    = "var/checkpoint",
-    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)]
-    = None,
+    checkpoint: Annotated[
+        str, _opt("--checkpoint", "Spark checkpoint directory (offsets + state).")
+    ] = "var/checkpoint",
+    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)] = None,
     metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
     trigger: Annotated[str, _opt("--trigger", "Micro-batch interval, e.g. 1s, 500 milliseconds.")] = "1s",
     buckets: Annotated[int, _opt("--buckets", "State groups (partitions hashed over them).", min=1)] = 2,
@@ -423,8 +459,7 @@ def stream(
         bool, _opt("--available-now", "Process everything currently in the source, then exit.")
     ] = False,
     default_min_isr: DefaultMinIsr = 1,
-    advice: Annotated[bool, _opt("--advice/--no-advice", "Compute outlook and recommendation per partition.")]
-    = True,
+    advice: Annotated[bool, _opt("--advice/--no-advice", "Compute outlook and recommendation per partition.")] = True,
     source_timeout_ms: Annotated[
         int, _opt("--source-timeout-ms", "Bound on Kafka metadata calls (missing topic / broker down).", min=100)
     ] = 15000,
@@ -440,27 +475,39 @@ def stream(
         str | None,
         _opt("--spark-master", "Spark master URL; default: spark-submit's when launched by it, else local[2]."),
     ] = None,
-    spark_conf: Annotated[
-        list[str] | None, _opt("--spark-conf", "Extra Spark setting KEY=VALUE (repeatable).")
-    ] = None,
+    spark_conf: Annotated[list[str] | None, _opt("--spark-conf", "Extra Spark setting KEY=VALUE (repeatable).")] = None,
     state_mode: Annotated[
         str,
-        _opt("--state-mode", "snapshot: bucket snapshots in --state-dir + a small delta in Spark's state; "
-             "blob: each bucket's whole state in Spark's state (no shared filesystem needed, slower)."),
+        _opt(
+            "--state-mode",
+            "snapshot: bucket snapshots in --state-dir + a small delta in Spark's state; "
+            "blob: each bucket's whole state in Spark's state (no shared filesystem needed, slower).",
+        ),
     ] = "snapshot",
     state_dir: Annotated[
         str | None,
-        _opt("--state-dir", "Bucket snapshot directory (--state-mode snapshot); default <checkpoint>/bucket-snapshots "
-             "for a local checkpoint. With several executors: a filesystem shared by all (e.g. an RWX volume)."),
+        _opt(
+            "--state-dir",
+            "Bucket snapshot directory (--state-mode snapshot); default <checkpoint>/bucket-snapshots "
+            "for a local checkpoint. With several executors: a filesystem shared by all (e.g. an RWX volume).",
+        ),
     ] = None,
     state_delta_max_records: Annotated[
         int,
-        _opt("--state-delta-max-records", "Snapshot mode: write a new bucket snapshot once this many records "
-             "were applied since the last one.", min=1),
+        _opt(
+            "--state-delta-max-records",
+            "Snapshot mode: write a new bucket snapshot once this many records were applied since the last one.",
+            min=1,
+        ),
     ] = 100_000,
     state_tasks: Annotated[
         int | None,
-        _opt("--state-tasks", "Parallel state tasks (spark.sql.shuffle.partitions); default: one per bucket.", min=1),
+        _opt(
+            "--state-tasks",
+            "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local "
+            "mode (one worker keeps every bucket cached), one per bucket on a cluster.",
+            min=1,
+        ),
     ] = None,
 ) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
@@ -471,16 +518,37 @@ def stream(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = job.JobConfig(
-        source=source, bootstrap_servers=bootstrap_servers, topic=topic, path=path, store=store,
-        store_password_file=str(store_password_file) if store_password_file else None, checkpoint=checkpoint,
-        metrics_port=metrics_port, metrics_host=metrics_host, trigger=trigger, buckets=buckets,
-        max_records_per_batch=max_records_per_batch, starting_offsets=starting_offsets, available_now=available_now,
-        default_min_isr=default_min_isr, advice=advice, source_timeout_ms=source_timeout_ms,
-        security_protocol=security_protocol, ssl_cafile=ssl_cafile, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-        ssl_password_file=ssl_password_file, sasl_mechanism=sasl_mechanism, sasl_username=sasl_username,
-        sasl_password_file=sasl_password_file, spark_master=spark_master,
-        spark_conf=_key_values(spark_conf or [], "--spark-conf"), state_mode=state_mode, state_dir=state_dir,
-        state_delta_max_records=state_delta_max_records, state_tasks=state_tasks,
+        source=source,
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        path=path,
+        store=store,
+        store_password_file=str(store_password_file) if store_password_file else None,
+        checkpoint=checkpoint,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        trigger=trigger,
+        buckets=buckets,
+        max_records_per_batch=max_records_per_batch,
+        starting_offsets=starting_offsets,
+        available_now=available_now,
+        default_min_isr=default_min_isr,
+        advice=advice,
+        source_timeout_ms=source_timeout_ms,
+        security_protocol=security_protocol,
+        ssl_cafile=ssl_cafile,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+        ssl_password_file=ssl_password_file,
+        sasl_mechanism=sasl_mechanism,
+        sasl_username=sasl_username,
+        sasl_password_file=sasl_password_file,
+        spark_master=spark_master,
+        spark_conf=_key_values(spark_conf or [], "--spark-conf"),
+        state_mode=state_mode,
+        state_dir=state_dir,
+        state_delta_max_records=state_delta_max_records,
+        state_tasks=state_tasks,
     )
     if source not in ("kafka", "kafka-native", "files"):
         _fail("--source must be kafka, kafka-native or files")
@@ -516,7 +584,6 @@ def demo(
         run_demo(duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate)
     except DemoError as exc:
         _fail(str(exc), code=1)
-
 
 
 def main() -> None:

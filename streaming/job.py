@@ -187,8 +187,16 @@ TRIM_AFTER_ROWS = 20_000  # batches at least this big release their memory after
 def encode_record(record: Any) -> bytes:
     """A validated Record as bytes for the shuffle (marshal: ~3x faster than pickle for dicts of tuples)."""
     return marshal.dumps(
-        (record.type, record.version, record.data, record.source, record.seq, record.position, record.offset,
-         record.timestamp_ms)
+        (
+            record.type,
+            record.version,
+            record.data,
+            record.source,
+            record.seq,
+            record.position,
+            record.offset,
+            record.timestamp_ms,
+        )
     )
 
 
@@ -196,8 +204,9 @@ def decode_record(blob: bytes) -> Any:
     from elrwatch.state.records import Record
 
     type_, version, data, source, seq, position, offset, timestamp_ms = marshal.loads(blob)
-    return Record(type_, version, data, source=source, seq=seq, position=position, offset=offset,
-                  timestamp_ms=timestamp_ms)
+    return Record(
+        type_, version, data, source=source, seq=seq, position=position, offset=offset, timestamp_ms=timestamp_ms
+    )
 
 
 def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
@@ -338,8 +347,17 @@ class BucketState:
     """
 
     __slots__ = (
-        "cluster", "counts", "emitted_topic_counts", "run", "snapshot", "delta", "delta_rows", "delta_bytes",
-        "journal", "must_snapshot", "caught_up",
+        "cluster",
+        "counts",
+        "emitted_topic_counts",
+        "run",
+        "snapshot",
+        "delta",
+        "delta_rows",
+        "delta_bytes",
+        "journal",
+        "must_snapshot",
+        "caught_up",
     )
 
     def __init__(self, cluster: Any, counts: Any, emitted_topic_counts: dict[str, int]) -> None:
@@ -1204,4 +1222,3 @@ __all__ = [
     "route_batches",
     "run",
 ]
-

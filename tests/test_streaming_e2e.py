@@ -38,8 +38,23 @@ def _cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
 def _events(tmp: Path, records: int = 2500, seed: int = 3, dirty: bool = True) -> Path:
     """Simulator records (elrwatch simulate, with faults), plus malformed lines and duplicates mixed in."""
     sim = tmp / "sim.jsonl"
-    done = _cli("simulate", "--faults", "0.35", "--records", str(records), "--topics", "4", "--partitions", "16",
-                "--brokers", "5", "--seed", str(seed), "-o", str(sim))
+    done = _cli(
+        "simulate",
+        "--faults",
+        "0.35",
+        "--records",
+        str(records),
+        "--topics",
+        "4",
+        "--partitions",
+        "16",
+        "--brokers",
+        "5",
+        "--seed",
+        str(seed),
+        "-o",
+        str(sim),
+    )
     if done.returncode == 0 and sim.exists():
         lines = sim.read_text().splitlines()
     else:  # simulator not available: the built-in generator
@@ -63,8 +78,17 @@ def _replay(path: Path) -> dict:
 
 
 def _produce(kafka, path: Path, topic: str, partitions: int) -> None:
-    done = _cli("produce", str(path), "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--create-topic",
-                "--partitions", str(partitions))
+    done = _cli(
+        "produce",
+        str(path),
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--topic",
+        topic,
+        "--create-topic",
+        "--partitions",
+        str(partitions),
+    )
     assert done.returncode == 0, done.stderr
     assert "done," in done.stderr
 
@@ -160,16 +184,34 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, tmp_path):
     _produce(kafka_server, events, "meta-e2e", 3)
     url = f"sqlite:///{tmp_path}/store.db"
     port = free_port()
-    job = StreamJob(tmp_path, "--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-e2e", "--store", url,
-                    "--checkpoint", str(tmp_path / "ck"), "--metrics-port", str(port), "--buckets", "3",
-                    "--trigger", "1s")
+    job = StreamJob(
+        tmp_path,
+        "--bootstrap-servers",
+        kafka_server.bootstrap,
+        "--topic",
+        "meta-e2e",
+        "--store",
+        url,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--metrics-port",
+        str(port),
+        "--buckets",
+        "3",
+        "--trigger",
+        "1s",
+    )
     try:
         want = oracle["counts"]["events"]
         _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events") == want, 240, "all events in store", job)
         metrics_url = f"http://127.0.0.1:{port}/metrics"
         # Spark reports progress (lag) asynchronously, just after the batch's sink call
-        metrics = _poll(lambda: (m := scrape(metrics_url)).get("elrwatch_source_lag_records") == 0 and m, 30,
-                        "source lag 0 on the metrics port", job)
+        metrics = _poll(
+            lambda: (m := scrape(metrics_url)).get("elrwatch_source_lag_records") == 0 and m,
+            30,
+            "source lag 0 on the metrics port",
+            job,
+        )
         assert metrics["elrwatch_up"] == 1 and metrics["elrwatch_batches_total"] >= 1
         assert metrics["elrwatch_batch_duration_seconds"] > 0 and "elrwatch_batch_input_rows" in metrics
         assert {k: metrics.get(k) for k in oracle["gauges"]} == oracle["gauges"]
@@ -187,9 +229,22 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     url = f"sqlite:///{tmp_path}/store.db"
     # snapshot state mode (the default) with a small delta bound: bucket snapshots are written and rotated
     # throughout, so the kill lands between snapshot writes and the restart rebuilds buckets from snapshot + delta
-    common = ["--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-restart", "--store", url,
-              "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--max-records-per-batch", "250",
-              "--state-delta-max-records", "300"]
+    common = [
+        "--bootstrap-servers",
+        kafka_server.bootstrap,
+        "--topic",
+        "meta-restart",
+        "--store",
+        url,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--buckets",
+        "2",
+        "--max-records-per-batch",
+        "250",
+        "--state-delta-max-records",
+        "300",
+    ]
     first = StreamJob(tmp_path, *common, "--trigger", "100 milliseconds")
     try:
         _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events", 0) >= 500, 180, "a few batches", first)
@@ -231,10 +286,21 @@ def test_postgresql_store_equals_replay(kafka_server, tmp_path):
     pg = PostgresServer().start()
     try:
         # blob state mode (no shared filesystem needed) stays covered end to end here
-        job = StreamJob(tmp_path, "--bootstrap-servers", kafka_server.bootstrap, "--topic", "meta-pg",
-                        "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--available-now",
-                        "--state-mode", "blob",
-                        env={"ELRWATCH_STORE": pg.url, "ELRWATCH_STORE_PASSWORD_FILE": str(pg.password_file)})
+        job = StreamJob(
+            tmp_path,
+            "--bootstrap-servers",
+            kafka_server.bootstrap,
+            "--topic",
+            "meta-pg",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--buckets",
+            "2",
+            "--available-now",
+            "--state-mode",
+            "blob",
+            env={"ELRWATCH_STORE": pg.url, "ELRWATCH_STORE_PASSWORD_FILE": str(pg.password_file)},
+        )
         try:
             assert job.wait(240) == 0, job.output()[-3000:]
         finally:
@@ -259,13 +325,27 @@ def test_files_source_replays_a_metadata_log(tmp_path):
         ts = envelope.pop("timestamp")
         if i % 50 == 0:
             dump.append(f"baseOffset: {off} lastOffset: {off} count: 1 baseSequence: -1 isControl: false")
-        dump.append(f"| offset: {off} CreateTime: {ts} keySize: -1 valueSize: 1 sequence: -1 headerKeys: [] "
-                    f"payload: {json.dumps(envelope, separators=(',', ':'))}")
+        dump.append(
+            f"| offset: {off} CreateTime: {ts} keySize: -1 valueSize: 1 sequence: -1 headerKeys: [] "
+            f"payload: {json.dumps(envelope, separators=(',', ':'))}"
+        )
     (logdir / "01-dump.log").write_text("\n".join(dump) + "\n")
     oracle = _replay_files([logdir / "00-envelopes.jsonl", logdir / "01-dump.log"], tmp_path)
     url = f"sqlite:///{tmp_path}/store.db"
-    job = StreamJob(tmp_path, "--source", "files", "--path", str(logdir), "--store", url,
-                    "--checkpoint", str(tmp_path / "ck"), "--available-now", "--buckets", "2")
+    job = StreamJob(
+        tmp_path,
+        "--source",
+        "files",
+        "--path",
+        str(logdir),
+        "--store",
+        url,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--available-now",
+        "--buckets",
+        "2",
+    )
     try:
         assert job.wait(240) == 0, job.output()[-3000:]
     finally:
@@ -283,9 +363,20 @@ def _replay_files(paths: list[Path], tmp: Path) -> dict:
 
 def test_missing_topic_is_a_one_line_error_within_the_bound(kafka_server, tmp_path):
     started = time.monotonic()
-    done = _cli("stream", "--bootstrap-servers", kafka_server.bootstrap, "--topic", "no-such-topic", "--store",
-                f"sqlite:///{tmp_path}/s.db", "--checkpoint", str(tmp_path / "ck"), "--source-timeout-ms", "3000",
-                timeout=180)
+    done = _cli(
+        "stream",
+        "--bootstrap-servers",
+        kafka_server.bootstrap,
+        "--topic",
+        "no-such-topic",
+        "--store",
+        f"sqlite:///{tmp_path}/s.db",
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--source-timeout-ms",
+        "3000",
+        timeout=180,
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
     assert errors == [f"elrwatch: error: topic no-such-topic does not exist on {kafka_server.bootstrap} (waited 3s)"]
@@ -295,8 +386,20 @@ def test_missing_topic_is_a_one_line_error_within_the_bound(kafka_server, tmp_pa
 
 def test_kafka_native_without_the_connector_says_what_is_missing(tmp_path):
     """Spark's own Kafka source cannot be tested here (no Maven); without its jar the error says what to add."""
-    done = _cli("stream", "--source", "kafka-native", "--bootstrap-servers", "127.0.0.1:9", "--topic", "t",
-                "--store", f"sqlite:///{tmp_path}/s.db", "--checkpoint", str(tmp_path / "ck"), timeout=180)
+    done = _cli(
+        "stream",
+        "--source",
+        "kafka-native",
+        "--bootstrap-servers",
+        "127.0.0.1:9",
+        "--topic",
+        "t",
+        "--store",
+        f"sqlite:///{tmp_path}/s.db",
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        timeout=180,
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
     assert len(errors) == 1 and "spark-sql-kafka-0-10" in errors[0], done.stderr[-2000:]

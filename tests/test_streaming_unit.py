@@ -17,8 +17,13 @@ from elrwatch.streaming.eventgen import scenario
 def _batch(lines: list[str]) -> pa.RecordBatch:
     n = len(lines)
     return pa.RecordBatch.from_arrays(
-        [pa.array(lines), pa.array(["ev"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
-         pa.array([None] * n, pa.timestamp("us", tz="UTC"))],
+        [
+            pa.array(lines),
+            pa.array(["ev"] * n),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
+        ],
         names=["value", "topic", "partition", "offset", "timestamp"],
     )
 
@@ -73,9 +78,23 @@ def test_fresh_checkpoint_with_a_used_store_is_refused(tmp_path):
     store.write_batch(0, gauges={"elrwatch_partition_count": 0})
     store.dispose()
     done = subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "stream", "--source", "files", "--path", str(tmp_path), "--store", url,
-         "--checkpoint", str(tmp_path / "new-ck")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "elrwatch.cli",
+            "stream",
+            "--source",
+            "files",
+            "--path",
+            str(tmp_path),
+            "--store",
+            url,
+            "--checkpoint",
+            str(tmp_path / "new-ck"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1
     assert "already holds batches of another run" in done.stderr.splitlines()[-1]
