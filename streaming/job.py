@@ -104,22 +104,23 @@ class JobConfig:
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
 
     def snapshot_dir(self) -> str | None:
-        """The absolute snapshot directory of snapshot mode (None in blob mode); ValueError when it has none."""
+        """The absolute bucket snapshot directory; ValueError when snapshot mode has none.
+
+        Blob mode writes no snapshots but still reads the snapshot rows a checkpoint may hold from an earlier
+        snapshot-mode run: its directory is returned when known (None otherwise)."""
         if self.state_mode not in STATE_MODES:
             raise ValueError(f"--state-mode must be one of {', '.join(STATE_MODES)}, got {self.state_mode!r}")
-        if self.state_mode != "snapshot":
-            return None
         if self.state_dir:
-            path = self.state_dir
-        else:
-            checkpoint = self.checkpoint.removeprefix("file://").removeprefix("file:")
-            if "://" in checkpoint:
-                raise ValueError(
-                    f"--checkpoint {self.checkpoint} is not a local path: give --state-dir (a filesystem shared "
-                    "by the driver and every executor) or use --state-mode blob"
-                )
-            path = os.path.join(checkpoint, DEFAULT_SNAPSHOT_SUBDIR)
-        return os.path.abspath(path)
+            return os.path.abspath(self.state_dir)
+        checkpoint = self.checkpoint.removeprefix("file://").removeprefix("file:")
+        if "://" in checkpoint:
+            if self.state_mode != "snapshot":
+                return None
+            raise ValueError(
+                f"--checkpoint {self.checkpoint} is not a local path: give --state-dir (a filesystem shared "
+                "by the driver and every executor) or use --state-mode blob"
+            )
+        return os.path.abspath(os.path.join(checkpoint, DEFAULT_SNAPSHOT_SUBDIR))
 
     def source_options(self) -> dict[str, str]:
         """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""

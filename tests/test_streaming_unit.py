@@ -268,6 +268,9 @@ def test_state_dir_defaults_next_to_a_local_checkpoint(tmp_path):
     assert job.JobConfig(checkpoint=f"file://{tmp_path}/ck").snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
     assert job.JobConfig(checkpoint="s3a://b/ck", state_dir="/mnt/rwx/s").snapshot_dir() == "/mnt/rwx/s"
     assert job.JobConfig(checkpoint="s3a://b/ck", state_mode="blob").snapshot_dir() is None
+    # blob mode still knows where an earlier snapshot-mode run of the checkpoint put its snapshots
+    blob = job.JobConfig(checkpoint=str(tmp_path / "ck"), state_mode="blob")
+    assert blob.snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
     with pytest.raises(ValueError, match="not a local path: give --state-dir"):
         job.JobConfig(checkpoint="s3a://b/ck").snapshot_dir()
     with pytest.raises(ValueError, match="--state-mode must be one of snapshot, blob"):
@@ -279,3 +282,26 @@ def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
     assert job.state_tasks(config, "local[2]") == 1  # one Python worker keeps (and hits) every bucket
     assert job.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
     assert job.state_tasks(job.JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
+
+
+def test_a_checkpoint_switches_state_modes(tmp_path):
+    """snapshot -> blob -> snapshot on the same state rows (each mode reads both formats): same output as blob."""
+    lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=90, seed=6)]
+    part = _routed(lines, 1)
+    fns = {
+        m: job.make_state_function(1, 1, True, True, m, str(tmp_path), delta_max_records=25) for m in job.STATE_MODES
+    }
+    got = {}
+    for plan in (["snapshot", "blob", "snapshot"], ["blob", "blob", "blob"]):
+        state = _State()
+        outs = []
+        for n, i in enumerate(range(0, len(part), len(part) // 6 + 1)):
+            job._CACHE.clear()  # every batch reads the row (as after a restart with another mode)
+            p = _run(fns[plan[min(n // 2, 2)]], 0, part.iloc[i : i + len(part) // 6 + 1], state)
+            p.pop("timing")
+            for key in ("partitions", "transitions", "violations"):
+                p[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))
+            outs.append(p)
+        got[plan[0]] = outs
+        assert state.row[1][:1] == (b"S" if plan[-1] == "snapshot" else b"x")
+    assert got["snapshot"] == got["blob"]
