@@ -304,6 +304,11 @@ class ClusterState:
 
     def _locate(self, record: Record) -> tuple[TopicState, int, bool, PartitionState | None] | Outcome | RecordError:
         """(topic, partition id, owned, current registration or shadow) of a partition record, or why not."""
+        data = record.data
+        topic = self.topics.get(data["topicId"])
+        if topic is not None and self.bucket is None:  # the common case, without the bucket hash
+            partition_id = data["partitionId"]
+            return topic, partition_id, True, topic.partitions.get(partition_id)
         topic = self._topic_for(record)
         if not isinstance(topic, TopicState):
             return topic
@@ -315,17 +320,11 @@ class ClusterState:
         return topic, partition_id, owned, current
 
     def _apply_partition_record(self, record: Record) -> Outcome | RecordError:
+        located = self._locate(record)
+        if located.__class__ is not tuple:
+            return located  # type: ignore[return-value]
+        topic, partition_id, owned, old = located  # type: ignore[misc]
         data = record.data
-        topic = self.topics.get(data["topicId"])
-        partition_id = data["partitionId"]
-        if topic is not None and self.bucket is None:  # the common case, without the bucket hash
-            owned = True
-            old = topic.partitions.get(partition_id)
-        else:
-            located = self._locate(record)
-            if not isinstance(located, tuple):
-                return located
-            topic, partition_id, owned, old = located
         offset = record.offset
         if old is not None and offset is not None and old.last_offset is not None and offset <= old.last_offset:
             return Outcome.DUPLICATE
@@ -375,17 +374,11 @@ class ClusterState:
         return Outcome.APPLIED
 
     def _apply_partition_change(self, record: Record) -> Outcome | RecordError:
+        located = self._locate(record)
+        if located.__class__ is not tuple:
+            return located  # type: ignore[return-value]
+        topic, partition_id, owned, partition = located  # type: ignore[misc]
         data = record.data
-        topic = self.topics.get(data["topicId"])
-        partition_id = data["partitionId"]
-        if topic is not None and self.bucket is None:  # the common case, without the bucket hash
-            owned = True
-            partition = topic.partitions.get(partition_id)
-        else:
-            located = self._locate(record)
-            if not isinstance(located, tuple):
-                return located
-            topic, partition_id, owned, partition = located
         if partition is None:
             return self._error(
                 record,
