@@ -15,6 +15,7 @@ partition 0 of every topic is kept as a shadow (its replica count sets the effec
 from __future__ import annotations
 
 import enum
+import gc
 import pickle
 import zlib
 from collections import Counter
@@ -172,7 +173,13 @@ class ClusterState:
     def from_bytes(cls, blob: bytes) -> ClusterState:
         """Inverse of `to_bytes`."""
         kind, body = blob[:1], blob[1:]
-        state = pickle.loads(zlib.decompress(body) if kind == b"Z" else body)
+        was_enabled = gc.isenabled()
+        gc.disable()  # unpickling a million objects would trigger full collections that find nothing (3x slower)
+        try:
+            state = pickle.loads(zlib.decompress(body) if kind == b"Z" else body)
+        finally:
+            if was_enabled:
+                gc.enable()
         self = cls.__new__(cls)
         self.__dict__.update(state)
         self.__dict__.setdefault("track_changes", True)  # states written before the option existed
