@@ -334,27 +334,24 @@ def _kafka_options(
     sasl_username,
     sasl_password_file,
 ) -> dict[str, str]:
-    import os
+    from elrwatch.streaming.sources import security_options
 
     if not bootstrap_servers or not topic:
         _fail("--bootstrap-servers and --topic are required")
-    opts = {"bootstrap.servers": bootstrap_servers, "topic": topic}
-    pairs = {
-        "security.protocol": security_protocol,
-        "ssl.cafile": ssl_cafile,
-        "ssl.certfile": ssl_certfile,
-        "ssl.keyfile": ssl_keyfile,
-        "ssl.password.file": ssl_password_file,
-        "sasl.mechanism": sasl_mechanism,
-        "sasl.username": sasl_username,
-        "sasl.password.file": sasl_password_file,
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "topic": topic,
+        **security_options(
+            security_protocol,
+            ssl_cafile,
+            ssl_certfile,
+            ssl_keyfile,
+            ssl_password_file,
+            sasl_mechanism,
+            sasl_username,
+            sasl_password_file,
+        ),
     }
-    opts.update({k: v for k, v in pairs.items() if v})
-    if not sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
-        opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
-    if not ssl_password_file and os.environ.get("ELRWATCH_SSL_PASSWORD"):
-        opts["ssl.password.env"] = "ELRWATCH_SSL_PASSWORD"
-    return opts
 
 
 @app.command()

@@ -124,6 +124,8 @@ class JobConfig:
 
     def source_options(self) -> dict[str, str]:
         """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
+        from elrwatch.streaming.sources import security_options
+
         opts: dict[str, str] = {"timeout.ms": str(self.source_timeout_ms)}
         if self.source == "files":
             if not self.path:
@@ -139,21 +141,18 @@ class JobConfig:
                     "startingOffsets": self.starting_offsets,
                 }
             )
-            pairs = {
-                "security.protocol": self.security_protocol,
-                "ssl.cafile": self.ssl_cafile,
-                "ssl.certfile": self.ssl_certfile,
-                "ssl.keyfile": self.ssl_keyfile,
-                "ssl.password.file": self.ssl_password_file,
-                "sasl.mechanism": self.sasl_mechanism,
-                "sasl.username": self.sasl_username,
-                "sasl.password.file": self.sasl_password_file,
-            }
-            opts.update({k: v for k, v in pairs.items() if v})
-            if not self.sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
-                opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
-            if not self.ssl_password_file and os.environ.get("ELRWATCH_SSL_PASSWORD"):
-                opts["ssl.password.env"] = "ELRWATCH_SSL_PASSWORD"
+            opts.update(
+                security_options(
+                    self.security_protocol,
+                    self.ssl_cafile,
+                    self.ssl_certfile,
+                    self.ssl_keyfile,
+                    self.ssl_password_file,
+                    self.sasl_mechanism,
+                    self.sasl_username,
+                    self.sasl_password_file,
+                )
+            )
         if self.max_records_per_batch:
             opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
         return opts

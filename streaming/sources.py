@@ -64,6 +64,36 @@ class Options(dict):
 # ---------------------------------------------------------------------------------------------- options
 
 
+def security_options(
+    security_protocol: str | None = None,
+    ssl_cafile: str | None = None,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+    ssl_password_file: str | None = None,
+    sasl_mechanism: str | None = None,
+    sasl_username: str | None = None,
+    sasl_password_file: str | None = None,
+) -> dict[str, str]:
+    """TLS/SASL source options from the CLI's values; secrets only by reference (a file, or the name of the
+    env var ELRWATCH_SASL_PASSWORD / ELRWATCH_SSL_PASSWORD when it is set and no file is given)."""
+    pairs = {
+        "security.protocol": security_protocol,
+        "ssl.cafile": ssl_cafile,
+        "ssl.certfile": ssl_certfile,
+        "ssl.keyfile": ssl_keyfile,
+        "ssl.password.file": ssl_password_file,
+        "sasl.mechanism": sasl_mechanism,
+        "sasl.username": sasl_username,
+        "sasl.password.file": sasl_password_file,
+    }
+    opts = {k: v for k, v in pairs.items() if v}
+    if not sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
+        opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
+    if not ssl_password_file and os.environ.get("ELRWATCH_SSL_PASSWORD"):
+        opts["ssl.password.env"] = "ELRWATCH_SSL_PASSWORD"
+    return opts
+
+
 def read_secret(options: Mapping[str, str], name: str) -> str | None:
     """The secret ``name`` (e.g. ``sasl.password``) from ``<name>.env`` (an env var) or ``<name>.file``."""
     options = Options(options)

@@ -13,6 +13,7 @@ from elrwatch.streaming.sources import (
     SourceError,
     kafka_python_config,
     native_kafka_options,
+    security_options,
     split_limit,
 )
 
@@ -163,3 +164,38 @@ def test_files_reader_lines_positions_and_appends(tmp_path):
     (tmp_path / "b.jsonl").write_text("m1\n")
     end3 = reader.latestOffset(end2, ReadAllAvailable())
     assert [(r[0], r[3]) for r in _read_all(reader, end2, end3)] == [("partial", 4), ("m1", 1)]
+
+
+def test_security_options_reference_secrets_never_copy_them(monkeypatch):
+    """CLI values → source options: files are passed as paths, env passwords only by the variable's name."""
+    monkeypatch.setenv("ELRWATCH_SASL_PASSWORD", "s3cret-sasl")
+    monkeypatch.setenv("ELRWATCH_SSL_PASSWORD", "s3cret-ssl")
+    opts = security_options("SASL_SSL", "/ca.pem", None, None, "/keypw", "SCRAM-SHA-512", "monitor", None)
+    assert opts == {
+        "security.protocol": "SASL_SSL",
+        "ssl.cafile": "/ca.pem",
+        "ssl.password.file": "/keypw",  # a file wins over the env var
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "monitor",
+        "sasl.password.env": "ELRWATCH_SASL_PASSWORD",
+    }
+    assert "s3cret" not in repr(opts)
+    monkeypatch.delenv("ELRWATCH_SASL_PASSWORD")
+    monkeypatch.delenv("ELRWATCH_SSL_PASSWORD")
+    assert security_options() == {}
+
+
+def test_job_and_produce_build_the_same_security_options(monkeypatch):
+    """`elrwatch stream` (JobConfig) and `elrwatch produce` (the CLI) share one mapping."""
+    from elrwatch.cli import _kafka_options
+    from elrwatch.streaming.job import JobConfig
+
+    monkeypatch.setenv("ELRWATCH_SASL_PASSWORD", "x")
+    config = JobConfig(
+        bootstrap_servers="h:9093", topic="t", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+        sasl_username="u",
+    )
+    job_opts = config.source_options()
+    cli_opts = _kafka_options("h:9093", "t", "SASL_PLAINTEXT", None, None, None, None, "PLAIN", "u", None)
+    assert {k: v for k, v in job_opts.items() if k not in ("timeout.ms", "startingOffsets")} == cli_opts
+    assert cli_opts["sasl.password.env"] == "ELRWATCH_SASL_PASSWORD"
