@@ -3,7 +3,8 @@
 Pipeline (one micro-batch):
 
 1. **source** (`sources.py`): rows ``value, topic, partition, offset, timestamp``.
-2. **parse + route** (``mapInArrow``, stateless, once per input event): each line is parsed and validated by
+2. **parse + route** (``route.py``, stateless, once per input event; in the Python sources' read task, a
+   ``mapInArrow`` after Spark's JVM Kafka source): each line is parsed and validated by
    ``state.records.parse_line`` with position ``<topic>/<partition>@<offset>`` (``<file>:<line>`` for files).
    A valid record is pickled and sent to ``state.routing.targets`` (its partition's bucket, or every bucket for
    partition 0 and non-partition records: DESIGN §4). Malformed lines, well-formed records of unused types and
@@ -44,9 +45,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from elrwatch.streaming.route import (  # noqa: F401 - re-exported: the job's stages in one namespace
+    KIND_ERROR,
+    KIND_IGNORED,
+    KIND_RECORD,
+    KIND_SKIPPED,
+    ROUTED_SCHEMA,
+    TRIM_AFTER_ROWS,
+    decode_record,
+    encode_record,
+    release_memory,
+    route_batches,
+)
+
 log = logging.getLogger("elrwatch.stream")
 
-ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
 STATE_SCHEMA = "token string, blob binary"
 OUTPUT_SCHEMA = "bucket int, payload binary"
 DRIVER_FILE = "elrwatch-driver.json"
@@ -60,8 +73,6 @@ DELTA_MAX_BYTES = 4 << 20
 SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
 SNAPSHOT_SUFFIX = ".snap"
 STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
-
-KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
 
 
 @dataclass
@@ -156,112 +167,6 @@ class JobConfig:
         if self.max_records_per_batch:
             opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
         return opts
-
-
-def release_memory() -> None:
-    """Give freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    After a big batch (the initial load, a storm) the Python processes keep their freed heap: CPython returns
-    empty arenas, but the malloc'd blocks of big lists and documents stay in glibc's heap, counted in RSS.
-    """
-    global _LIBC
-    if _LIBC is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.malloc_trim  # noqa: B018 - glibc only
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC: Any = None
-TRIM_AFTER_ROWS = 20_000  # batches at least this big release their memory afterwards
-
-# ---------------------------------------------------------------------------------------------- stage 2: route
-
-
-def encode_record(record: Any) -> bytes:
-    """A validated Record as bytes for the shuffle (marshal: ~3x faster than pickle for dicts of tuples)."""
-    return marshal.dumps(
-        (
-            record.type,
-            record.version,
-            record.data,
-            record.source,
-            record.seq,
-            record.position,
-            record.offset,
-            record.timestamp_ms,
-        )
-    )
-
-
-def decode_record(blob: bytes) -> Any:
-    from elrwatch.state.records import Record
-
-    type_, version, data, source, seq, position, offset, timestamp_ms = marshal.loads(blob)
-    return Record(
-        type_, version, data, source=source, seq=seq, position=position, offset=offset, timestamp_ms=timestamp_ms
-    )
-
-
-def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
-    """mapInArrow: parse + validate each event once and send it to its bucket(s)."""
-    import pyarrow as pa
-
-    from elrwatch.state.records import Ignored, Record, RecordError, parse_line
-    from elrwatch.state.routing import ALL_BUCKETS, targets
-
-    all_buckets = list(range(buckets))
-    dumps = pickle.dumps
-    rows = 0
-    for batch in batches:
-        rows += batch.num_rows
-        values = batch.column("value").to_pylist()
-        topics = batch.column("topic").to_pylist()
-        parts = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        out: list[tuple[int, str, int, int, str, bytes | None]] = []
-        emit = out.append
-        for value, topic, part, offset in zip(values, topics, parts, offsets, strict=True):
-            if part is None or part < 0:
-                src, position = topic, f"{topic}:{offset}"
-            else:
-                src = f"{topic}/{part}"
-                position = f"{src}@{offset}"
-            parsed = parse_line(value if value is not None else "", src, offset, position)
-            if isinstance(parsed, Record):
-                blob = encode_record(parsed)
-                moff = parsed.offset if parsed.offset is not None else -1
-                target = targets(parsed.type, parsed.data, buckets)
-                for bucket in all_buckets if target == ALL_BUCKETS else (target,):
-                    emit((bucket, src, offset, moff, KIND_RECORD, blob))
-            elif isinstance(parsed, RecordError):
-                if not parsed.raw:
-                    parsed.raw = value or ""
-                emit((0, src, offset, -1, KIND_ERROR, dumps(parsed, protocol=pickle.HIGHEST_PROTOCOL)))
-            elif isinstance(parsed, Ignored):
-                emit((0, src, offset, -1, KIND_IGNORED, None))
-            else:  # Skipped
-                emit((0, src, offset, -1, KIND_SKIPPED, parsed.type.encode()))
-        cols = list(zip(*out, strict=True)) if out else [[]] * 6
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(cols[0], pa.int32()),
-                pa.array(cols[1], pa.string()),
-                pa.array(cols[2], pa.int64()),
-                pa.array(cols[3], pa.int64()),
-                pa.array(cols[4], pa.string()),
-                pa.array(cols[5], pa.binary()),
-            ],
-            names=["bucket", "src", "seq", "moff", "kind", "rec"],
-        )
-    if rows >= TRIM_AFTER_ROWS:
-        release_memory()
 
 
 # ---------------------------------------------------------------------------------------------- stage 3: state
@@ -958,11 +863,15 @@ def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
     """Wire source → route → state → foreachBatch(sink) and start the query."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from elrwatch.streaming.sources import read_stream
+    from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, ROUTING_SOURCES, read_stream
 
     buckets = config.buckets
-    events = read_stream(spark, config.source, config.source_options())
-    routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
+    options = config.source_options()
+    if config.source in ROUTING_SOURCES:  # the Python sources parse + route in their read task (route.py)
+        routed = read_stream(spark, config.source, {**options, ROUTE_BUCKETS_OPTION: str(buckets)})
+    else:
+        events = read_stream(spark, config.source, options)
+        routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
     # Spark keeps one pool of Python workers per (python, modules, environment) and hands a task any idle worker
     # of its pool. Alone in its own pool (an extra environment variable), the state function runs in few workers
     # (one per concurrent state task) that see the same buckets again: their cache hits. Sharing the pool with
@@ -1026,7 +935,9 @@ class Sink:
         payloads, chunks = decode_payloads([r["payload"] for r in rows])
         del rows
         n_buckets = len(payloads)
+        events_before = sum(self.aggregator.counts().events_by_type.values())
         args = self.aggregator.absorb(payloads)
+        input_events = args["meta"]["counts"]["events"] - events_before
         changed = len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads)
         args["partition_rows"] = iter_partition_rows(chunks)
         absorbed = time.monotonic()
@@ -1038,7 +949,9 @@ class Sink:
             release_memory()
         self.aggregator.save(batch_id)
         if self.health is not None:
-            self.health.batch_written(batch_id, self.aggregator.gauges(), time.monotonic() - started)
+            self.health.batch_written(
+                batch_id, self.aggregator.gauges(), time.monotonic() - started, input_events=input_events
+            )
         log.info(
             "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s)%s",
             batch_id,

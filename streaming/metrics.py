@@ -84,9 +84,15 @@ class Health:
         self.gauges: dict[str, float] = aggregator.gauges() if aggregator is not None else {}
         self.batch_event = threading.Condition(self.lock)
 
-    def batch_written(self, batch_id: int, gauges: dict[str, float], sink_seconds: float) -> None:
+    def batch_written(
+        self, batch_id: int, gauges: dict[str, float], sink_seconds: float, input_events: int | None = None
+    ) -> None:
+        """A micro-batch is in the store: its gauges, and its input events (the events the buckets counted:
+        Spark's numInputRows would count a broadcast record once per bucket when the source routes)."""
         with self.lock:
             self.gauges = gauges
+            if input_events is not None:
+                self.last_input_rows = input_events
             self.batches += 1
             self.last_batch_id = batch_id
             self.last_completed = time.time()
@@ -96,7 +102,6 @@ class Health:
 
     def progress(self, progress: Any) -> None:
         with self.lock:
-            self.last_input_rows = int(progress.numInputRows)
             duration_ms = (progress.durationMs or {}).get("triggerExecution")
             if duration_ms is not None:
                 self.last_duration = duration_ms / 1000.0

@@ -15,6 +15,9 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
   variable name or a file whose first line is the secret; values never travel in the plan or the logs),
   ``timeout.ms`` (bound on every metadata call: a missing topic or an unreachable broker fails within it).
   New partitions of the event topic are picked up at their earliest offset.
+* ``routeBuckets`` (both Python sources): when set, the source parses and routes its rows itself
+  (``route.route_batches``) and yields the routed rows (``route.ROUTED_SCHEMA``) for that many buckets: the
+  streaming job's read task then needs one Python worker, not two (reader + ``mapInArrow``).
 * ``kafka-native``: Spark's ``format("kafka")`` (needs spark-sql-kafka-0-10 on the classpath), same options
   mapped by :func:`native_kafka_options`.
 * ``files`` (:class:`FilesDataSource`, format ``elrwatch-files``): every file under ``path`` (sorted by name;
@@ -34,11 +37,15 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from elrwatch.streaming.route import ROUTED_SCHEMA, route_batches
+
 SCHEMA = "value string, topic string, partition int, offset long, timestamp timestamp"
 KAFKA_FORMAT = "elrwatch-kafka"
 FILES_FORMAT = "elrwatch-files"
 DEFAULT_TIMEOUT_MS = 15000
 EARLIEST, LATEST = -2, -1
+ROUTE_BUCKETS_OPTION = "routeBuckets"
+ROUTING_SOURCES = frozenset({"kafka", "files"})  # the Python sources, which take ROUTE_BUCKETS_OPTION
 
 
 class SourceError(RuntimeError):
@@ -62,6 +69,20 @@ class Options(dict):
 
 
 # ---------------------------------------------------------------------------------------------- options
+
+
+def route_buckets(options: Mapping[str, str]) -> int | None:
+    """The ``routeBuckets`` option: None (rows as read) or the bucket count to route the rows to."""
+    value = Options(options).get(ROUTE_BUCKETS_OPTION)
+    if value is None or value == "":
+        return None
+    try:
+        buckets = int(value)
+    except ValueError:
+        raise SourceError(f"option {ROUTE_BUCKETS_OPTION} must be an integer >= 1, not {value!r}") from None
+    if buckets < 1:
+        raise SourceError(f"option {ROUTE_BUCKETS_OPTION} must be an integer >= 1, not {value!r}")
+    return buckets
 
 
 def security_options(
@@ -242,7 +263,7 @@ class KafkaDataSource(DataSource):
         return KAFKA_FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return SCHEMA if route_buckets(self.options) is None else ROUTED_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(Options(self.options))
@@ -258,6 +279,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.timeout_s = int(options.get("timeout.ms", DEFAULT_TIMEOUT_MS)) / 1000.0
         self.max_rows = int(options["maxOffsetsPerTrigger"]) if options.get("maxOffsetsPerTrigger") else None
         self.starting = parse_starting_offsets(options.get("startingOffsets"), self.topics)
+        self.route_buckets = route_buckets(options)
         kafka_python_config(options)  # validate early (missing servers, bad mechanism, unreadable secrets)
         self._consumer: Any = None
         self._latest: dict[str, dict[str, int]] | None = None
@@ -391,7 +413,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return splits
 
     def read(self, partition: KafkaSplit) -> Iterator[Any]:
-        yield from read_kafka_split(self.options, partition)
+        batches = read_kafka_split(self.options, partition)
+        yield from batches if self.route_buckets is None else route_batches(batches, self.route_buckets)
 
     def stop(self) -> None:
         if self._consumer is not None:
@@ -488,7 +511,7 @@ class FilesDataSource(DataSource):
         return FILES_FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return SCHEMA if route_buckets(self.options) is None else ROUTED_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return FilesStreamReader(Options(self.options))
@@ -517,6 +540,7 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not os.path.isdir(self.root):
             raise SourceError(f"{self.root} is not a directory")
         self.max_rows = int(options["maxOffsetsPerTrigger"]) if options.get("maxOffsetsPerTrigger") else None
+        self.route_buckets = route_buckets(options)
         self._frozen: dict[str, int] | None = None
         self._line_cache: dict[tuple[str, int, int], int] = {}
 
@@ -582,23 +606,29 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return splits
 
     def read(self, partition: FileSplit) -> Iterator[Any]:
-        import pyarrow as pa
+        batches = read_file_split(partition)
+        yield from batches if self.route_buckets is None else route_batches(batches, self.route_buckets)
 
-        with open(os.path.join(partition.path, partition.name), "rb") as fh:
-            fh.seek(partition.start_byte)
-            data = fh.read(partition.end_byte - partition.start_byte)
-        lines = data.decode("utf-8", "replace").split("\n")[:-1]
-        n = len(lines)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array([line.rstrip("\r") for line in lines], pa.string()),
-                pa.array([partition.name] * n, pa.string()),
-                pa.array([-1] * n, pa.int32()),
-                pa.array(range(partition.first_line, partition.first_line + n), pa.int64()),
-                pa.array([None] * n, pa.timestamp("us", tz="UTC")),
-            ],
-            names=["value", "topic", "partition", "offset", "timestamp"],
-        )
+
+def read_file_split(partition: FileSplit) -> Iterator[Any]:
+    """Executor side: the complete lines of [start_byte, end_byte) of one file as an Arrow record batch."""
+    import pyarrow as pa
+
+    with open(os.path.join(partition.path, partition.name), "rb") as fh:
+        fh.seek(partition.start_byte)
+        data = fh.read(partition.end_byte - partition.start_byte)
+    lines = data.decode("utf-8", "replace").split("\n")[:-1]
+    n = len(lines)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array([line.rstrip("\r") for line in lines], pa.string()),
+            pa.array([partition.name] * n, pa.string()),
+            pa.array([-1] * n, pa.int32()),
+            pa.array(range(partition.first_line, partition.first_line + n), pa.int64()),
+            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
+        ],
+        names=["value", "topic", "partition", "offset", "timestamp"],
+    )
 
 
 # ---------------------------------------------------------------------------------------------- factory

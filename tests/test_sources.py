@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from elrwatch.streaming.route import ROUTED_SCHEMA, decode_record, route_batches
 from elrwatch.streaming.sources import (
+    SCHEMA,
+    FilesDataSource,
     FilesStreamReader,
+    KafkaDataSource,
     KafkaStreamReader,
     SourceError,
     kafka_python_config,
@@ -164,6 +169,46 @@ def test_files_reader_lines_positions_and_appends(tmp_path):
     (tmp_path / "b.jsonl").write_text("m1\n")
     end3 = reader.latestOffset(end2, ReadAllAvailable())
     assert [(r[0], r[3]) for r in _read_all(reader, end2, end3)] == [("partial", 4), ("m1", 1)]
+
+
+def test_files_reader_routes_in_its_read_task_when_asked(tmp_path):
+    """routeBuckets: the read task yields the rows the job's route stage would make of the same lines."""
+    lines = [
+        '{"type":"TOPIC_RECORD","version":0,"data":{"name":"t","topicId":"AAAAAAAAAAAAAAAAAAAAAQ"}}',
+        '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":3,"topicId":"AAAAAAAAAAAAAAAAAAAAAQ",'
+        '"replicas":[1,2],"isr":[1,2],"leader":1,"leaderEpoch":0,"partitionEpoch":0}}',
+        "not json",
+    ]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    plain = FilesStreamReader({"path": str(tmp_path)})
+    routed = FilesStreamReader({"path": str(tmp_path), "routeBuckets": "3"})
+    start = plain.initialOffset()
+    end = plain.latestOffset(start, ReadAllAvailable())
+    (split,) = plain.partitions(start, end)
+    def decoded(batches) -> list[tuple]:
+        out = []
+        for batch in batches:
+            assert batch.schema.names == [f.split()[0] for f in ROUTED_SCHEMA.split(", ")]
+            for r in batch.to_pylist():
+                body = decode_record(r["rec"]).envelope() if r["kind"] == "R" else pickle.loads(r["rec"]).to_dict()
+                out.append((r["bucket"], r["src"], r["seq"], r["moff"], r["kind"], body))
+        return out
+
+    expected = decoded(route_batches(plain.read(split), 3))
+    rows = decoded(routed.read(split))
+    assert rows == expected
+    assert sorted(r[0] for r in rows if r[2] == 1) == [0, 1, 2]  # the topic record reaches every bucket
+    assert [r[4] for r in rows if r[2] == 3] == ["Q"] and rows[-1][0] == 0  # the bad line: bucket 0 quarantines
+
+
+def test_route_buckets_option_sets_the_schema_and_is_validated(tmp_path):
+    for source in (KafkaDataSource, FilesDataSource):
+        assert source({}).schema() == SCHEMA
+        assert source({"routeBuckets": "4"}).schema() == ROUTED_SCHEMA
+        with pytest.raises(SourceError, match="routeBuckets must be an integer >= 1"):
+            source({"routeBuckets": "0"}).schema()
+    with pytest.raises(SourceError, match="routeBuckets must be an integer >= 1, not 'x'"):
+        FilesStreamReader({"path": str(tmp_path), "routeBuckets": "x"})
 
 
 def test_security_options_reference_secrets_never_copy_them(monkeypatch):
