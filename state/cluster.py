@@ -666,10 +666,20 @@ class ClusterState:
     def _partitions_of_broker(self, broker_id: int) -> list[PartitionState]:
         if self._by_broker is None:
             index: dict[int, set[PartitionState]] = {}
+            get = index.get
             for topic in self.topics.values():
                 for partition in topic.partitions.values():
-                    for broker in self._members(partition):
-                        index.setdefault(broker, set()).add(partition)
+                    replicas = partition.replicas
+                    for broker in replicas:
+                        members = get(broker)
+                        if members is None:
+                            members = index[broker] = set()
+                        members.add(partition)
+                    # ISR, ELR and last known ELR are subsets of the replicas, except in corrupt or reassigning
+                    # registrations: only their other members need a lookup (the common case does no set work)
+                    for broker in (*partition.isr, *partition.elr, *partition.last_known_elr):
+                        if broker not in replicas:
+                            index.setdefault(broker, set()).add(partition)
             self._by_broker = index
         return list(self._by_broker.get(broker_id, ()))
 
