@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -374,6 +375,42 @@ def test_sqlite_reader_is_not_blocked_by_an_open_write_transaction(tmp_path: Pat
     tx.rollback()
     writer.close()
     s.dispose()
+
+
+def _main_file_batch_id(db: Path, tmp_path: Path) -> int | None:
+    """The last batch id as the database file alone holds it (a copy without its WAL): what was checkpointed."""
+    import sqlite3
+
+    alone = tmp_path / f"alone-{time.monotonic_ns()}.db"
+    shutil.copyfile(db, alone)
+    conn = sqlite3.connect(alone)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'last_batch_id'").fetchone()
+    except sqlite3.OperationalError:  # not even the schema is in the file yet
+        row = None
+    finally:
+        conn.close()
+    return json.loads(row[0]) if row else None
+
+
+def test_sqlite_commits_leave_the_wal_and_a_background_checkpoint_copies_it(tmp_path: Path) -> None:
+    """Writers run with wal_autocheckpoint=0 (a commit only appends to the WAL); after each batch a background
+    thread copies the WAL into the database file, and dispose() runs a last checkpoint."""
+    db = tmp_path / "ck.db"
+    s = StatusStore(f"sqlite:///{db}")
+    s.create_schema()
+    with s.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+    b1, b2 = _batches_from(small_doc())
+    assert s.write_batch(1, **b1) is True
+    deadline = time.monotonic() + 20
+    while _main_file_batch_id(db, tmp_path) != 1:
+        assert time.monotonic() < deadline, "batch 1 never reached the database file"
+        time.sleep(0.05)
+    assert s.write_batch(2, **b2) is True
+    s.dispose()  # the last checkpoint
+    assert _main_file_batch_id(db, tmp_path) == 2
+    assert StatusStore(f"sqlite:///{db}").read_document() == small_doc()
 
 
 def test_quarantine_lists_at_most_1000_records_but_counts_all(store: StatusStore) -> None:
