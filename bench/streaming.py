@@ -163,7 +163,7 @@ class Job:
     def print_batches(self, label: str) -> None:
         """The job's per-batch log lines (where each batch's time went: state load/process/save, store)."""
         for line in Path(self.log_path).read_text(errors="replace").splitlines():
-            if "elrwatch.stream: batch " in line or "elrwatch stream started" in line:
+            if "elrwatch.stream: " in line:
                 print(f"  [{label}] {line[:400]}", flush=True)
 
     def kill(self) -> None:
@@ -379,10 +379,16 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
     try:
         boot_ms = gen.now_ms
 
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+
         def loaded() -> bool:
             nonlocal peak
             peak = max(peak, rss_tree_mb(job.proc.pid))
-            return (meta(url).get("lastEventTimeMs") or 0) >= boot_ms
+            # The store shows the batch at its commit, but the driver is then still checkpointing SQLite's WAL
+            # and freeing the batch: the load is over when the metrics count the batch as completed.
+            if (meta(url).get("lastEventTimeMs") or 0) < boot_ms:
+                return False
+            return (scrape(metrics_url).get("elrwatch_batches_total") or 0) >= 1
 
         poll(loaded, 1800, "initial load", job, every=1.0)
         load_s = time.monotonic() - job.started
@@ -398,7 +404,6 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         produce_lines(opts, topic, storm_lines, out=None, producer=producer)
         t_last = time.monotonic()
         last_ms = gen.now_ms
-        metrics_url = f"http://127.0.0.1:{port}/metrics"
 
         def reflected() -> bool:
             nonlocal peak

@@ -1018,6 +1018,7 @@ def run(
     from elrwatch.streaming.sources import SourceError
     from elrwatch.streaming.store import StatusStore
 
+    began = time.monotonic()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     if "ELRWATCH_SPARK_LOG_LEVEL" not in os.environ:
         # a failing batch (e.g. a missing snapshot) is reported once, as one line, by the query's exception below;
@@ -1051,7 +1052,10 @@ def run(
     if config.metrics_port is not None:
         exporter = start_exporter(health, config.metrics_port, config.metrics_host)
         config.bound_metrics_port = exporter.port
+    log.info("starting Spark (store %s, checkpoint %s)", store.masked_url, config.checkpoint)
     spark = build_spark(config)
+    master = spark.sparkContext.master
+    log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
     stop_event = stop_event or threading.Event()
     if handle_signals:  # after Spark: SparkContext installs its own SIGINT handler
         install_signal_handlers(stop_event)
@@ -1064,7 +1068,11 @@ def run(
         except SourceError as exc:
             raise JobError(str(exc)) from None
         health.up = 1
-        log.info("elrwatch stream started: %s", dict(options_summary(config)))
+        log.info(
+            "elrwatch stream started after %.1fs (the first batch follows): %s",
+            time.monotonic() - began,
+            dict(options_summary(config)),
+        )
         if on_started is not None:
             on_started(query)
         from pyspark.errors import StreamingQueryException
