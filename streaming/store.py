@@ -66,6 +66,7 @@ SEVERITY: dict[str, int] = {name: rank for rank, name in enumerate(STATUS_ORDER)
 ACTION_STATUSES: frozenset[str] = frozenset(STATUS_ORDER[:5])
 
 CHUNK = 10_000  # rows per executemany
+WAL_SIZE_LIMIT = 64 << 20  # SQLite truncates a WAL bigger than this after a complete checkpoint
 QUARANTINE_RECORDS_LIMIT = 1000  # records listed in a document, as state/report.py's quarantine_doc
 
 DEFAULT_URL = "sqlite:///var/elrwatch.db"
@@ -502,6 +503,7 @@ class StatusStore:
                 # Writers' commits do not copy the WAL back into the database file (a 100k-partition storm's
                 # commit spent seconds there): a background thread does, after each batch (see write_batch).
                 cursor.execute("PRAGMA wal_autocheckpoint=0")
+                cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")  # a storm's WAL does not stay on disk
             cursor.close()
 
         @event.listens_for(self.engine, "begin")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from elrwatch.streaming.store import StatusStore, mask_url
+from elrwatch.streaming.store import WAL_SIZE_LIMIT, StatusStore, mask_url
 
 DATA = Path(__file__).parent / "data" / "report_small.json"
 
@@ -410,6 +410,8 @@ def test_sqlite_commits_leave_the_wal_and_a_background_checkpoint_copies_it(tmp_
     assert s.write_batch(2, **b2) is True
     s.dispose()  # the last checkpoint
     assert _main_file_batch_id(db, tmp_path) == 2
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size <= WAL_SIZE_LIMIT
     assert StatusStore(f"sqlite:///{db}").read_document() == small_doc()
 
 
