@@ -1086,6 +1086,8 @@ def run(
             raise JobError(_one_line(str(exc))) from None
         if stop_event.is_set() or (not query.isActive and query.exception() is None):
             log.info("stopping: %s", "signal" if stop_event.is_set() else "source drained")
+            if stop_event.is_set():
+                wait_for_batch_end(query, STOP_GRACE_S)
             query.stop()
             return 0
         exc = query.exception()
@@ -1114,6 +1116,25 @@ def _one_line(message: str) -> str:
         if line.strip():
             return line.strip()[:500]
     return message[:500]
+
+
+STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s termination grace period
+
+
+def wait_for_batch_end(query: Any, timeout_s: float) -> bool:
+    """Let a running micro-batch finish before the query is stopped (bounded): stop() interrupts a batch mid-way,
+    which kills its Python workers (harmless, the batch re-runs on restart, but noisy). True if none is running."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if not query.isActive or not query.status.get("isTriggerActive"):
+                return True
+        except Exception:  # the query ended meanwhile
+            return True
+        if time.monotonic() >= deadline:
+            log.warning("the batch still runs after %.0fs: stopping it (it re-runs on restart)", timeout_s)
+            return False
+        time.sleep(0.1)
 
 
 def install_signal_handlers(stop_event: threading.Event) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pyarrow as pa
 import pytest
@@ -305,3 +306,30 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
         got[plan[0]] = outs
         assert state.row[1][:1] == (b"S" if plan[-1] == "snapshot" else b"x")
     assert got["snapshot"] == got["blob"]
+
+
+class _Query:
+    """The two properties of a StreamingQuery that wait_for_batch_end reads."""
+
+    def __init__(self, active_polls: int | None) -> None:
+        self.polls = 0
+        self.active_polls = active_polls  # None: the batch never ends
+        self.isActive = True
+
+    @property
+    def status(self) -> dict:
+        self.polls += 1
+        running = self.active_polls is None or self.polls <= self.active_polls
+        return {"isTriggerActive": running}
+
+
+def test_stop_waits_for_the_running_batch_then_gives_up_at_the_bound():
+    finishing = _Query(active_polls=3)
+    assert job.wait_for_batch_end(finishing, timeout_s=30) is True
+    assert finishing.polls == 4  # polled until the batch ended, not beyond
+    stuck = _Query(active_polls=None)
+    started = time.monotonic()
+    assert job.wait_for_batch_end(stuck, timeout_s=0.3) is False
+    assert 0.3 <= time.monotonic() - started < 5
+    idle = _Query(active_polls=0)
+    assert job.wait_for_batch_end(idle, timeout_s=30) is True and idle.polls == 1
