@@ -79,7 +79,7 @@ def route_buckets(options: Mapping[str, str]) -> int | None:
     try:
         buckets = int(value)
     except ValueError:
-        raise SourceError(f"option {ROUTE_BUCKETS_OPTION} must be an integer >= 1, not {value!r}") from None
+        buckets = 0
     if buckets < 1:
         raise SourceError(f"option {ROUTE_BUCKETS_OPTION} must be an integer >= 1, not {value!r}")
     return buckets
