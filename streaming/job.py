@@ -45,16 +45,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from elrwatch.streaming.memory import TRIM_AFTER_ROWS, release_memory
 from elrwatch.streaming.route import (  # noqa: F401 - re-exported: the job's stages in one namespace
     KIND_ERROR,
     KIND_IGNORED,
     KIND_RECORD,
     KIND_SKIPPED,
     ROUTED_SCHEMA,
-    TRIM_AFTER_ROWS,
     decode_record,
     encode_record,
-    release_memory,
     route_batches,
 )
 

@@ -16,32 +16,10 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
+from elrwatch.streaming.memory import TRIM_AFTER_ROWS, release_memory
+
 ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
-
-
-def release_memory() -> None:
-    """Give freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    After a big batch (the initial load, a storm) the Python processes keep their freed heap: CPython returns
-    empty arenas, but the malloc'd blocks of big lists and documents stay in glibc's heap, counted in RSS.
-    """
-    global _LIBC
-    if _LIBC is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.malloc_trim  # noqa: B018 - glibc only
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC: Any = None
-TRIM_AFTER_ROWS = 20_000  # batches at least this big release their memory afterwards
 
 
 def encode_record(record: Any) -> bytes:

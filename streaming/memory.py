@@ -1,0 +1,29 @@
+"""Memory hygiene of the streaming job's long-lived processes (Python workers and driver). No Spark import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def release_memory() -> None:
+    """Give freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    After a big batch (the initial load, a storm) the Python processes keep their freed heap: CPython returns
+    empty arenas, but the malloc'd blocks of big lists and documents stay in glibc's heap, counted in RSS.
+    """
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 - glibc only
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
+TRIM_AFTER_ROWS = 20_000  # batches at least this big release their memory afterwards
