@@ -501,9 +501,18 @@ def stream(
         int | None,
         _opt(
             "--state-tasks",
-            "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local "
-            "mode (one worker keeps every bucket cached), one per bucket on a cluster.",
+            "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: one per local "
+            "core with the state servers, 1 in local mode without them, one per bucket on a cluster.",
             min=1,
+        ),
+    ] = None,
+    state_service: Annotated[
+        bool | None,
+        _opt(
+            "--state-service/--no-state-service",
+            "Keep the buckets' state in server processes next to the driver, one per state task, so the tasks "
+            "run in parallel and a restart preloads the state while Spark starts; default: on in local mode "
+            "(a cluster keeps the state in its executors' Python workers).",
         ),
     ] = None,
 ) -> None:
@@ -546,6 +555,7 @@ def stream(
         state_dir=state_dir,
         state_delta_max_records=state_delta_max_records,
         state_tasks=state_tasks,
+        state_service=state_service,
     )
     if source not in ("kafka", "kafka-native", "files"):
         _fail("--source must be kafka, kafka-native or files")

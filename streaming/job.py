@@ -54,6 +54,7 @@ from elrwatch.streaming.route import (  # noqa: F401 - re-exported: the job's st
     ROUTED_SCHEMA,
     decode_record,
     encode_record,
+    group_keys,
     route_batches,
 )
 
@@ -62,8 +63,10 @@ log = logging.getLogger("elrwatch.stream")
 STATE_SCHEMA = "token string, blob binary"
 OUTPUT_SCHEMA = "bucket int, payload binary"
 DRIVER_FILE = "elrwatch-driver.json"
+STATE_KEYS_FILE = "elrwatch-state-keys.json"  # the group key of each bucket, fixed for the checkpoint's life
 STATE_MODES = ("snapshot", "blob")
 DEFAULT_SNAPSHOT_SUBDIR = "bucket-snapshots"
+LAST_ROW_PREFIX = "lane-bucket-"  # state servers' restart hints in the snapshot directory (state_service.py)
 # Snapshot mode: when a bucket's delta (records applied since its snapshot) exceeds either bound, the worker
 # writes a new snapshot. Rows bound the replay on a worker-cache miss (~10 µs per record); bytes bound what every
 # micro-batch ships through Arrow into the state store (~15 B per compressed PartitionChangeRecord).
@@ -110,7 +113,8 @@ class JobConfig:
     state_mode: str = "snapshot"  # snapshot: snapshot files + delta in the state row; blob: whole state in the row
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
-    state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: one per bucket
+    state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: see state_tasks()
+    state_service: bool | None = None  # buckets kept in the driver's state servers; None: on in local mode
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
 
     def snapshot_dir(self) -> str | None:
@@ -397,40 +401,49 @@ class BucketState:
 _CACHE: dict[int, tuple[str, BucketState]] = {}
 
 
-def _remember(bucket: int, token: str, bs: BucketState, limit: int) -> None:
-    """Cache the bucket's state in this worker.
+def _remember(
+    bucket: int, token: str, bs: BucketState, limit: int, cache: dict[int, tuple[str, BucketState]] | None = None
+) -> None:
+    """Cache the bucket's state in this process (``cache``: this worker's module-level `_CACHE` by default).
 
     Module-level on purpose: the state function is a closure that cloudpickle ships *by value* with a copy of
     the globals it names, so a ``_CACHE`` written from inside it would be a per-task copy, never seen again.
     """
-    while len(_CACHE) >= limit:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[bucket] = (token, bs)
+    cache = _CACHE if cache is None else cache
+    while len(cache) >= limit:
+        cache.pop(next(iter(cache)))
+    cache[bucket] = (token, bs)
 
 
 def _load_bucket(
-    bucket: int, buckets: int, state: Any, default_min_isr: int, use_cache: bool, snapshots: SnapshotDir | None
+    bucket: int,
+    buckets: int,
+    row: tuple[str, bytes] | None,
+    default_min_isr: int,
+    use_cache: bool,
+    snapshots: SnapshotDir | None,
+    cache: dict[int, tuple[str, BucketState]],
 ) -> tuple[BucketState, str]:
-    """(the bucket's state, how it was loaded: "hit" from this worker's cache, "catch-up" of a stale cached
-    state, "miss": from the row alone)."""
+    """(the bucket's state, how it was loaded: "hit" from this process's cache, "catch-up" of a stale cached
+    state, "miss": from the row alone). ``row``: the (token, blob) of the bucket's Spark state, None if none."""
     from elrwatch.state.cluster import ClusterState
     from elrwatch.state.gauges import PipelineCounts
 
-    if state.exists:
-        token, blob = state.get
-        cached = _CACHE.pop(bucket, None) if use_cache else None
+    if row is not None:
+        token, blob = row
+        cached = cache.pop(bucket, None) if use_cache else None
         if cached is not None and cached[0] == token:
             return cached[1], "hit"
         stale = cached[1] if cached is not None else None
         del cached
         gc.disable()  # unpickling millions of objects would trigger many full collections for nothing
         try:
-            bs = BucketState.from_row(bytes(blob), snapshots, bucket, buckets, stale)
+            bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
         finally:
             gc.enable()
         gc.freeze()  # long-lived: keep the state out of the cyclic GC's scans
         return bs, "catch-up" if bs.caught_up else "miss"
-    _CACHE.pop(bucket, None)
+    cache.pop(bucket, None)
     cluster = ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
     return BucketState(cluster, PipelineCounts(), {}), "miss"
 
@@ -595,6 +608,80 @@ def iter_partition_rows(chunks: list[bytes]) -> Iterator[list[Any]]:
         yield from orjson.loads(zlib.decompress(chunks.pop()[1:]))
 
 
+@dataclass(frozen=True)
+class StateSettings:
+    """What the state stage needs to apply a bucket's micro-batch (the same in a Spark worker or a state server)."""
+
+    buckets: int
+    default_min_isr: int = 1
+    advice: bool = True
+    use_cache: bool = True
+    state_mode: str = "blob"
+    state_dir: str | None = None
+    delta_max_records: int = DELTA_MAX_RECORDS
+
+    def snapshots(self) -> SnapshotDir | None:
+        return SnapshotDir(self.state_dir) if self.state_dir else None
+
+
+def run_bucket(
+    bucket: int,
+    settings: StateSettings,
+    row: tuple[str, bytes] | None,
+    rows: Iterator[tuple[str, int, bytes | None]],
+    n_rows: int,
+    cache: dict[int, tuple[str, BucketState]] | None = None,
+) -> tuple[str, bytes, list[bytes]]:
+    """Apply one micro-batch's ordered rows to a bucket: (new token, new state row, output bodies).
+
+    ``row`` is the bucket's committed (token, blob), None for a new bucket; ``cache`` the process's cached
+    states (default: this worker's `_CACHE`). The caller stores (token, row) as the bucket's new Spark state.
+    """
+    cache = _CACHE if cache is None else cache
+    snapshots = settings.snapshots()
+    started = time.perf_counter()
+    bs, how = _load_bucket(
+        bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache
+    )
+    loaded = time.perf_counter()
+    # Paused for the batch's work: a storm's 25k documents per bucket allocate ~1M young objects, and the
+    # collections they trigger cost 45% of the apply + documents time (measured); none of it makes cycles
+    # worth collecting before the full collection below.
+    gc.disable()
+    try:
+        payload = process_bucket(bucket, settings.buckets, rows, bs, settings.advice)
+        del rows
+        processed = time.perf_counter()
+        token = uuid.uuid4().hex
+        snapshot_before = bs.snapshot
+        if settings.state_mode == "snapshot":
+            blob = bs.to_row(snapshots, bucket, token, settings.delta_max_records)  # type: ignore[arg-type]
+        else:
+            bs.journal = []
+            blob = bs.to_blob()
+        if settings.use_cache:
+            _remember(bucket, token, bs, settings.buckets, cache)
+        saved = time.perf_counter()
+        payload["timing"] = {
+            "load": round(loaded - started, 3),
+            "cache": how,
+            "process": round(processed - loaded, 3),
+            "save": round(saved - processed, 3),
+            "snapshot": bs.snapshot != snapshot_before,
+            "deltaRows": bs.delta_rows,
+            "pid": os.getpid(),
+        }
+        bodies = encode_payload(payload)
+        del payload
+    finally:
+        gc.enable()
+    gc.collect()  # this batch's garbage cycles (only young objects are scanned: the state is frozen) ...
+    gc.freeze()  # ... then what survived (the state's new objects) leaves the GC's scans too
+    if n_rows >= TRIM_AFTER_ROWS:
+        release_memory()
+    return token, blob, bodies
+
+
 def make_state_function(
     buckets: int,
     default_min_isr: int,
@@ -603,59 +690,39 @@ def make_state_function(
     state_mode: str = "blob",
     state_dir: str | None = None,
     delta_max_records: int = DELTA_MAX_RECORDS,
+    service: Any = None,
+    keys: list[int] | None = None,
 ):
-    """The applyInPandasWithState function (closure over the job's settings)."""
-    snapshots = SnapshotDir(state_dir) if state_dir else None
-    if state_mode == "snapshot" and snapshots is None:
+    """The applyInPandasWithState function (closure over the job's settings).
+
+    ``service``: a `state_service.ServiceClient` when the buckets live in the job's state servers (local mode):
+    the function then only forwards each group to its bucket's server and stores the state row it returns.
+    ``keys``: the group key of each bucket (`route.group_keys`); None: the bucket number is the key.
+    """
+    bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
+    settings = StateSettings(buckets, default_min_isr, advice, use_cache, state_mode, state_dir, delta_max_records)
+    if state_mode == "snapshot" and settings.snapshots() is None:
         raise ValueError("snapshot state mode needs a state directory")
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
-        bucket = int(key[0])
-        started = time.perf_counter()
-        bs, cache = _load_bucket(bucket, buckets, state, default_min_isr, use_cache, snapshots)
-        loaded = time.perf_counter()
-        # Paused for the batch's work: a storm's 25k documents per bucket allocate ~1M young objects, and the
-        # collections they trigger cost 45% of the apply + documents time (measured); none of it makes cycles
-        # worth collecting before the full collection below.
-        gc.disable()
-        try:
-            frames = [pdf for pdf in pdfs if len(pdf)]
-            pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
-            rows = _ordered_rows(pdf) if pdf is not None else iter(())
-            n_rows = len(pdf) if pdf is not None else 0
-            del frames
-            payload = process_bucket(bucket, buckets, rows, bs, advice)
+        group_key = int(key[0])
+        bucket = bucket_of_key[group_key] if bucket_of_key is not None else group_key
+        row = (state.get[0], bytes(state.get[1])) if state.exists else None
+        frames = [pdf for pdf in pdfs if len(pdf)]
+        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
+        del frames
+        rows = _ordered_rows(pdf) if pdf is not None else iter(())
+        n_rows = len(pdf) if pdf is not None else 0
+        if service is not None:
+            rows_list = list(rows)
             del pdf, rows
-            processed = time.perf_counter()
-            token = uuid.uuid4().hex
-            snapshot_before = bs.snapshot
-            if state_mode == "snapshot":
-                state.update((token, bs.to_row(snapshots, bucket, token, delta_max_records)))
-            else:
-                bs.journal = []
-                state.update((token, bs.to_blob()))
-            if use_cache:
-                _remember(bucket, token, bs, buckets)
-            saved = time.perf_counter()
-            payload["timing"] = {
-                "load": round(loaded - started, 3),
-                "cache": cache,
-                "process": round(processed - loaded, 3),
-                "save": round(saved - processed, 3),
-                "snapshot": bs.snapshot != snapshot_before,
-                "deltaRows": bs.delta_rows,
-                "pid": os.getpid(),
-            }
-            bodies = encode_payload(payload)
-            del payload
-        finally:
-            gc.enable()
-        gc.collect()  # this batch's garbage cycles (only young objects are scanned: the state is frozen) ...
-        gc.freeze()  # ... then what survived (the state's new objects) leaves the GC's scans too
-        if n_rows >= TRIM_AFTER_ROWS:
-            release_memory()
+            token, blob, bodies = service.call(bucket, group_key, row, rows_list)
+        else:
+            del pdf
+            token, blob, bodies = run_bucket(bucket, settings, row, rows, n_rows)
+        state.update((token, blob))
         yield pd.DataFrame({"bucket": [bucket] * len(bodies), "payload": bodies})
 
     return update
@@ -812,20 +879,61 @@ def spark_master(config: JobConfig) -> str | None:
     return "local[2]"
 
 
-def state_tasks(config: JobConfig, master: str) -> int:
+def state_tasks(config: JobConfig, master: str, service: bool = False) -> int:
     """Parallel state tasks (``spark.sql.shuffle.partitions``; a checkpoint keeps the value it started with).
 
-    Local mode: one task for all buckets, so one Python worker of the state pool keeps every bucket cached and
-    hits every batch (with two tasks the two workers swap buckets and half the loads are cache misses: reading
-    the snapshot and replaying the delta costs more than the parallelism gains on a few cores). A cluster: one
-    task per bucket, each executor keeping the buckets Spark's state-store locality sends it.
+    With the state servers (local mode): one task per local core (at most one per bucket); each server keeps
+    the buckets of one task, so the tasks run in parallel and always hit their cache (state_service.py).
+    Local mode without them: one task for all buckets, so one Python worker of the state pool keeps every bucket
+    cached and hits every batch (with two tasks the two workers swap buckets and half the loads are cache
+    misses: reading the snapshot and replaying the delta costs more than the parallelism gains on a few cores).
+    A cluster: one task per bucket, each executor keeping the buckets Spark's state-store locality sends it.
     """
     if config.state_tasks:
         return config.state_tasks
+    if service:
+        return max(1, min(config.buckets, local_cores(master)))
     return 1 if master.startswith("local") else config.buckets
 
 
-def build_spark(config: JobConfig) -> Any:
+def local_cores(master: str) -> int:
+    """Cores of a ``local``/``local[N]``/``local[*]`` master (``local[N,F]`` too)."""
+    if not master.startswith("local["):
+        return 1
+    cores = master[len("local[") :].split(",")[0].rstrip("]")
+    return os.cpu_count() or 1 if cores == "*" else int(cores)
+
+
+def use_state_service(config: JobConfig) -> bool:
+    """Whether the buckets live in the driver's state servers: ``--state-service``, default on in local mode."""
+    master = spark_master(config)
+    local = master is not None and master.startswith("local")
+    if config.state_service is None:
+        return local
+    if config.state_service and not local:
+        raise ValueError("--state-service needs a local Spark master (the servers run next to the driver)")
+    return config.state_service
+
+
+def checkpoint_shuffle_partitions(checkpoint: str) -> int | None:
+    """The shuffle partitions an existing checkpoint runs with (Spark restores them over the session's)."""
+    offsets = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "offsets")
+    try:
+        batches = sorted((int(n) for n in os.listdir(offsets) if n.isdigit()), reverse=True)
+    except OSError:
+        return None
+    for batch in batches:
+        try:
+            with open(os.path.join(offsets, str(batch))) as fh:
+                fh.readline()
+                meta = json.loads(fh.readline())
+            return int(meta["conf"]["spark.sql.shuffle.partitions"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def build_spark(config: JobConfig, service: bool = False) -> Any:
     """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow)."""
     from pyspark.sql import SparkSession
 
@@ -863,14 +971,18 @@ def build_spark(config: JobConfig) -> Any:
     for key, value in config.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.conf.set("spark.sql.shuffle.partitions", str(state_tasks(config, spark.sparkContext.master)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(state_tasks(config, spark.sparkContext.master, service)))
     # Spark's own ERROR lines repeat what the job reports as one line; ELRWATCH_SPARK_LOG_LEVEL=WARN shows them.
     spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "FATAL"))
     return spark
 
 
-def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
-    """Wire source → route → state → foreachBatch(sink) and start the query."""
+def build_query(
+    spark: Any, config: JobConfig, sink: Any, service: Any = None, keys: list[int] | None = None
+) -> Any:
+    """Wire source → route → state → foreachBatch(sink) and start the query (``service``: a state_service
+    client when the buckets live in the driver's state servers; ``keys``: each bucket's group key)."""
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, ROUTING_SOURCES, read_stream
@@ -887,8 +999,12 @@ def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
     # (one per concurrent state task) that see the same buckets again: their cache hits. Sharing the pool with
     # the source and route stages, the state landed on a random one of ~11 workers: always a miss, and stale
     # copies of every bucket in many processes.
+    if keys is not None and keys != list(range(buckets)):
+        routed = routed.withColumn("bucket", F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("bucket") + 1))
+    # With the state servers the state function holds no state (any worker will do): no pool of its own.
     env = spark.sparkContext.environment
-    env[STATE_POOL_ENV] = "state"
+    if service is None:
+        env[STATE_POOL_ENV] = "state"
     try:
         updates = routed.groupBy("bucket").applyInPandasWithState(
             make_state_function(
@@ -899,6 +1015,8 @@ def build_query(spark: Any, config: JobConfig, sink: Any) -> Any:
                 config.state_mode,
                 config.snapshot_dir(),
                 config.state_delta_max_records,
+                service,
+                keys,
             ),
             OUTPUT_SCHEMA,
             STATE_SCHEMA,
@@ -1014,7 +1132,6 @@ def run(
 ) -> int:
     """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
     from elrwatch.streaming.metrics import Health, start_exporter
-    from elrwatch.streaming.sources import SourceError
     from elrwatch.streaming.store import StatusStore
 
     began = time.monotonic()
@@ -1039,6 +1156,13 @@ def run(
             )
         with contextlib.suppress(FileNotFoundError):
             os.remove(driver_file)
+        if snapshot_dir and config.state_dir and os.path.isdir(snapshot_dir):
+            # a shared --state-dir keeps other runs' snapshots, but the state servers' restart hints of an
+            # earlier checkpoint would only be preloaded for nothing
+            for name in os.listdir(snapshot_dir):
+                if name.startswith(LAST_ROW_PREFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(snapshot_dir, name))
         if snapshot_dir and not config.state_dir and os.path.isdir(snapshot_dir):
             # the default directory belongs to this checkpoint: a new checkpoint starts without old snapshots
             for name in os.listdir(snapshot_dir):
@@ -1051,8 +1175,92 @@ def run(
     if config.metrics_port is not None:
         exporter = start_exporter(health, config.metrics_port, config.metrics_host)
         config.bound_metrics_port = exporter.port
+    service = None
+    try:
+        with_service = use_state_service(config)
+        master = spark_master(config)
+        partitions = checkpoint_shuffle_partitions(config.checkpoint)
+        if partitions is None and master is not None:
+            partitions = state_tasks(config, master, with_service)
+        keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
+        if with_service:
+            from elrwatch.streaming.state_service import StateService
+
+            service = StateService(state_settings(config), partitions or 1, keys)
+            service.start()  # before Spark: a restart's servers preload their buckets while the JVM starts
+        return _run_query(
+            config, store, aggregator, health, service, keys, began, stop_event, on_started, handle_signals
+        )
+    finally:
+        if service is not None:
+            service.stop()
+        store.dispose()
+        if exporter is not None:
+            exporter.shutdown()
+
+
+def state_keys(checkpoint: str, fresh: bool, buckets: int, partitions: int | None) -> list[int] | None:
+    """Each bucket's group key, fixed when the checkpoint starts (`route.group_keys` for its state tasks).
+
+    A checkpoint written before the file existed groups by the bucket number (None). ``partitions`` None (a
+    cluster master chosen by spark-submit): Spark's default spread, the bucket number.
+    """
+    path = os.path.join(checkpoint, STATE_KEYS_FILE)
+    if not fresh:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise JobError(f"cannot read {path}: {exc}") from None
+        if saved.get("buckets") != buckets:
+            raise JobError(
+                f"checkpoint {checkpoint} was started with --buckets {saved.get('buckets')}, not {buckets}: "
+                "a checkpoint keeps its buckets (use a fresh checkpoint and store to change them)"
+            )
+        return [int(k) for k in saved["keys"]]
+    if partitions is None:
+        return None
+    keys = group_keys(buckets, partitions)
+    os.makedirs(checkpoint, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=checkpoint, prefix=".state-keys-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({"buckets": buckets, "partitions": partitions, "keys": keys}, fh)
+    os.replace(tmp, path)
+    return keys
+
+
+def state_settings(config: JobConfig) -> StateSettings:
+    """The state stage's settings of a job."""
+    return StateSettings(
+        config.buckets,
+        config.default_min_isr,
+        config.advice,
+        config.state_cache,
+        config.state_mode,
+        config.snapshot_dir(),
+        config.state_delta_max_records,
+    )
+
+
+def _run_query(
+    config: JobConfig,
+    store: Any,
+    aggregator: Aggregator,
+    health: Any,
+    service: Any,
+    keys: list[int] | None,
+    began: float,
+    stop_event: threading.Event | None,
+    on_started: Any,
+    handle_signals: bool,
+) -> int:
+    """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
+    from elrwatch.streaming.sources import SourceError
+
     log.info("starting Spark (store %s, checkpoint %s)", store.masked_url, config.checkpoint)
-    spark = build_spark(config)
+    spark = build_spark(config, service is not None)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
     stop_event = stop_event or threading.Event()
@@ -1063,7 +1271,8 @@ def run(
     query = None
     try:
         try:
-            query = build_query(spark, config, Sink(store, aggregator, health))
+            client = service.client() if service is not None else None
+            query = build_query(spark, config, Sink(store, aggregator, health), client, keys)
         except SourceError as exc:
             raise JobError(str(exc)) from None
         health.up = 1
@@ -1079,6 +1288,8 @@ def run(
         try:
             while query.isActive and not stop_event.is_set():
                 query.awaitTermination(0.5)
+                if service is not None:
+                    service.check()
         except KeyboardInterrupt:
             stop_event.set()
         except StreamingQueryException as exc:
@@ -1100,9 +1311,6 @@ def run(
         with contextlib.suppress(Exception):
             spark.streams.removeListener(listener)
         spark.stop()
-        store.dispose()
-        if exporter is not None:
-            exporter.shutdown()
 
 
 def _one_line(message: str) -> str:

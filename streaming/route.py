@@ -22,6 +22,49 @@ ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec b
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
 
 
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int column (Murmur3_x86_32.hashInt), as a signed 32-bit int."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    k1 = (value & mask) * 0xCC9E2D51 & mask
+    k1 = rotl(k1, 15) * 0x1B873593 & mask
+    h1 = (seed & mask) ^ k1
+    h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def lane_of(key: int, lanes: int) -> int:
+    """The state task (shuffle partition) Spark's hash partitioning gives a group key: ``pmod(hash(key), lanes)``."""
+    return spark_hash_int(key) % lanes
+
+
+def group_keys(buckets: int, partitions: int) -> list[int]:
+    """The state stage's group key of each bucket, so that bucket ``b`` lands in state task ``b % partitions``.
+
+    Grouping by the bucket number itself leaves the spread to Spark's hash: with 2 tasks, buckets 0, 1 and 3 of
+    4 hash to the same task (and both of 2 buckets), which then applies them one after the other while the other
+    task idles. Key ``k`` is the smallest unused int whose hash lands in the wanted task.
+    """
+    keys: list[int] = []
+    used: set[int] = set()
+    for bucket in range(buckets):
+        key = 0
+        while key in used or lane_of(key, partitions) != bucket % partitions:
+            key += 1
+        keys.append(key)
+        used.add(key)
+    return keys
+
+
 def encode_record(record: Any) -> bytes:
     """A validated Record as bytes for the shuffle (marshal: ~3x faster than pickle for dicts of tuples)."""
     return marshal.dumps(

@@ -264,7 +264,10 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     doc = _store_doc(url)
     # epochs equal to the oracle's prove no PartitionChangeRecord was applied twice
     assert_same_as_oracle(doc, oracle)
-    snapshots = sorted(os.listdir(tmp_path / "ck" / "bucket-snapshots"))
+    files = sorted(os.listdir(tmp_path / "ck" / "bucket-snapshots"))
+    # the state servers' restart hints: the last row each bucket's server returned
+    assert [n for n in files if n.endswith(".last")] == ["lane-bucket-0000.last", "lane-bucket-0001.last"]
+    snapshots = [n for n in files if not n.endswith(".last")]
     for bucket in ("-b0000-", "-b0001-"):  # rotated: the newest few per bucket (+ one a committed row may hold)
         assert 1 <= sum(bucket in name for name in snapshots) <= 4, snapshots
     assert all(name.endswith(".snap") for name in snapshots), snapshots
