@@ -81,6 +81,8 @@ def _kind(pid: int, root: int) -> str:
         return "other"
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
+    if "elrwatch.streaming.state_service" in cmd:
+        return "state servers"
     if "pyspark.daemon" in cmd:
         return "python workers"
     if "streaming_source_runner" in cmd or "pyspark" in cmd:

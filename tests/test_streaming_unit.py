@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -278,11 +279,50 @@ def test_state_dir_defaults_next_to_a_local_checkpoint(tmp_path):
         job.JobConfig(state_mode="rocks").snapshot_dir()
 
 
-def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
+def test_state_tasks_per_core_with_state_servers_one_per_bucket_on_a_cluster():
     config = job.JobConfig(buckets=4)
-    assert job.state_tasks(config, "local[2]") == 1  # one Python worker keeps (and hits) every bucket
+    assert job.state_tasks(config, "local[2]", service=True) == 2  # one server per core, in parallel
+    assert job.state_tasks(job.JobConfig(buckets=1), "local[2]", service=True) == 1
+    assert job.state_tasks(config, "local[3,2]", service=True) == 3
+    assert job.state_tasks(config, "local[*]", service=True) == min(4, os.cpu_count() or 1)
+    assert job.state_tasks(config, "local[2]") == 1  # without servers one Python worker keeps every bucket
     assert job.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
     assert job.state_tasks(job.JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
+
+
+def test_state_servers_by_default_in_local_mode_only(monkeypatch):
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert job.use_state_service(job.JobConfig())
+    assert not job.use_state_service(job.JobConfig(state_service=False))
+    assert not job.use_state_service(job.JobConfig(spark_master="k8s://https://kubernetes.default.svc"))
+    with pytest.raises(ValueError, match="needs a local Spark master"):
+        job.use_state_service(job.JobConfig(spark_master="spark://host:7077", state_service=True))
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1234")  # launched by spark-submit: its master, no servers
+    assert not job.use_state_service(job.JobConfig())
+
+
+def test_state_keys_are_fixed_for_the_checkpoint(tmp_path):
+    from elrwatch.streaming.route import group_keys
+
+    ck = str(tmp_path / "ck")
+    keys = job.state_keys(ck, True, 4, 2)
+    assert keys == group_keys(4, 2)
+    assert job.state_keys(ck, False, 4, 1) == keys  # a restart keeps them, whatever the session would choose
+    with pytest.raises(job.JobError, match="started with --buckets 4, not 3"):
+        job.state_keys(ck, False, 3, 2)
+    assert job.state_keys(str(tmp_path / "old"), False, 4, 2) is None  # a checkpoint from before: bucket numbers
+    assert job.state_keys(str(tmp_path / "submit"), True, 4, None) is None
+
+
+def test_checkpoint_shuffle_partitions_read_from_the_offset_log(tmp_path):
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    assert job.checkpoint_shuffle_partitions(str(tmp_path)) is None
+    meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": "3"}}
+    (offsets / "0").write_text("v1\n" + json.dumps({**meta, "conf": {"spark.sql.shuffle.partitions": "1"}}) + "\n")
+    (offsets / "7").write_text("v1\n" + json.dumps(meta) + "\n{}\n")
+    (offsets / "12").write_text("v1\n")  # being written: skipped
+    assert job.checkpoint_shuffle_partitions(f"file://{tmp_path}") == 3
 
 
 def test_a_checkpoint_switches_state_modes(tmp_path):
