@@ -719,6 +719,10 @@ def make_state_function(
             rows_list = list(rows)
             del pdf, rows
             token, blob, bodies = service.call(bucket, group_key, row, rows_list)
+            del rows_list
+            if n_rows >= TRIM_AFTER_ROWS:  # a big batch's rows and request: give the heap back (memory.py)
+                gc.collect()
+                release_memory()
         else:
             del pdf
             token, blob, bodies = run_bucket(bucket, settings, row, rows, n_rows)

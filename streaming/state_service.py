@@ -76,16 +76,15 @@ class ServiceClient:
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             try:
-                conn = Client(address, family="AF_UNIX", authkey=self.key)
+                with Client(address, family="AF_UNIX", authkey=self.key) as conn:
+                    conn.send_bytes(request)
+                    reply = marshal.loads(conn.recv_bytes())
                 break
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
+            except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError, EOFError) as exc:
+                # not started yet, or died (the driver restarts it): a retry is safe, the committed row decides
                 if time.monotonic() > deadline:
-                    raise ServiceError(f"state server {address} unreachable for bucket {bucket}: {exc}") from None
+                    raise ServiceError(f"state server {address} unreachable for bucket {bucket}: {exc!r}") from None
                 time.sleep(0.2)
-        with conn:
-            conn.send_bytes(request)
-            del request
-            reply = marshal.loads(conn.recv_bytes())
         if reply[0] != "ok":
             raise ServiceError(f"state server, bucket {bucket}: {reply[1]}")
         return reply[1], reply[2], reply[3]
@@ -170,12 +169,13 @@ def serve(address: str, key: bytes, settings: StateSettings, lane: int, lanes: i
                     log.exception("lane %d: bucket %d failed", lane, bucket)
                     reply = marshal.dumps(("error", f"{type(exc).__name__}: {exc}"))
                     token = None
+                if token is not None and settings.state_mode == "snapshot" and settings.state_dir:
+                    # before the reply: once Spark can commit the row, a restart finds it
+                    with contextlib.suppress(OSError):
+                        _write_last_row(settings.state_dir, bucket, token, blob)
                 with contextlib.suppress(OSError):
                     conn.send_bytes(reply)
                 del reply
-                if token is not None and settings.state_mode == "snapshot" and settings.state_dir:
-                    with contextlib.suppress(OSError):
-                        _write_last_row(settings.state_dir, bucket, token, blob)
 
 
 class StateService:
