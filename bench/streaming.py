@@ -84,6 +84,12 @@ def _kind(pid: int, root: int) -> str:
     if "elrwatch.streaming.state_service" in cmd:
         return "state servers"
     if "pyspark.daemon" in cmd:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if b"ELRWATCH_PYTHON_POOL=state" in fh.read():
+                    return "python state workers"
+        except OSError:
+            pass
         return "python workers"
     if "streaming_source_runner" in cmd or "pyspark" in cmd:
         return "python source/planner"
@@ -123,8 +129,8 @@ def rss_breakdown(root: int) -> dict[str, float]:
     return out
 
 
-def print_breakdown(label: str, root: int) -> None:
-    parts = rss_breakdown(root)
+def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None) -> None:
+    parts = parts or rss_breakdown(root)
     text = ", ".join(
         f"{k} {v:,.0f} MB ({int(parts[k + ' (n)'])})"
         for k, v in parts.items()
@@ -407,9 +413,13 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         t_last = time.monotonic()
         last_ms = gen.now_ms
 
+        peak_parts: dict[str, float] = {}
+
         def reflected() -> bool:
-            nonlocal peak
-            peak = max(peak, rss_tree_mb(job.proc.pid))
+            nonlocal peak, peak_parts
+            now = rss_tree_mb(job.proc.pid)
+            if now > peak:
+                peak, peak_parts = now, rss_breakdown(job.proc.pid)
             if (meta(url).get("lastEventTimeMs") or 0) < last_ms:
                 return False
             return scrape(metrics_url).get('elrwatch_brokers{state="fenced"}') == 1
@@ -427,6 +437,8 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         report("  storm: first record produced -> reflected", done - t_first, "s", "-", None)
         peak = max(peak, rss_tree_mb(job.proc.pid))
         report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
+        if peak_parts:
+            print_breakdown("at the storm's peak", job.proc.pid, peak_parts)
         print_breakdown("after the storm", job.proc.pid)
         if not restart:
             return

@@ -998,17 +998,18 @@ def build_query(
     else:
         events = read_stream(spark, config.source, options)
         routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
+    # each bucket under its group key, so that the buckets spread evenly over the state tasks (route.group_keys)
+    if keys is not None and keys != list(range(buckets)):
+        routed = routed.withColumn("bucket", F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("bucket") + 1))
     # Spark keeps one pool of Python workers per (python, modules, environment) and hands a task any idle worker
     # of its pool. Alone in its own pool (an extra environment variable), the state function runs in few workers
     # (one per concurrent state task) that see the same buckets again: their cache hits. Sharing the pool with
     # the source and route stages, the state landed on a random one of ~11 workers: always a miss, and stale
     # copies of every bucket in many processes.
-    if keys is not None and keys != list(range(buckets)):
-        routed = routed.withColumn("bucket", F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("bucket") + 1))
-    # With the state servers the state function holds no state (any worker will do): no pool of its own.
+    # With the state servers the state function holds no state, but its own pool still keeps a big batch's
+    # transient buffers out of the source's workers (and tells the processes apart in the bench's breakdown).
     env = spark.sparkContext.environment
-    if service is None:
-        env[STATE_POOL_ENV] = "state"
+    env[STATE_POOL_ENV] = "state"
     try:
         updates = routed.groupBy("bucket").applyInPandasWithState(
             make_state_function(
