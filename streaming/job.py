@@ -45,7 +45,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elrwatch.streaming.memory import TRIM_AFTER_ROWS, release_memory
+from elrwatch.streaming.memory import ARROW_POOL_ENV, TRIM_AFTER_ROWS, release_memory
 from elrwatch.streaming.route import (  # noqa: F401 - re-exported: the job's stages in one namespace
     KIND_ERROR,
     KIND_IGNORED,
@@ -972,9 +972,12 @@ def build_spark(config: JobConfig, service: bool = False) -> Any:
     )
     if os.environ.get("ELRWATCH_SPARK_JARS_PACKAGES"):  # e.g. the Kafka connector for --source kafka-native
         builder = builder.config("spark.jars.packages", os.environ["ELRWATCH_SPARK_JARS_PACKAGES"])
+    for key, value in ARROW_POOL_ENV.items():  # executors' Python workers (cluster mode)
+        builder = builder.config(f"spark.executorEnv.{key}", value)
     for key, value in config.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.sparkContext.environment.update(ARROW_POOL_ENV)  # Python workers of the functions defined from now on
     spark.conf.set("spark.sql.shuffle.partitions", str(state_tasks(config, spark.sparkContext.master, service)))
     # Spark's own ERROR lines repeat what the job reports as one line; ELRWATCH_SPARK_LOG_LEVEL=WARN shows them.
     spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "FATAL"))
