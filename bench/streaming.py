@@ -48,7 +48,7 @@ from elrwatch.streaming.store import StatusStore  # noqa: E402
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
 
 
-def rss_tree_mb(pid: int) -> float:
+def rss_tree_mb(pid: int, top: list[tuple[float, int, str]] | None = None) -> float:
     """Resident memory of a process and all its descendants, MB (from /proc).
 
     A child of the JVM that is still the JVM (``comm`` java: Hadoop's shell commands are spawned with vfork,
@@ -76,6 +76,8 @@ def rss_tree_mb(pid: int) -> float:
     while todo:
         p = todo.pop()
         total += rss.get(p, 0)
+        if top is not None:
+            top.append((rss.get(p, 0) / 1e6, p, comm.get(p, "?")))
         for child in children.get(p, []):
             if not (comm.get(p) == comm.get(child) == "java"):
                 todo.append(child)
@@ -425,12 +427,15 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         last_ms = gen.now_ms
 
         peak_parts: dict[str, float] = {}
+        peak_processes: list[tuple[float, int, str]] = []
 
         def reflected() -> bool:
             nonlocal peak, peak_parts
-            now = rss_tree_mb(job.proc.pid)
+            processes: list[tuple[float, int, str]] = []
+            now = rss_tree_mb(job.proc.pid, processes)
             if now > peak:
                 peak, peak_parts = now, rss_breakdown(job.proc.pid)
+                peak_processes[:] = sorted(processes, reverse=True)[:4]
             if (meta(url).get("lastEventTimeMs") or 0) < last_ms:
                 return False
             return scrape(metrics_url).get('elrwatch_brokers{state="fenced"}') == 1
@@ -449,7 +454,9 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         peak = max(peak, rss_tree_mb(job.proc.pid))
         report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
         if peak_parts:
-            print_breakdown("at the storm's peak", job.proc.pid, peak_parts)
+            print_breakdown("just after the storm's peak", job.proc.pid, peak_parts)
+            biggest = ", ".join(f"{comm} {mb:,.0f} MB" for mb, _pid, comm in peak_processes)
+            print(f"  biggest processes at the storm's peak: {biggest}", flush=True)
         print_breakdown("after the storm", job.proc.pid)
         if not restart:
             return
