@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -152,6 +153,9 @@ def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None
     print(f"  {label}: {text}; PSS total {parts['PSS total']:,.0f} MB", flush=True)
 
 
+EXTRA_JOB_ARGS: list[str] = []  # --job-args
+
+
 class Job:
     """`elrwatch stream` subprocess with its log."""
 
@@ -160,7 +164,7 @@ class Job:
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elrwatch.cli", "stream", *args],
+            [sys.executable, "-m", "elrwatch.cli", "stream", *args, *EXTRA_JOB_ARGS],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -485,6 +489,9 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--phases", default="throughput,freshness,storm,restart")
+    parser.add_argument(
+        "--job-args", default="", help="extra `elrwatch stream` options for every job (A/B runs), e.g. --no-state-service"
+    )
     parser.add_argument("--events", type=int, default=300_000, help="throughput: churn events")
     parser.add_argument("--rate", type=float, default=1000.0, help="freshness: events/s")
     parser.add_argument("--seconds", type=float, default=35.0, help="freshness: duration (first 5 s: warm-up)")
@@ -492,6 +499,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1_000_000, help="storm: cluster size")
     parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions touched")
     args = parser.parse_args()
+    EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     phases = set(args.phases.split(","))
     workdir = tempfile.mkdtemp(prefix="elrwatch-bench-")
     print(f"elrwatch streaming benchmarks ({os.cpu_count()} cores; workdir {workdir})", flush=True)

@@ -501,8 +501,9 @@ def stream(
         int | None,
         _opt(
             "--state-tasks",
-            "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: one per local "
-            "core with the state servers, 1 in local mode without them, one per bucket on a cluster.",
+            "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local mode "
+            "(2 with the state servers applies two buckets at a time: faster storms and restarts' first batch, "
+            "but slower small batches), one per bucket on a cluster.",
             min=1,
         ),
     ] = None,
@@ -510,9 +511,10 @@ def stream(
         bool | None,
         _opt(
             "--state-service/--no-state-service",
-            "Keep the buckets' state in server processes next to the driver, one per state task, so the tasks "
-            "run in parallel and a restart preloads the state while Spark starts; default: on in local mode "
-            "(a cluster keeps the state in its executors' Python workers).",
+            "Keep the buckets' state in server processes next to the driver, one per state task: buckets stay "
+            "cached whichever Python worker Spark picks, state tasks can run in parallel, and a restart preloads "
+            "the state while Spark starts; default: on in local mode (a cluster keeps the state in its "
+            "executors' Python workers).",
         ),
     ] = None,
 ) -> None:

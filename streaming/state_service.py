@@ -1,11 +1,12 @@
 """State servers: long-lived processes of the job's driver that keep the buckets' state (local mode).
 
-Why: Spark hands a task any idle Python worker of its pool, so with two state tasks the workers would swap buckets
-and reload them from snapshots; with one task the buckets are applied one after the other while the second core
-idles. Here the driver starts ``lanes`` server processes, each owning the buckets that Spark's hash partitioning
-sends to one state task (`lane_of`). The state function in the Spark worker only forwards a group's rows and the
-bucket's committed state row (token, blob) to its server and stores the row the server returns: the lanes run in
-parallel and every bucket stays cached in one process, whichever worker Spark picks.
+Why: Spark hands a task any idle Python worker of its pool and stops a worker idle for 60 s, so a bucket cached
+in a Python worker is lost whenever another worker gets its task, after a quiet minute, and at every restart; with
+two state tasks the workers would swap buckets at every batch. Here the driver starts one server process per state
+task (``--state-tasks``; `route.group_keys` spreads the buckets evenly over the tasks), each owning the buckets of
+its task (`lane_of`). The state function in the Spark worker only forwards a group's rows and the bucket's
+committed state row (token, blob) to its server and stores the row the server returns: every bucket stays cached
+in one process, whichever worker Spark picks, and two tasks' servers apply their buckets in parallel.
 
 Exactly-once is unchanged: a server applies a batch to its cached state only when the committed token matches
 (`job.run_bucket`), otherwise it rebuilds the bucket from the row (snapshot + delta). After each batch a server

@@ -279,13 +279,9 @@ def test_state_dir_defaults_next_to_a_local_checkpoint(tmp_path):
         job.JobConfig(state_mode="rocks").snapshot_dir()
 
 
-def test_state_tasks_per_core_with_state_servers_one_per_bucket_on_a_cluster():
+def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
     config = job.JobConfig(buckets=4)
-    assert job.state_tasks(config, "local[2]", service=True) == 2  # one server per core, in parallel
-    assert job.state_tasks(job.JobConfig(buckets=1), "local[2]", service=True) == 1
-    assert job.state_tasks(config, "local[3,2]", service=True) == 3
-    assert job.state_tasks(config, "local[*]", service=True) == min(4, os.cpu_count() or 1)
-    assert job.state_tasks(config, "local[2]") == 1  # without servers one Python worker keeps every bucket
+    assert job.state_tasks(config, "local[2]") == 1  # small batches: one task and one state store per batch
     assert job.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
     assert job.state_tasks(job.JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
 
