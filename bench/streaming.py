@@ -49,12 +49,23 @@ from elrwatch.streaming.store import StatusStore  # noqa: E402
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
 
 
+def _unexeced_jvm_child(parent: int, child: int, comm: dict[int, str]) -> bool:
+    """Whether ``child`` is a fork of the JVM ``parent`` that has not exec'd yet (it shares the JVM's memory)."""
+    if comm.get(parent) != "java":
+        return False
+    try:
+        return os.readlink(f"/proc/{child}/exe") == os.readlink(f"/proc/{parent}/exe")
+    except OSError:
+        return False
+
+
 def rss_tree_mb(pid: int, top: list[tuple[float, int, str]] | None = None) -> float:
     """Resident memory of a process and all its descendants, MB (from /proc).
 
-    A child of the JVM that is still the JVM (``comm`` java: Hadoop's shell commands are spawned with vfork,
-    and until the exec the child shares the JVM's memory, which /proc reports again as the child's RSS) is not
-    counted: it would add the JVM's 0.6-0.8 GB a second time for a few milliseconds.
+    A child of the JVM that is still the JVM (same executable: Hadoop's shell commands are spawned with vfork,
+    and until the exec the child shares the JVM's memory, which /proc reports again as the child's RSS; its
+    ``comm`` is the forking thread's name, e.g. "stream executio") is not counted: it would add the JVM's
+    0.6-0.8 GB a second time for a few milliseconds.
     """
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
@@ -80,7 +91,7 @@ def rss_tree_mb(pid: int, top: list[tuple[float, int, str]] | None = None) -> fl
         if top is not None:
             top.append((rss.get(p, 0) / 1e6, p, comm.get(p, "?")))
         for child in children.get(p, []):
-            if not (comm.get(p) == comm.get(child) == "java"):
+            if not _unexeced_jvm_child(p, child, comm):
                 todo.append(child)
     return total / 1e6
 
