@@ -682,17 +682,7 @@ def run_bucket(
     return token, blob, bodies
 
 
-def make_state_function(
-    buckets: int,
-    default_min_isr: int,
-    advice: bool,
-    use_cache: bool,
-    state_mode: str = "blob",
-    state_dir: str | None = None,
-    delta_max_records: int = DELTA_MAX_RECORDS,
-    service: Any = None,
-    keys: list[int] | None = None,
-):
+def make_state_function(settings: StateSettings, service: Any = None, keys: list[int] | None = None):
     """The applyInPandasWithState function (closure over the job's settings).
 
     ``service``: a `state_service.ServiceClient` when the buckets live in the job's state servers (local mode):
@@ -700,8 +690,7 @@ def make_state_function(
     ``keys``: the group key of each bucket (`route.group_keys`); None: the bucket number is the key.
     """
     bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
-    settings = StateSettings(buckets, default_min_isr, advice, use_cache, state_mode, state_dir, delta_max_records)
-    if state_mode == "snapshot" and settings.snapshots() is None:
+    if settings.state_mode == "snapshot" and settings.snapshots() is None:
         raise ValueError("snapshot state mode needs a state directory")
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
@@ -1005,17 +994,7 @@ def build_query(
     env[STATE_POOL_ENV] = "state"
     try:
         updates = routed.groupBy("bucket").applyInPandasWithState(
-            make_state_function(
-                buckets,
-                config.default_min_isr,
-                config.advice,
-                config.state_cache,
-                config.state_mode,
-                config.snapshot_dir(),
-                config.state_delta_max_records,
-                service,
-                keys,
-            ),
+            make_state_function(state_settings(config), service, keys),
             OUTPUT_SCHEMA,
             STATE_SCHEMA,
             "append",

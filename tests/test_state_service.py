@@ -11,8 +11,8 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 
 import orjson
-import pyarrow as pa
 import pytest
+from test_streaming_unit import _routed
 
 from elrwatch.streaming import job
 from elrwatch.streaming.eventgen import scenario
@@ -52,18 +52,7 @@ def test_grouping_by_bucket_number_would_not_spread_them():
 def _batches(buckets: int, size: int = 15):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=11)]
     lines.insert(7, "not json")
-    n = len(lines)
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["ev"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(n), pa.int64()),
-            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-    routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), buckets))).to_pandas()
+    routed = _routed(lines, buckets)
     for bucket in range(buckets):
         part = routed[routed.bucket == bucket]
         yield bucket, [list(job._ordered_rows(part.iloc[i : i + size])) for i in range(0, len(part), size)]

@@ -168,7 +168,7 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines.insert(9, "not json")
     lines.insert(60, lines[44])  # a duplicate
     routed = _routed(lines, 2)
-    fn = job.make_state_function(2, 1, True, True, "snapshot", str(tmp_path), delta_max_records=40)
+    fn = job.make_state_function(job.StateSettings(2, 1, True, True, "snapshot", str(tmp_path), delta_max_records=40))
     snapshots = job.SnapshotDir(str(tmp_path))
     for b in range(2):
         part = routed[routed.bucket == b]
@@ -193,7 +193,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     outputs = {}
     loads = []
     for mode in ("blob", "snapshot"):
-        fn = job.make_state_function(3, 1, True, True, mode, str(tmp_path / mode), delta_max_records=60)
+        fn = job.make_state_function(job.StateSettings(3, 1, True, True, mode, str(tmp_path / mode), delta_max_records=60))
         workers = [{}, {}]
         got = []
         for b in range(3):
@@ -218,7 +218,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
 def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=40, churn=200, seed=2)]
     routed = _routed(lines, 1)
-    fn = job.make_state_function(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=20)
+    fn = job.make_state_function(job.StateSettings(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=20))
     state = _State()
     referenced = []
     for i in range(0, len(routed), 15):
@@ -247,7 +247,7 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
-    fn = job.make_state_function(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=10)
+    fn = job.make_state_function(job.StateSettings(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=10))
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
@@ -326,7 +326,7 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=90, seed=6)]
     part = _routed(lines, 1)
     fns = {
-        m: job.make_state_function(1, 1, True, True, m, str(tmp_path), delta_max_records=25) for m in job.STATE_MODES
+        m: job.make_state_function(job.StateSettings(1, 1, True, True, m, str(tmp_path), delta_max_records=25)) for m in job.STATE_MODES
     }
     got = {}
     for plan in (["snapshot", "blob", "snapshot"], ["blob", "blob", "blob"]):
