@@ -84,13 +84,12 @@ def test_servers_give_what_the_worker_gives_and_a_restart_preloads(settings, tmp
     service = _service(settings)
     try:
         client = service.client()
-        committed = {}
         for bucket, batches in _batches(3):
             row = None
             ref_row = None
             ref_cache: dict = {}
             for n, rows in enumerate(batches):
-                if n == 4 and bucket == 1:  # the driver is killed: new servers preload the last rows
+                if n == 4 and bucket == 1:  # the job restarts: new servers preload the last rows
                     service.stop()
                     service = _service(settings)
                     client = service.client()
@@ -103,7 +102,6 @@ def test_servers_give_what_the_worker_gives_and_a_restart_preloads(settings, tmp
                 assert got == want
                 assert how == ("hit" if n else "miss"), (bucket, n, how)  # after the restart too: preloaded
                 row, ref_row = (token, blob), (ref_token, ref_blob)
-            committed[bucket] = row
         assert all(os.path.exists(last_row_path(settings.state_dir, b)) for b in range(3))
     finally:
         service.stop()
