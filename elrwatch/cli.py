@@ -310,7 +310,14 @@ SecurityProtocol = Annotated[
     str | None, _opt("--security-protocol", "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL.")
 ]
 SslCafile = Annotated[str | None, _opt("--ssl-cafile", "PEM file of the CA that signed the brokers' certificates.")]
-SslCertfile = Annotated[str | None, _opt("--ssl-certfile", "PEM client certificate (mutual TLS).")]
+SslCertfile = Annotated[
+    str | None,
+    _opt(
+        "--ssl-certfile",
+        "PEM client certificate (mutual TLS). --source kafka-native reads key and chain from one PEM file: "
+        "give that file to both --ssl-certfile and --ssl-keyfile.",
+    ),
+]
 SslKeyfile = Annotated[str | None, _opt("--ssl-keyfile", "PEM client private key (mutual TLS).")]
 SslPasswordFile = Annotated[
     str | None, _opt("--ssl-password-file", "File with the client key's password (or env ELRWATCH_SSL_PASSWORD).")
@@ -473,6 +480,39 @@ def stream(
         _opt("--spark-master", "Spark master URL; default: spark-submit's when launched by it, else local[2]."),
     ] = None,
     spark_conf: Annotated[list[str] | None, _opt("--spark-conf", "Extra Spark setting KEY=VALUE (repeatable).")] = None,
+    spark_driver_memory: Annotated[
+        str, _opt("--spark-driver-memory", "spark.driver.memory (in local mode the heap of Spark's whole JVM).")
+    ] = "2g",
+    spark_jars_packages: Annotated[
+        str | None,
+        _opt(
+            "--spark-jars-packages",
+            "spark.jars.packages (Maven coordinates), e.g. org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version> "
+            "for --source kafka-native.",
+        ),
+    ] = None,
+    spark_log_level: Annotated[
+        str | None,
+        _opt(
+            "--spark-log-level",
+            "Spark's log level (WARN, INFO, ...); default FATAL: a failing batch is reported once, as one line.",
+        ),
+    ] = None,
+    changelog_checkpointing: Annotated[
+        bool,
+        _opt(
+            "--changelog-checkpointing/--no-changelog-checkpointing",
+            "RocksDB state store changelog checkpointing (faster commits of the small per-bucket state rows).",
+        ),
+    ] = True,
+    state_cache: Annotated[
+        bool,
+        _opt(
+            "--state-cache/--no-state-cache",
+            "Keep each bucket's state in memory between micro-batches (off: every batch reloads it from the "
+            "committed row and snapshot; for debugging, much slower).",
+        ),
+    ] = True,
     state_mode: Annotated[
         str,
         _opt(
@@ -553,6 +593,11 @@ def stream(
         sasl_password_file=sasl_password_file,
         spark_master=spark_master,
         spark_conf=_key_values(spark_conf or [], "--spark-conf"),
+        spark_driver_memory=spark_driver_memory,
+        spark_jars_packages=spark_jars_packages,
+        spark_log_level=spark_log_level,
+        changelog_checkpointing=changelog_checkpointing,
+        state_cache=state_cache,
         state_mode=state_mode,
         state_dir=state_dir,
         state_delta_max_records=state_delta_max_records,
@@ -585,12 +630,17 @@ def demo(
     metrics_port: Annotated[int, _opt("--metrics-port", "Prometheus port of the job.", min=0)] = 9464,
     api_port: Annotated[int, _opt("--api-port", "Port of the REST API (0 = no API).", min=0)] = 8080,
     rate: Annotated[float, _opt("--rate", "Simulated events per second.", min=1)] = 200.0,
+    keep: Annotated[
+        bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
+    ] = False,
 ) -> None:
     """Local demo: noida-db (Kafka wire), the topic, the job, a simulator with faults, the API; Ctrl-C stops."""
     from elrwatch.streaming.demo import DemoError, run_demo
 
     try:
-        run_demo(duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate)
+        run_demo(
+            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep
+        )
     except DemoError as exc:
         _fail(str(exc), code=1)
 

@@ -108,6 +108,9 @@ class JobConfig:
     source_timeout_ms: int = 15000
     spark_master: str | None = None  # None: spark-submit's master when launched by it, else local[2]
     spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_driver_memory: str = "2g"  # spark.driver.memory (local mode: the whole JVM's heap)
+    spark_jars_packages: str | None = None  # spark.jars.packages, e.g. the Kafka connector for kafka-native
+    spark_log_level: str | None = None  # None: FATAL, the job reports a failing batch itself as one line
     changelog_checkpointing: bool = True
     state_cache: bool = True
     state_mode: str = "snapshot"  # snapshot: snapshot files + delta in the state row; blob: whole state in the row
@@ -940,7 +943,7 @@ def build_spark(config: JobConfig) -> Any:
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("ELRWATCH_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", config.spark_driver_memory)
         # G1 returns unused heap to the OS when idle (after the initial load the heap is mostly garbage; without
         # this the JVM kept ~2.7 GB resident at 1M partitions)
         .config(
@@ -949,8 +952,8 @@ def build_spark(config: JobConfig) -> Any:
         )
         .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
     )
-    if os.environ.get("ELRWATCH_SPARK_JARS_PACKAGES"):  # e.g. the Kafka connector for --source kafka-native
-        builder = builder.config("spark.jars.packages", os.environ["ELRWATCH_SPARK_JARS_PACKAGES"])
+    if config.spark_jars_packages:  # e.g. the Kafka connector for --source kafka-native
+        builder = builder.config("spark.jars.packages", config.spark_jars_packages)
     for key, value in ARROW_POOL_ENV.items():  # executors' Python workers (cluster mode)
         builder = builder.config(f"spark.executorEnv.{key}", value)
     for key, value in config.spark_conf.items():
@@ -958,8 +961,8 @@ def build_spark(config: JobConfig) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.environment.update(ARROW_POOL_ENV)  # Python workers of the functions defined from now on
     spark.conf.set("spark.sql.shuffle.partitions", str(state_tasks(config, spark.sparkContext.master)))
-    # Spark's own ERROR lines repeat what the job reports as one line; ELRWATCH_SPARK_LOG_LEVEL=WARN shows them.
-    spark.sparkContext.setLogLevel(os.environ.get("ELRWATCH_SPARK_LOG_LEVEL", "FATAL"))
+    # Spark's own ERROR lines repeat what the job reports as one line; --spark-log-level WARN shows them.
+    spark.sparkContext.setLogLevel(config.spark_log_level or "FATAL")
     return spark
 
 
@@ -1113,7 +1116,7 @@ def run(
 
     began = time.monotonic()
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    if "ELRWATCH_SPARK_LOG_LEVEL" not in os.environ:
+    if config.spark_log_level is None:
         # a failing batch (e.g. a missing snapshot) is reported once, as one line, by the query's exception below;
         # py4j would also log the foreachBatch callback's whole Python + Java traceback
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)

@@ -167,6 +167,32 @@ def kafka_python_config(options: Mapping[str, str]) -> dict[str, Any]:
     return config
 
 
+def _pem_blocks(path: str) -> set[str]:
+    """The kinds of PEM blocks in a file ("CERTIFICATE", "PRIVATE KEY", ...)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc.strerror}") from None
+    return {line[len("-----BEGIN ") : -len("-----")] for line in text.splitlines() if line.startswith("-----BEGIN ")}
+
+
+def pem_keystore(certfile: str | None, keyfile: str | None) -> str:
+    """The one PEM file Kafka's Java client takes for mutual TLS (``ssl.keystore.type=PEM``): the private key and
+    its certificate chain together. kafka-python takes them as two files; Spark's Kafka source cannot, so the
+    file given must hold both (the same path for --ssl-certfile and --ssl-keyfile, or either one holding both)."""
+    candidates = list(dict.fromkeys(p for p in (keyfile, certfile) if p))
+    for path in candidates:
+        blocks = _pem_blocks(path)
+        if "CERTIFICATE" in blocks and any(b.endswith("PRIVATE KEY") for b in blocks):
+            return path
+    raise SourceError(
+        "--source kafka-native: Spark's Kafka client reads mutual TLS from one PEM file holding the private key "
+        f"and its certificate chain; {' and '.join(candidates)} do not: concatenate them "
+        "(cat client.key client.crt > client.pem) and pass that file as --ssl-certfile and --ssl-keyfile"
+    )
+
+
 def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     """The same options for Spark's built-in Kafka source (``kafka.*`` consumer properties)."""
     options = Options(options)
@@ -186,9 +212,9 @@ def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     if cfg.get("ssl_cafile"):
         out["kafka.ssl.truststore.type"] = "PEM"
         out["kafka.ssl.truststore.location"] = cfg["ssl_cafile"]
-    if cfg.get("ssl_certfile") and cfg.get("ssl_keyfile"):
+    if cfg.get("ssl_certfile") or cfg.get("ssl_keyfile"):
         out["kafka.ssl.keystore.type"] = "PEM"
-        out["kafka.ssl.keystore.location"] = cfg["ssl_keyfile"]  # key + chain in one PEM file
+        out["kafka.ssl.keystore.location"] = pem_keystore(cfg.get("ssl_certfile"), cfg.get("ssl_keyfile"))
     if cfg.get("ssl_password"):
         out["kafka.ssl.key.password"] = cfg["ssl_password"]
     if cfg.get("sasl_mechanism"):
@@ -657,7 +683,7 @@ def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
             if "kafka" in str(exc) and ("Failed to find" in str(exc) or "DATA_SOURCE_NOT_FOUND" in str(exc)):
                 raise SourceError(
                     "--source kafka-native needs Spark's Kafka connector on the classpath (spark-sql-kafka-0-10, "
-                    "e.g. ELRWATCH_SPARK_JARS_PACKAGES=org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>); "
+                    "e.g. --spark-jars-packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>); "
                     "--source kafka needs nothing extra"
                 ) from None
             raise

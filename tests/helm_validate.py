@@ -314,8 +314,9 @@ def check_contracts(docs: list[dict], problems: list[str]) -> None:
             problems.append(f"ServiceMonitor {sm['metadata']['name']}: no elrwatch_component relabeling")
 
 
-# Environment variables the chart sets that are read by the job/runtime rather than by a CLI option.
-NON_CLI_ENV = {"ELRWATCH_SPARK_DRIVER_MEMORY", "ELRWATCH_SPARK_LOG_LEVEL"}
+# Environment variables the chart sets that are read by the job/runtime rather than by a CLI option (none: every
+# ELRWATCH_* variable the chart sets must be an option's variable).
+NON_CLI_ENV: set[str] = set()
 
 
 def cli_contract() -> dict[str, tuple[set[str], set[str]]]:
