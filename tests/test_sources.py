@@ -111,17 +111,24 @@ def test_kafka_reader_clear_errors_within_bound(kafka_server):
         KafkaStreamReader({"topic": "t"})
 
 
+def _pem(path, *kinds):
+    path.write_text("".join(f"-----BEGIN {k}-----\nAAAA\n-----END {k}-----\n" for k in kinds))
+    return str(path)
+
+
 def test_security_options_pass_through(tmp_path, monkeypatch):
     secret = tmp_path / "pw"
     secret.write_text("s3cret\n")
     monkeypatch.setenv("EW_TEST_KEYPW", "kpw")
+    ca = _pem(tmp_path / "ca.pem", "CERTIFICATE")
+    client = _pem(tmp_path / "client.pem", "ENCRYPTED PRIVATE KEY", "CERTIFICATE", "CERTIFICATE")
     opts = {
         "bootstrap.servers": "b1:9093,b2:9093",
         "topic": "t",
         "security.protocol": "sasl_ssl",
-        "ssl.cafile": "/ca.pem",
-        "ssl.certfile": "/c.pem",
-        "ssl.keyfile": "/k.pem",
+        "ssl.cafile": ca,
+        "ssl.certfile": client,
+        "ssl.keyfile": client,
         "ssl.password.env": "EW_TEST_KEYPW",
         "sasl.mechanism": "scram-sha-512",
         "sasl.username": "alice",
@@ -132,12 +139,15 @@ def test_security_options_pass_through(tmp_path, monkeypatch):
     assert cfg["security_protocol"] == "SASL_SSL" and cfg["sasl_mechanism"] == "SCRAM-SHA-512"
     assert (cfg["sasl_plain_username"], cfg["sasl_plain_password"]) == ("alice", "s3cret")
     assert (cfg["ssl_cafile"], cfg["ssl_certfile"], cfg["ssl_keyfile"], cfg["ssl_password"]) == (
-        "/ca.pem",
-        "/c.pem",
-        "/k.pem",
+        ca,
+        client,
+        client,
         "kpw",
     )
     native = native_kafka_options(opts)
+    assert (native["kafka.ssl.truststore.type"], native["kafka.ssl.truststore.location"]) == ("PEM", ca)
+    assert (native["kafka.ssl.keystore.type"], native["kafka.ssl.keystore.location"]) == ("PEM", client)
+    assert native["kafka.ssl.key.password"] == "kpw"
     assert native["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert 'username="alice" password="s3cret"' in native["kafka.sasl.jaas.config"]
     assert native["subscribe"] == "t" and native["kafka.security.protocol"] == "SASL_SSL"
@@ -145,6 +155,24 @@ def test_security_options_pass_through(tmp_path, monkeypatch):
         kafka_python_config({**opts, "ssl.password.env": "EW_TEST_UNSET_VAR"})
     with pytest.raises(SourceError, match="not supported"):
         kafka_python_config({**opts, "sasl.mechanism": "GSSAPI"})
+
+
+def test_native_mutual_tls_needs_key_and_chain_in_one_pem_file(tmp_path):
+    base = {"bootstrap.servers": "b:9093", "topic": "t", "security.protocol": "SSL"}
+    key = _pem(tmp_path / "client.key", "PRIVATE KEY")
+    crt = _pem(tmp_path / "client.crt", "CERTIFICATE")
+    # kafka-python takes the two files as they are
+    assert kafka_python_config({**base, "ssl.certfile": crt, "ssl.keyfile": key})["ssl_keyfile"] == key
+    # Spark's Kafka client cannot: a clear error saying what to do
+    with pytest.raises(SourceError, match="concatenate them"):
+        native_kafka_options({**base, "ssl.certfile": crt, "ssl.keyfile": key})
+    with pytest.raises(SourceError, match="cannot read"):
+        native_kafka_options({**base, "ssl.keyfile": str(tmp_path / "missing.pem")})
+    both = _pem(tmp_path / "client.pem", "RSA PRIVATE KEY", "CERTIFICATE")
+    for certfile, keyfile in ((crt, both), (both, key), (both, None), (None, both)):
+        opts = {**base, **({"ssl.certfile": certfile} if certfile else {}), **({"ssl.keyfile": keyfile} if keyfile else {})}
+        assert native_kafka_options(opts)["kafka.ssl.keystore.location"] == both
+    assert "kafka.ssl.keystore.location" not in native_kafka_options(base)
 
 
 def test_split_limit_exact_and_fair():
