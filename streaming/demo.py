@@ -68,8 +68,11 @@ def run_demo(
     metrics_port: int = 9464,
     api_port: int = 8080,
     rate: float = 200.0,
+    keep: bool = False,
 ) -> dict[str, str]:
-    """Run the demo until Ctrl-C or ``duration`` seconds after the job started; returns where things were."""
+    """Run the demo until Ctrl-C or ``duration`` seconds after the job started; returns where things were.
+
+    A work dir the demo created itself (no ``workdir``) is removed at the end unless ``keep``."""
     from elrwatch.streaming import job
     from elrwatch.streaming.local_kafka import KafkaServer
     from elrwatch.streaming.produce import create_topic, produce_lines
@@ -154,5 +157,6 @@ def run_demo(
             except subprocess.TimeoutExpired:
                 api.kill()
         kafka.stop()
-        if own_dir and os.environ.get("ELRWATCH_DEMO_KEEP") != "1":
+        if own_dir and not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+            _say(f"removed {workdir} (--keep keeps it)")
