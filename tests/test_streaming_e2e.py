@@ -125,6 +125,38 @@ def assert_same_as_oracle(doc: dict, oracle: dict) -> None:
     assert reasons == sorted((q["reason"], q.get("type")) for q in oracle["quarantined"]["records"])
 
 
+def _oracle_history(path: Path) -> dict[tuple[str, int], list[dict]]:
+    """Each partition's status transitions when the events are replayed in order (the core, in process)."""
+    from elrwatch.state.replay import Replayer
+
+    replayer = Replayer(track_changes=True)
+    with open(path, "rb") as handle:
+        replayer.feed_lines(handle, "events")
+    history: dict[tuple[str, int], list[dict]] = {}
+    for t in replayer.cluster.drain_changes().transitions:
+        row = {"from": t.from_status, "to": t.to_status, "atMs": t.at_ms, "offset": t.offset}
+        history.setdefault((t.topic, t.partition_id), []).append(row)
+    return history
+
+
+def assert_history_as_oracle(url: str, events: Path, password_file: str | None = None) -> None:
+    """The store's status history of every partition equals the replay's transitions: none lost, none twice."""
+    from elrwatch.streaming.store import StatusStore
+
+    want = _oracle_history(events)
+    assert sum(map(len, want.values())) > len(want) > 0  # partitions moved between statuses
+    store = StatusStore(url, password_file=password_file)
+    try:
+        for (topic, partition), rows in want.items():
+            got = [
+                {k: row[k] for k in ("from", "to", "atMs", "offset")}
+                for row in store.history(topic, partition, limit=10**6)
+            ]
+            assert got == rows, f"{topic}-{partition}"
+    finally:
+        store.dispose()
+
+
 class StreamJob:
     """`elrwatch stream` in its own process group (so SIGKILL takes the Spark JVM with it)."""
 
@@ -264,6 +296,8 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     doc = _store_doc(url)
     # epochs equal to the oracle's prove no PartitionChangeRecord was applied twice
     assert_same_as_oracle(doc, oracle)
+    # and the history holds every status transition once, across the kill and the re-run batch
+    assert_history_as_oracle(url, events)
     files = sorted(os.listdir(tmp_path / "ck" / "bucket-snapshots"))
     # the state servers' restart hints: the last row each bucket's server returned
     assert [n for n in files if n.endswith(".last")] == ["lane-bucket-0000.last", "lane-bucket-0001.last"]
@@ -314,6 +348,7 @@ def test_postgresql_store_equals_replay(kafka_server, tmp_path):
             job.kill()
         assert pg.password not in job.output()
         assert_same_as_oracle(_store_doc(pg.url, str(pg.password_file)), oracle)
+        assert_history_as_oracle(pg.url, events, str(pg.password_file))
     finally:
         pg.stop()
 
