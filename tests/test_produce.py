@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 import sys
+import time
 
+import orjson
 import pytest
 
-from elrwatch.streaming.produce import key_of
+from elrwatch.streaming.produce import key_of, simulated_lines
+
+
+def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "elrwatch.cli", *args], input=stdin, capture_output=True, timeout=timeout, check=False
+    )
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> list:
+    """Every record of ``topic`` (all of its partitions up to their current end), each partition in offset order."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = consumer.end_offsets(tps)
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        got: list = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"{len(got)} of {sum(ends.values())} records consumed"
+            for records in consumer.poll(1000).values():
+                got.extend(records)
+    finally:
+        consumer.close()
+    return sorted(got, key=lambda r: (r.partition, r.offset))
 
 
 def test_keys_keep_partition_and_broker_order():
@@ -65,3 +96,89 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     assert missing.returncode == 2 and missing.stderr.startswith("elrwatch: error:")
+
+
+def _check_simulated_records(got: list, expected: list[bytes]) -> dict:
+    """Checks shared by the `produce --simulate` tests; returns the replay document of the consumed values.
+
+    ``got``: the consumed records, each event-topic partition in offset order; ``expected``: the simulator's lines
+    in the order it produced them (for a run cut by --duration: a prefix of them, possibly without the last line).
+    """
+    assert got, "no records produced"
+    order = {line: i for i, line in enumerate(expected)}
+    assert len(order) == len(expected)  # every simulated line is unique (it carries its metadata offset)
+    assert all(r.value in order for r in got)  # values are the simulator's lines, byte for byte
+    assert len({r.value for r in got}) == len(got)  # none sent twice
+    # the keying rule, and one key -> one event-topic partition
+    key_partitions: dict[bytes, set[int]] = {}
+    for r in got:
+        assert r.key == key_of(r.value)
+        key_partitions.setdefault(r.key, set()).add(r.partition)
+    assert all(len(parts) == 1 for parts in key_partitions.values()), key_partitions
+    # per metadata partition and per broker: one key, and the topic's order is the simulator's order
+    by_partition: dict[tuple[str, int], list] = {}
+    by_broker: dict[int, list] = {}
+    for r in got:
+        event = orjson.loads(r.value)
+        data = event["data"]
+        if event["type"] in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD"):
+            by_partition.setdefault((data["topicId"], data["partitionId"]), []).append(r)
+        elif "brokerId" in data:
+            by_broker.setdefault(data["brokerId"], []).append(r)
+    assert by_partition and by_broker
+    for entity, records in [*by_partition.items(), *((f"broker {b}", rs) for b, rs in by_broker.items())]:
+        assert len({r.key for r in records}) == 1, entity
+        assert len({r.partition for r in records}) == 1, entity
+        on_topic = [order[r.value] for r in records]  # records: event-topic offset order
+        assert on_topic == sorted(on_topic), entity  # the simulator's order kept
+        offsets = [orjson.loads(r.value)["offset"] for r in records]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), entity  # metadata offsets increase
+    for records in by_partition.values():
+        assert orjson.loads(records[0].value)["type"] == "PARTITION_RECORD"  # creation first, then its changes
+    # Replay the values one event-topic partition after the other (no global re-ordering by metadata offset): the
+    # keys alone must keep every record applicable, so nothing is quarantined.
+    done = _cli("replay", "-", "--compact", stdin=b"\n".join(r.value for r in got) + b"\n")
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(done.stdout)
+    assert doc["quarantined"]["count"] == 0, doc["quarantined"]
+    assert doc["counts"]["applied"] == len(got)
+    # each partition's epoch: one bump per change record, none lost or applied out of order
+    epochs = {(p["topicId"], p["partitionId"]): p["partitionEpoch"] for p in doc["partitions"]}
+    assert epochs == {key: len(records) - 1 for key, records in by_partition.items()}
+    return doc
+
+
+@pytest.mark.e2e
+def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_server):
+    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", "produce-sim", "--simulate",
+                "--sim-topics", "2", "--sim-partitions", "4", "--sim-brokers", "3", "--sim-steps", "12",
+                "--sim-churn", "40", "--seed", "11", "--create-topic", "--partitions", "3")
+    assert done.returncode == 0, done.stderr.decode()
+    expected = list(simulated_lines(2, 4, 3, 12, 40, 11))
+    assert f"done, {len(expected)} events sent to produce-sim" in done.stderr.decode()
+    got = _consume(kafka_server.bootstrap, "produce-sim", 3)
+    assert sorted(r.value for r in got) == sorted(expected)  # exactly the generator's events, each once
+    assert len({r.partition for r in got}) > 1  # the keys spread the events: order is kept by key, not by luck
+    doc = _check_simulated_records(got, expected)
+    assert len(doc["partitions"]) == 2 * 4 and {b["brokerId"] for b in doc["brokers"]} == {0, 1, 2}
+
+
+@pytest.mark.e2e
+def test_produce_simulate_loop_stops_after_duration(kafka_server):
+    started = time.monotonic()
+    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", "produce-sim-loop", "--simulate",
+                "--sim-topics", "1", "--sim-partitions", "3", "--sim-brokers", "3", "--sim-steps", "4",
+                "--sim-churn", "10", "--sim-loop", "--duration", "2", "--rate", "300", "--create-topic",
+                "--partitions", "2")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr.decode()
+    assert elapsed < 20  # --sim-loop alone never ends: --duration stopped it
+    got = _consume(kafka_server.bootstrap, "produce-sim-loop", 2)
+    # a bounded prefix of the endless stream, paced by --rate (300/s for 2 s; generous bounds for a busy machine)
+    assert 100 <= len(got) <= 700, len(got)
+    assert f"done, {len(got)} events sent" in done.stderr.decode()
+    expected = list(itertools.islice(simulated_lines(1, 3, 3, 4, 10, 7, loop=True), len(got) + 1))
+    assert sorted(r.value for r in got) == sorted(expected[: len(got)])  # the first events of the endless stream
+    doc = _check_simulated_records(got, expected)
+    assert len(got) > len(list(simulated_lines(1, 3, 3, 4, 10, 7)))  # more than one round: the loop ran
+    assert len(doc["partitions"]) == 3
