@@ -213,8 +213,11 @@ def _open_store(store: str, store_password_file: Path | None, must_exist: bool =
         url = make_url(store)
     except Exception:
         _fail("--store is not a database URL (e.g. sqlite:///var/elrwatch.db)")
-    if must_exist and url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
-        _fail(f"no status store at {mask_url(url)}")
+    if must_exist and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        # a path, or SQLite's URI form (sqlite:///file:/path/store.db?mode=ro&uri=true)
+        path = url.database.removeprefix("file:").split("?", 1)[0] if url.database.startswith("file:") else url.database
+        if not Path(path).exists():
+            _fail(f"no status store at {mask_url(url)}")
     try:
         return StatusStore(store, password_file=store_password_file)
     except OSError as exc:

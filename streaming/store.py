@@ -54,6 +54,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.pool import StaticPool
 
 from elrwatch.state.status import STATUSES
 
@@ -461,8 +462,11 @@ class StatusStore:
             if database and database != ":memory:" and not database.startswith("file:"):
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"timeout": busy_timeout_ms / 1000, "check_same_thread": False}
-            kwargs["pool_size"] = pool_size
-            kwargs["max_overflow"] = 2 * pool_size
+            if database in ("", ":memory:"):  # one in-memory database, shared by every user of this store
+                kwargs["poolclass"] = StaticPool
+            else:
+                kwargs["pool_size"] = pool_size
+                kwargs["max_overflow"] = 2 * pool_size
         else:
             kwargs["pool_size"] = pool_size
             kwargs["max_overflow"] = pool_size
