@@ -83,6 +83,7 @@ class Health:
         self.last_completed: float | None = None
         self.gauges: dict[str, float] = aggregator.gauges() if aggregator is not None else {}
         self.batch_event = threading.Condition(self.lock)
+        self._last_progress: tuple[Any, Any] | None = None  # (batchId, timestamp) of the progress taken last
 
     def batch_written(
         self, batch_id: int, gauges: dict[str, float], sink_seconds: float, input_events: int | None = None
@@ -100,7 +101,21 @@ class Health:
                 self.last_duration = sink_seconds
             self.batch_event.notify_all()
 
+    def progress_of(self, query: Any) -> None:
+        """Take a running query's newest progress, if it is new (a stopped query's is ignored)."""
+        try:
+            progress = query.lastProgress
+        except Exception:  # the query stopped meanwhile: its last batch was already taken
+            return
+        if progress is None:
+            return
+        key = (progress.batchId, progress.timestamp)
+        if key != self._last_progress:
+            self._last_progress = key
+            self.progress(progress)
+
     def progress(self, progress: Any) -> None:
+        """Take the batch duration and the source lag from a query's progress (``query.lastProgress``)."""
         with self.lock:
             duration_ms = (progress.durationMs or {}).get("triggerExecution")
             if duration_ms is not None:
@@ -108,26 +123,6 @@ class Health:
             lag = source_lag(list(progress.sources or []))
             if lag is not None:
                 self.lag = lag
-
-    def listener(self) -> Any:
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        health = self
-
-        class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                health.progress(event.progress)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
-
-        return _Listener()
 
 
 class JobCollector:

@@ -369,3 +369,39 @@ def test_stop_waits_for_the_running_batch_then_gives_up_at_the_bound():
     assert 0.3 <= time.monotonic() - started < 5
     idle = _Query(active_polls=0)
     assert job.wait_for_batch_end(idle, timeout_s=30) is True and idle.polls == 1
+
+
+def test_health_takes_each_new_progress_of_the_query_once():
+    from types import SimpleNamespace
+
+    from elrwatch.streaming.metrics import Health
+
+    def progress(batch_id: int, latest: int, end: int, duration_ms: int) -> SimpleNamespace:
+        source = SimpleNamespace(latestOffset=f'{{"t":{{"0":{latest}}}}}', endOffset=f'{{"t":{{"0":{end}}}}}')
+        return SimpleNamespace(
+            batchId=batch_id, timestamp=f"ts{batch_id}", durationMs={"triggerExecution": duration_ms}, sources=[source]
+        )
+
+    class Query:
+        lastProgress = None
+
+    health, query = Health(None), Query()
+    health.progress_of(query)  # no batch yet
+    assert (health.lag, health.last_duration) == (None, None)
+    query.lastProgress = progress(0, latest=120, end=100, duration_ms=800)
+    health.progress_of(query)
+    assert (health.lag, health.last_duration) == (20, 0.8)
+    health.lag = 7  # not taken again while the query reports the same batch
+    health.progress_of(query)
+    assert health.lag == 7
+    query.lastProgress = progress(1, latest=120, end=120, duration_ms=300)
+    health.progress_of(query)
+    assert (health.lag, health.last_duration) == (0, 0.3)
+
+    class Stopped:
+        @property
+        def lastProgress(self):
+            raise RuntimeError("the query stopped")
+
+    health.progress_of(Stopped())  # ignored
+    assert health.lag == 0
