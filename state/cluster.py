@@ -21,7 +21,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from elrwatch.state import audit, records
 from elrwatch.state.audit import Violation
@@ -65,6 +65,19 @@ class Outcome(enum.Enum):
     NOT_OWNED = "not_owned"  # a partition record routed to a bucket that does not own it (ignored)
 
 
+#: Transition's fields in order (its pickled form).
+TRANSITION_FIELDS: Final = (
+    "topic_id",
+    "partition_id",
+    "topic",
+    "from_status",
+    "to_status",
+    "at_ms",
+    "offset",
+    "position",
+)
+
+
 @dataclass(slots=True)
 class Transition:
     """A partition moved from one status to another (the store's history table)."""
@@ -77,6 +90,15 @@ class Transition:
     at_ms: int | None
     offset: int | None
     position: str | None
+
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
+    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in TRANSITION_FIELDS]
+
+    def __setstate__(self, state: list[object]) -> None:
+        for name, value in zip(TRANSITION_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -92,6 +114,18 @@ class Transition:
         }
 
 
+#: Changes's fields in order (its pickled form).
+CHANGES_FIELDS: Final = (
+    "partitions",
+    "removed",
+    "transitions",
+    "brokers",
+    "topics",
+    "removed_topics",
+    "quarantined",
+)
+
+
 @dataclass(slots=True)
 class Changes:
     """Everything that changed since the previous `drain_changes()`."""
@@ -103,6 +137,46 @@ class Changes:
     topics: list[TopicState] = field(default_factory=list)
     removed_topics: list[tuple[str, str]] = field(default_factory=list)  # (topic_id, name)
     quarantined: list[RecordError] = field(default_factory=list)
+
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
+    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in CHANGES_FIELDS]
+
+    def __setstate__(self, state: list[object]) -> None:
+        for name, value in zip(CHANGES_FIELDS, state, strict=True):
+            setattr(self, name, value)
+
+
+#: What `ClusterState.to_bytes` keeps: the attributes set in ``__init__`` (everything else is transient).
+PERSISTED_ATTRIBUTES: Final = frozenset(
+    {
+        "default_min_isr",
+        "bucket",
+        "track_changes",
+        "topics",
+        "topic_ids_by_name",
+        "topic_configs",
+        "cluster_configs",
+        "broker_configs",
+        "brokers",
+        "features",
+        "config_offsets",
+        "feature_offsets",
+        "source_seq",
+        "removed_topics",
+        "removed_topic_names",
+        "clear_elr_offsets",
+        "shadow_p0",
+        "log_info",
+        "violations",
+        "counters",
+        "partition_count",
+        "status_counts",
+        "flag_histogram",
+        "violation_counts",
+    }
+)
 
 
 class ClusterState:
@@ -165,7 +239,7 @@ class ClusterState:
 
     def to_bytes(self, compress: bool = True) -> bytes:
         """Serialize the state (not the pending changes) compactly, e.g. for Spark's state store."""
-        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "last_error"}
+        state = {name: getattr(self, name) for name in PERSISTED_ATTRIBUTES}
         blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         return b"Z" + zlib.compress(blob, 1) if compress else b"P" + blob
 
@@ -180,9 +254,10 @@ class ClusterState:
         finally:
             if was_enabled:
                 gc.enable()
-        self = cls.__new__(cls)
-        self.__dict__.update(state)
-        self.__dict__.setdefault("track_changes", True)  # states written before the option existed
+        self = cls()
+        for name, value in state.items():
+            if name in PERSISTED_ATTRIBUTES:  # an attribute an older version kept is dropped
+                setattr(self, name, value)
         self._reset_transient()
         return self
 
@@ -276,7 +351,7 @@ class ClusterState:
             return Outcome.DUPLICATE
         self.source_seq[source] = record.seq
         result = _HANDLERS[record.type](self, record)
-        if result.__class__ is RecordError:
+        if isinstance(result, RecordError):
             self.last_error = result
             if self._reports(record):
                 self._quarantined.append(result)
@@ -316,9 +391,10 @@ class ClusterState:
         if topic is not None and self.bucket is None:  # the common case, without the bucket hash
             partition_id = data["partitionId"]
             return topic, partition_id, True, topic.partitions.get(partition_id)
-        topic = self._topic_for(record)
-        if not isinstance(topic, TopicState):
-            return topic
+        found = self._topic_for(record)
+        if not isinstance(found, TopicState):
+            return found
+        topic = found
         partition_id = record.data["partitionId"]
         owned = self.owns(topic.topic_id, partition_id)
         if not owned and partition_id != 0:
@@ -659,9 +735,9 @@ class ClusterState:
         if self._by_broker is None:
             return
         for broker in members:
-            members = self._by_broker.get(broker)
-            if members is not None:
-                members.discard(target)
+            of_broker = self._by_broker.get(broker)
+            if of_broker is not None:
+                of_broker.discard(target)
 
     def _partitions_of_broker(self, broker_id: int) -> list[PartitionState]:
         if self._by_broker is None:

@@ -9,7 +9,9 @@ million partitions: the target is <= 1 KiB per partition.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 NO_LEADER = -1  # PartitionRegistration.leader when there is no leader
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader is unchanged
@@ -23,11 +25,35 @@ EMPTY: tuple[int, ...] = ()
 LEADER_CHANGE_NONE = "none"  # never changed since creation (or unknown)
 LEADER_CHANGE_CLEAN = "clean"  # new leader came from the ISR
 LEADER_CHANGE_ELR = "elr"  # new leader came from the ELR (clean, KIP-966)
-LEADER_CHANGE_LAST_KNOWN_LEADER = (
-    "last_known_leader"  # ISR and ELR empty, last known leader elected (RECOVERING)
-)
+LEADER_CHANGE_LAST_KNOWN_LEADER = "last_known_leader"  # ISR and ELR empty, last known leader elected (RECOVERING)
 LEADER_CHANGE_UNCLEAN = "unclean"  # classic unclean election (RECOVERING)
 LEADER_CHANGE_LOST = "lost"  # the partition became leaderless
+
+
+#: PartitionState's attributes, in the order its pickled form (a tuple) holds them.
+PARTITION_FIELDS: Final = (
+    "topic_id",
+    "partition_id",
+    "replicas",
+    "isr",
+    "elr",
+    "last_known_elr",
+    "leader",
+    "leader_epoch",
+    "partition_epoch",
+    "leader_recovery_state",
+    "adding_replicas",
+    "removing_replicas",
+    # derived bookkeeping
+    "status",
+    "status_since_ms",
+    "status_since_offset",
+    "last_leader_change",
+    "last_position",
+    "last_offset",
+    "last_timestamp_ms",
+    "flags",
+)
 
 
 class PartitionState:
@@ -37,34 +63,12 @@ class PartitionState:
     the record that set them but must be compared as sets (Kafka builds them from a HashSet).
     """
 
-    __slots__ = (
-        "topic_id",
-        "partition_id",
-        "replicas",
-        "isr",
-        "elr",
-        "last_known_elr",
-        "leader",
-        "leader_epoch",
-        "partition_epoch",
-        "leader_recovery_state",
-        "adding_replicas",
-        "removing_replicas",
-        # derived bookkeeping
-        "status",
-        "status_since_ms",
-        "status_since_offset",
-        "last_leader_change",
-        "last_position",
-        "last_offset",
-        "last_timestamp_ms",
-        "flags",
-    )
+    __slots__ = PARTITION_FIELDS
 
     def __init__(
         self,
-        topic_id: str,
-        partition_id: int,
+        topic_id: str = "",
+        partition_id: int = 0,
         replicas: tuple[int, ...] = EMPTY,
         isr: tuple[int, ...] = EMPTY,
         elr: tuple[int, ...] = EMPTY,
@@ -99,9 +103,8 @@ class PartitionState:
 
     def copy(self) -> PartitionState:
         """A shallow copy (tuples are immutable, so this is a full copy)."""
-        other = PartitionState.__new__(PartitionState)
-        for name in PartitionState.__slots__:
-            setattr(other, name, getattr(self, name))
+        other = PartitionState()
+        _set_slot_values(other, _slot_values(self))
         return other
 
     def registration(self) -> dict[str, object]:
@@ -135,15 +138,28 @@ class PartitionState:
 
 # Pickling a million partitions (bucket snapshots, restarts) is dominated by these two per-object steps:
 # read all slots as one tuple in C, and restore them with one unpacking assignment instead of a setattr loop.
-_slot_values = operator.attrgetter(*PartitionState.__slots__)
+_slot_values = operator.attrgetter(*PARTITION_FIELDS)
 _namespace: dict[str, object] = {}
-exec(  # generated from __slots__, so it can never drift from them
+exec(  # generated from PARTITION_FIELDS, so it can never drift from them
     "def _set_slot_values(self, values):\n    "
-    + ", ".join(f"self.{name}" for name in PartitionState.__slots__)
+    + ", ".join(f"self.{name}" for name in PARTITION_FIELDS)
     + " = values\n",
     _namespace,
 )
-_set_slot_values = _namespace["_set_slot_values"]
+_set_slot_values: Callable[[PartitionState, tuple], None] = _namespace["_set_slot_values"]  # type: ignore[assignment]
+
+
+#: BrokerState's fields in order (its pickled form).
+BROKER_FIELDS: Final = (
+    "broker_id",
+    "epoch",
+    "incarnation_id",
+    "fenced",
+    "in_controlled_shutdown",
+    "registered",
+    "rack",
+    "last_offset",
+)
 
 
 @dataclass(slots=True)
@@ -158,6 +174,15 @@ class BrokerState:
     registered: bool = True
     rack: str | None = None
     last_offset: int | None = None
+
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
+    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in BROKER_FIELDS]
+
+    def __setstate__(self, state: list[object]) -> None:
+        for name, value in zip(BROKER_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     @property
     def active(self) -> bool:
@@ -176,6 +201,16 @@ class BrokerState:
         return "active"
 
 
+#: TopicState's fields in order (its pickled form).
+TOPIC_FIELDS: Final = (
+    "topic_id",
+    "name",
+    "partitions",
+    "configs",
+    "last_offset",
+)
+
+
 @dataclass(slots=True)
 class TopicState:
     """A topic: name <-> id, its dynamic configs, and its partitions by id."""
@@ -185,6 +220,15 @@ class TopicState:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     configs: dict[str, str] = field(default_factory=dict)
     last_offset: int | None = None
+
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
+    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in TOPIC_FIELDS]
+
+    def __setstate__(self, state: list[object]) -> None:
+        for name, value in zip(TOPIC_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     @property
     def replication_factor(self) -> int:

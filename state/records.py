@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -107,6 +107,18 @@ QUARANTINE_REASONS = (
 )
 
 
+#: RecordError's fields in order (its pickled form).
+RECORD_ERROR_FIELDS: Final = (
+    "position",
+    "reason",
+    "field",
+    "message",
+    "raw",
+    "type",
+    "offset",
+)
+
+
 @dataclass(slots=True)
 class RecordError:
     """Why one input event was quarantined: where it was, which field, the reason code and a readable message."""
@@ -118,6 +130,15 @@ class RecordError:
     raw: str
     type: str | None = None
     offset: int | None = None
+
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
+    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in RECORD_ERROR_FIELDS]
+
+    def __setstate__(self, state: list[object]) -> None:
+        for name, value in zip(RECORD_ERROR_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (as in the report's ``quarantined.records``)."""
@@ -163,6 +184,13 @@ class Record:
         self._position = position or None
         self.offset = offset
         self.timestamp_ms = timestamp_ms
+
+    # Pickled as a call of the constructor, so that both builds (setup.py) read each other's pickles.
+    def __reduce__(self) -> tuple[type[Record], tuple[object, ...]]:
+        return (
+            Record,
+            (self.type, self.version, self.data, self.source, self.seq, self._position, self.offset, self.timestamp_ms),
+        )
 
     @property
     def position(self) -> str:
@@ -652,7 +680,7 @@ def parse_line(
     ``source``/``seq`` identify where the line was read (file + line number, or event-topic partition + offset);
     ``position`` is their printable form (default ``source:seq``).
     """
-    if type(line) is bytes:
+    if isinstance(line, bytes):
         if line[:1] == b"{" or line.lstrip()[:1] == b"{":
             return parse_envelope(line, source=source, seq=seq, position=position)  # the hot path: no decode
         try:
@@ -831,7 +859,7 @@ def _parse_envelope_checked(
             f"{type_name} version {version} is not in {versions[0]}-{versions[1]}",
             type_name,
         )
-    _VALIDATORS[(type_name, version)] = _fast_validator(type_name, version)  # type: ignore[arg-type]
+    _VALIDATORS[(type_name, version)] = _fast_validator(type_name, version)  # type: ignore[arg-type,index]
     try:
         data = validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:

@@ -36,7 +36,7 @@ def _say(message: str) -> None:
 def _simulated(workdir: str, records: int) -> Iterator[bytes]:
     out = os.path.join(workdir, "simulated.jsonl")
     done = subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "simulate", "--faults", "0.3", "--records", str(records),
+        [sys.executable, "-P", "-m", "elrwatch.cli", "simulate", "--faults", "0.3", "--records", str(records),
          "--topics", "5", "--partitions", "40", "--brokers", "6", "--seed", "42", "-o", out],
         capture_output=True, text=True, timeout=300, check=False,
     )
@@ -102,7 +102,7 @@ def run_demo(
         if api_port:
             api_log = open(os.path.join(workdir, "api.log"), "w")  # noqa: SIM115 - closed with the process
             api = subprocess.Popen(
-                [sys.executable, "-m", "elrwatch.cli", "api", "--store", store, "--port", str(api_port)],
+                [sys.executable, "-P", "-m", "elrwatch.cli", "api", "--store", store, "--port", str(api_port)],
                 stdout=api_log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             api_log.close()

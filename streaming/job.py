@@ -923,6 +923,9 @@ def build_spark(config: JobConfig) -> Any:
     """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow)."""
     from pyspark.sql import SparkSession
 
+    # Python workers (children of the JVM in local mode) import the installed elrwatch, the driver's, never an
+    # `elrwatch` folder in the working directory (a compiled core and a source checkout must not mix)
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
     builder = SparkSession.builder.appName("elrwatch-stream")
     master = spark_master(config)
     if master is not None:
@@ -954,7 +957,7 @@ def build_spark(config: JobConfig) -> Any:
     )
     if config.spark_jars_packages:  # e.g. the Kafka connector for --source kafka-native
         builder = builder.config("spark.jars.packages", config.spark_jars_packages)
-    for key, value in ARROW_POOL_ENV.items():  # executors' Python workers (cluster mode)
+    for key, value in {**ARROW_POOL_ENV, "PYTHONSAFEPATH": "1"}.items():  # executors' Python workers (cluster mode)
         builder = builder.config(f"spark.executorEnv.{key}", value)
     for key, value in config.spark_conf.items():
         builder = builder.config(key, value)
@@ -1237,9 +1240,10 @@ def _run_query(
     handle_signals: bool,
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
+    from elrwatch.state import core_build
     from elrwatch.streaming.sources import SourceError
 
-    log.info("starting Spark (store %s, checkpoint %s)", store.masked_url, config.checkpoint)
+    log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
     spark = build_spark(config)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)

@@ -202,6 +202,7 @@ class StateService:
             os.remove(self.addresses[lane])
         cmd = [
             sys.executable,
+            "-P",  # the installed elrwatch (the driver's), never an `elrwatch` folder in the working directory
             "-m",
             "elrwatch.streaming.state_service",
             "--address",

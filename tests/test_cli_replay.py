@@ -26,7 +26,7 @@ from core_events import (
 def run(*args: str, stdin: str | bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     data = stdin.encode() if isinstance(stdin, str) else stdin
     return subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "replay", *args],
+        [sys.executable, "-P", "-m", "elrwatch.cli", "replay", *args],
         input=data, capture_output=True, timeout=120, cwd=cwd, check=False,
     )
 

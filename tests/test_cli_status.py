@@ -19,7 +19,7 @@ REPORT_KEYS = {"partitions", "brokers", "topics", "cluster", "gauges", "violatio
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", *args],
+        [sys.executable, "-P", "-m", "elrwatch.cli", *args],
         capture_output=True, text=True, timeout=120, check=False, env=env,
     )  # fmt: skip
 

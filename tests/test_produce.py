@@ -16,7 +16,7 @@ from elrwatch.streaming.produce import key_of, simulated_lines
 
 def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", *args], input=stdin, capture_output=True, timeout=timeout, check=False
+        [sys.executable, "-P", "-m", "elrwatch.cli", *args], input=stdin, capture_output=True, timeout=timeout, check=False
     )
 
 
@@ -64,7 +64,7 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n\n")
     done = subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "produce", str(path), "--bootstrap-servers", kafka_server.bootstrap,
+        [sys.executable, "-P", "-m", "elrwatch.cli", "produce", str(path), "--bootstrap-servers", kafka_server.bootstrap,
          "--topic", "produce-t", "--create-topic", "--partitions", "3"],
         capture_output=True, text=True, timeout=120,
     )
@@ -92,7 +92,7 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, tmp_path):
         seq = [order[r.value] for r in sorted(got, key=lambda r: r.offset) if r.partition == p]
         assert seq == sorted(seq)
     missing = subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "produce", "--simulate", str(path), "--topic", "x"],
+        [sys.executable, "-P", "-m", "elrwatch.cli", "produce", "--simulate", str(path), "--topic", "x"],
         capture_output=True, text=True, timeout=60,
     )
     assert missing.returncode == 2 and missing.stderr.startswith("elrwatch: error:")

@@ -868,3 +868,45 @@ def test_round_trip_of_mixed_state_and_bucketed_state() -> None:
         r = ClusterState.from_bytes(b.to_bytes())
         assert r.bucket == b.bucket
         assert _docs(r) == _docs(b) and partition_gauges(r) == partition_gauges(b)
+
+
+def test_pickled_field_lists_name_every_field() -> None:
+    """The explicit pickled forms (both builds read each other's, see setup.py) cannot drift from the classes."""
+    import ast
+    import dataclasses
+    from pathlib import Path
+
+    from elrwatch.state import cluster, model, records
+
+    for cls, names in (
+        (model.BrokerState, model.BROKER_FIELDS),
+        (model.TopicState, model.TOPIC_FIELDS),
+        (records.RecordError, records.RECORD_ERROR_FIELDS),
+        (cluster.Transition, cluster.TRANSITION_FIELDS),
+        (cluster.Changes, cluster.CHANGES_FIELDS),
+    ):
+        assert tuple(f.name for f in dataclasses.fields(cls)) == names, cls.__name__
+    # PartitionState: every attribute __init__ sets, in the pickled order
+    source = (Path(__file__).parent.parent / "state" / "model.py").read_text()
+    init = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__" and node.args.args[1].arg == "topic_id"
+    )
+    assigned = [t.attr for n in ast.walk(init) if isinstance(n, ast.Assign | ast.AnnAssign) for t in (
+        n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Attribute)]  # fmt: skip
+    assert sorted(assigned) == sorted(model.PARTITION_FIELDS)
+    # ClusterState: a snapshot keeps every public attribute __init__ sets, and nothing else
+    source = (Path(__file__).parent.parent / "state" / "cluster.py").read_text()
+    state_class = next(
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "ClusterState"
+    )
+    init = next(n for n in state_class.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    public = {
+        t.attr
+        for n in ast.walk(init)
+        if isinstance(n, ast.Assign | ast.AnnAssign)
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Attribute) and not t.attr.startswith("_")
+    }
+    assert public == set(cluster.PERSISTED_ATTRIBUTES)

@@ -23,7 +23,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
 
     api_port = free_port()
     done = subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "demo", "--duration", "15", "--workdir", str(tmp_path),
+        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--duration", "15", "--workdir", str(tmp_path),
          "--metrics-port", "0", "--api-port", str(api_port), "--rate", "300"],
         capture_output=True, text=True, timeout=300,
     )
@@ -32,7 +32,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     assert "streaming job running" in err and "stopped." in err
     assert f"http://127.0.0.1:{api_port}/" in err and "/metrics" in err and "elrwatch.db" in err
     status = subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", "status", "--store", f"sqlite:///{tmp_path}/elrwatch.db", "--compact"],
+        [sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", f"sqlite:///{tmp_path}/elrwatch.db", "--compact"],
         capture_output=True, text=True, timeout=60,
     )
     doc = json.loads(status.stdout)
@@ -45,7 +45,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
 def test_demo_stops_cleanly_on_ctrl_c():
     """What an operator does with `make demo`: wait for "Ctrl-C stops everything.", press Ctrl-C (SIGINT)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "elrwatch.cli", "demo", "--metrics-port", "0", "--api-port", "0", "--rate", "300"],
+        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--metrics-port", "0", "--api-port", "0", "--rate", "300"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines: list[str] = []

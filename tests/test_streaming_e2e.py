@@ -31,7 +31,7 @@ MALFORMED = [
 
 def _cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "elrwatch.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+        [sys.executable, "-P", "-m", "elrwatch.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
     )
 
 
@@ -163,7 +163,7 @@ class StreamJob:
     def __init__(self, tmp: Path, *args: str, env: dict | None = None) -> None:
         self.log = open(tmp / f"stream-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elrwatch.cli", "stream", *args],
+            [sys.executable, "-P", "-m", "elrwatch.cli", "stream", *args],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -253,6 +253,9 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, tmp_path):
         assert {k: metrics.get(k) for k in oracle["gauges"]} == oracle["gauges"]
         job.proc.send_signal(signal.SIGTERM)  # clean stop (as Kubernetes does)
         assert job.wait(90) == 0, job.output()[-3000:]
+        # the job names its core: `make test-compiled` runs this test on the compiled one
+        core = "compiled (mypyc)" if os.environ.get("ELRWATCH_EXPECT_COMPILED") == "1" else "interpreted"
+        assert f"core {core})" in job.output()
     finally:
         job.kill()
     assert_same_as_oracle(_store_doc(url), oracle)
