@@ -9,8 +9,20 @@ from __future__ import annotations
 import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
 
-#: The hot modules (parse, apply, derive) that a compiled build compiles; setup.py reads this tuple.
-COMPILED_MODULES = ("records", "model", "merge", "status", "routing", "cluster", "replay")
+#: The hot modules (parse, apply, derive; the documents and their advice) a compiled build compiles (setup.py reads it).
+COMPILED_MODULES = (
+    "records",
+    "model",
+    "merge",
+    "status",
+    "routing",
+    "cluster",
+    "replay",
+    "report",
+    "controller",
+    "advice",
+    "metadata_version",
+)
 
 
 def compiled_modules() -> list[str]:
