@@ -33,7 +33,7 @@ COPY state/ state/
 COPY streaming/ streaming/
 COPY api/ api/
 RUN python -m venv /opt/elrwatch/venv \
- && /opt/elrwatch/venv/bin/pip install "mypy==2.4.1" "setuptools==84.2.1" "wheel==0.48.0" \
+ && /opt/elrwatch/venv/bin/pip install "mypy==2.4.1" "setuptools==84.2.1" "wheel==0.48.0" "orjson==3.13.0" \
  && ELRWATCH_COMPILE=1 /opt/elrwatch/venv/bin/pip install --no-build-isolation . \
  && /opt/elrwatch/venv/bin/pip uninstall -y mypy \
  && /opt/elrwatch/venv/bin/elrwatch --help >/dev/null \

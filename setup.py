@@ -4,7 +4,7 @@ Everything else about the package is declared in pyproject.toml. Without the var
 editable install) elrwatch is pure Python. A compiled build needs mypy, a C compiler and Python's headers, and is
 run without build isolation so that it uses the mypy installed next to it:
 
-    pip install 'mypy>=2.0' 'setuptools>=68' wheel
+    pip install 'mypy>=2.0' 'setuptools>=68' wheel orjson
     ELRWATCH_COMPILE=1 pip wheel --no-deps --no-build-isolation -w dist .
 
 mypyc names a compiled module after its path, so the modules are staged as ``elrwatch/state/*.py`` under
@@ -53,6 +53,13 @@ def _compiled_extensions() -> list:
         sys.exit(
             "elrwatch: ELRWATCH_COMPILE=1 needs mypy in the build environment: pip install 'mypy>=2.0', then "
             "build with --no-build-isolation"
+        )
+    try:
+        import orjson  # noqa: F401  (mypyc type-checks the modules, which import it)
+    except ImportError:
+        sys.exit(
+            "elrwatch: ELRWATCH_COMPILE=1 needs orjson installed before the build (mypyc type-checks the core, "
+            "which imports it): pip install orjson"
         )
     # setuptools reuses build/lib.*: a module compiled by an earlier build (one since dropped from the list, or of
     # another mypyc group) would otherwise end up in the wheel next to the new ones
