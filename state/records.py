@@ -515,7 +515,7 @@ def _indent(lines: list[str], depth: int = 1) -> list[str]:
 def validator_source(type_name: str, version: int, name: str = "validate", check: str = "check") -> str:
     """Python source of the straight-line validator of one (type, version), a function ``name(data)``: the data
     dict → the validated dict, or None (see above). It reads the globals ``M``, ``U``, ``is_uuid``, ``Invalid`` and
-    ``check`` (the record type's semantic check, under the name ``check``)."""
+    the record type's semantic check under the name ``check`` (state/validators_generated.py defines them)."""
     fields = _compiled(type_name, version)
     required = [(f"v{i}", field) for i, field in enumerate(fields) if field[4]]
     optional = [(f"v{i}", field) for i, field in enumerate(fields) if not field[4]]
@@ -603,25 +603,12 @@ def write_generated_validators(path: str | None = None) -> str:
     return str(target)
 
 
-@cache
 def _fast_validator(type_name: str, version: int) -> Any:
-    """The straight-line validator of one (type, version): the generated module's function (compiled in a
-    compiled build), else `validator_source` executed here."""
+    """The straight-line validator of one used (type, version), from the generated module (compiled in a
+    compiled build; a test keeps the module equal to what `validator_source` gives for every used version)."""
     from elrwatch.state.validators_generated import VALIDATORS  # imports this module: not at the top
 
-    validator = VALIDATORS.get((type_name, version))
-    if validator is not None:
-        return validator
-    namespace: dict[str, Any] = {
-        "M": _MISSING,
-        "U": _VALID_UUIDS,
-        "is_uuid": is_uuid,
-        "Invalid": _Invalid,
-        "check": _SEMANTICS.get(type_name, _no_semantics),
-    }
-    source = validator_source(type_name, version)
-    exec(compile(source, f"<elrwatch validator {type_name} v{version}>", "exec"), namespace)
-    return namespace["validate"]
+    return VALIDATORS[(type_name, version)]
 
 
 def validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
