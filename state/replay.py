@@ -78,19 +78,24 @@ class Replayer:
     def feed_lines(self, lines: Iterable[str | bytes], source: str, first_seq: int = 1) -> None:
         """Apply lines in order; their positions are ``source:<line number>``.
 
-        The state is long-lived and the hot path makes no reference cycles, so the cyclic GC would only rescan
-        the growing state: it is paused while lines are fed, and every `GC_FREEZE_EVERY` lines one collection of
-        the young generations frees any cycle (from an error path, say) and `gc.freeze()` moves the surviving
-        state out of later collections' way.
+        The state is long-lived and applying records makes no reference cycles (a test replays the simulator's
+        scenarios to check it), so the cyclic GC would only rescan the growing state: it is paused while lines
+        are fed, and every `GC_FREEZE_EVERY` lines `gc.freeze()` moves the new state out of later collections'
+        way. Only when records were quarantined since the last freeze does one collection of the young
+        generations come first, to free any cycle an error path made (a frozen cycle is never freed); a clean
+        stream skips it (it rescanned every object made since the last freeze: ≈ 10 % of applying changes).
         """
         feed = self.feed_line
         was_enabled = gc.isenabled()
         gc.disable()
+        quarantined_before = len(self.quarantined)
         try:
             for seq, line in enumerate(lines, start=first_seq):
                 feed(line, source, seq)
                 if seq % GC_FREEZE_EVERY == 0:
-                    gc.collect(1)
+                    if len(self.quarantined) != quarantined_before:
+                        gc.collect(1)
+                        quarantined_before = len(self.quarantined)
                     gc.freeze()
         finally:
             if was_enabled:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import io
 from typing import Any
 
 import pytest
@@ -34,6 +36,7 @@ from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import partition_gauges, shared_gauges, sum_gauges
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import Replayer
+from elrwatch.state.simulator import SCENARIOS, simulate
 
 STATUSES = ("MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "LEADERLESS_ELECTING", "UNDER_MIN_ISR",
             "AT_MIN_ISR", "UNDER_REPLICATED", "HEALTHY")
@@ -910,3 +913,52 @@ def test_pickled_field_lists_name_every_field() -> None:
         if isinstance(t, ast.Attribute) and not t.attr.startswith("_")
     }
     assert public == set(cluster.PERSISTED_ATTRIBUTES)
+
+
+def _good_stream(kind: str) -> list[bytes]:
+    """A valid stream: core_events' random stream (deletions, re-creations, ClearElr, configs), the simulator's
+    random faults, or one of its scenarios."""
+    if kind.startswith("random-"):
+        return [text.encode() for text in random_stream(int(kind.removeprefix("random-")), steps=300)]
+    out = io.BytesIO()
+    shape = {"brokers": 6, "topics": 3, "partitions": 8, "replication_factor": 3, "min_isr": 2, "seed": 3}
+    if kind == "faults":
+        simulate(out, **shape, faults=0.5, records=3000)  # type: ignore[arg-type]
+    else:
+        simulate(out, **shape, scenario=kind)  # type: ignore[arg-type]
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("kind", ["random-1", "random-2", "random-3", "faults", *sorted(SCENARIOS)])
+def test_applying_good_records_makes_no_reference_cycles(kind: str) -> None:
+    """`Replayer.feed_lines` freezes the state without a collection when nothing was quarantined: safe only
+    because applying good records, draining the changes and building the document never make a reference cycle."""
+    lines = _good_stream(kind)
+    gc.collect()
+    gc.disable()
+    try:
+        replayer = Replayer(track_changes=True)
+        for start in range(0, len(lines), 50):
+            replayer.feed_lines(lines[start : start + 50], "good", first_seq=start + 1)
+            replayer.cluster.drain_changes()
+        report.build_document(replayer.cluster, replayer.counts, replayer.quarantined, report.load_advice())
+        garbage_in_cycles = gc.collect()
+    finally:
+        gc.enable()
+    assert replayer.quarantined == [] and replayer.counts.applied == len(lines)
+    assert garbage_in_cycles == 0
+
+
+def test_a_collection_precedes_the_freeze_only_after_quarantined_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    from elrwatch.state import replay as replay_module
+
+    collections: list[int] = []
+    freezes: list[bool] = []
+    monkeypatch.setattr(replay_module, "GC_FREEZE_EVERY", 4)
+    monkeypatch.setattr(replay_module.gc, "collect", lambda generation=2: collections.append(generation) or 0)
+    monkeypatch.setattr(replay_module.gc, "freeze", lambda: freezes.append(True))
+    good = [text.encode() for text in random_stream(1)]
+    Replayer().feed_lines(good[:8], "clean")
+    assert collections == [] and len(freezes) == 2
+    Replayer().feed_lines([b"{not json", *good[:7]], "faulty")
+    assert collections == [1] and len(freezes) == 4
