@@ -10,7 +10,8 @@
   time covers the event − the event's timestamp; p50/p99 (store polled every 50 ms).
 * storm: a cluster of ``--partitions`` partitions is loaded, then one broker is fenced: the controller-style
   PartitionChangeRecords touch ~``--storm-partitions`` partitions. Figure: seconds from the last storm record
-  produced to the store (last event time) and the metrics port (fenced broker gauge) both showing it.
+  produced to the store (last event time) and the metrics port (last event time, fenced broker gauge) both
+  showing it; each of the two is printed too (the gauges, which alerts read, come before the store write).
   RSS: peak resident memory of the whole job (Python driver + JVM + Python workers) with that state.
 * restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
   restart to the first completed batch.
@@ -443,6 +444,7 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
 
         peak_parts: dict[str, float] = {}
         peak_processes: list[tuple[float, int, str]] = []
+        seen: dict[str, float] = {}  # "gauges" / "store" -> when the storm's last record showed there
 
         def reflected() -> bool:
             nonlocal peak, peak_parts
@@ -451,13 +453,22 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
             if now > peak:
                 peak, peak_parts = now, rss_breakdown(job.proc.pid)
                 peak_processes[:] = sorted(processes, reverse=True)[:4]
-            if (meta(url).get("lastEventTimeMs") or 0) < last_ms:
-                return False
-            return scrape(metrics_url).get('elrwatch_brokers{state="fenced"}') == 1
+            if "gauges" not in seen:
+                gauges = scrape(metrics_url)
+                if (
+                    gauges.get("elrwatch_last_event_timestamp_seconds", 0) >= last_ms / 1000 - 1e-6
+                    and gauges.get('elrwatch_brokers{state="fenced"}') == 1
+                ):
+                    seen["gauges"] = time.monotonic()
+            if "store" not in seen and (meta(url).get("lastEventTimeMs") or 0) >= last_ms:
+                seen["store"] = time.monotonic()
+            return len(seen) == 2
 
         poll(reflected, 600, "storm reflected", job, every=0.1)
         done = time.monotonic()
         n = len(storm_lines) - 1
+        report("  storm: last record produced -> in the gauges (alerts)", seen["gauges"] - t_last, "s", "-", None)
+        report("  storm: last record produced -> in the store (REST API)", seen["store"] - t_last, "s", "-", None)
         report(
             f"storm: {n:,} partition changes on {partitions:,}",
             done - t_last,

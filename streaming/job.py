@@ -1031,7 +1031,8 @@ def parse_trigger(text: str) -> str:
 
 
 class Sink:
-    """foreachBatch: merge the buckets' payloads, write the store (idempotent per batch), update metrics."""
+    """foreachBatch: merge the buckets' payloads, serve their gauges, write the store (idempotent per batch),
+    then the batch's health metrics (batches, duration, input events)."""
 
     def __init__(self, store: Any, aggregator: Aggregator, health: Any) -> None:
         self.store = store
@@ -1054,6 +1055,9 @@ class Sink:
             n_quarantined = len(args["quarantined"])
             changed = len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads)
             args["partition_rows"] = iter_partition_rows(chunks)
+            gauges = self.aggregator.gauges()
+            if self.health is not None:
+                self.health.gauges_ready(gauges)  # /metrics (alerts) before the store write (REST), not after
             absorbed = time.monotonic()
             written = self.store.write_batch(batch_id, **args)
             stored = time.monotonic()
@@ -1067,7 +1071,6 @@ class Sink:
         self.aggregator.save(batch_id)
         if self.health is not None:
             duration = time.monotonic() - started
-            gauges = self.aggregator.gauges()
             self.health.batch_written(batch_id, gauges, duration, input_events=events_total - events_before)
         log.info(
             "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s)%s",

@@ -85,6 +85,12 @@ class Health:
         self.batch_event = threading.Condition(self.lock)
         self._last_progress: tuple[Any, Any] | None = None  # (batchId, timestamp) of the progress taken last
 
+    def gauges_ready(self, gauges: dict[str, float]) -> None:
+        """A micro-batch's buckets are merged: serve its gauges now, so that alerts do not wait for the store
+        write (seconds for a storm's documents). A batch whose write then fails is re-run from the same state."""
+        with self.lock:
+            self.gauges = gauges
+
     def batch_written(
         self, batch_id: int, gauges: dict[str, float], sink_seconds: float, input_events: int | None = None
     ) -> None:

@@ -62,6 +62,44 @@ def test_buckets_aggregate_to_the_replay_document(buckets):
     assert len(first["quarantined"]) + len(second["quarantined"]) == oracle["quarantined"]["count"] == 1
 
 
+def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
+    """Alerts read /metrics: a batch's gauges are served once its buckets are merged, not after the store write
+    (seconds for a storm's documents); the batch's health metrics follow the write."""
+    from elrwatch.streaming.metrics import Health
+    from elrwatch.streaming.store import StatusStore
+
+    lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=20)]
+    routed = pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), 1))).to_pandas()
+    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state, True)
+    bodies = job.encode_payload(payload)
+    aggregator = job.Aggregator(1)
+    health = Health(aggregator)
+    assert "elrwatch_partition_count" not in health.gauges
+    seen_by_the_store_write: list[tuple[dict[str, float], int]] = []
+
+    class WatchedStore(StatusStore):
+        def write_batch(self, batch_id, **kwargs):
+            seen_by_the_store_write.append((dict(health.gauges), health.batches))
+            return super().write_batch(batch_id, **kwargs)
+
+    class Batch:
+        def collect(self):
+            return [{"payload": body} for body in bodies]
+
+    store = WatchedStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    try:
+        job.Sink(store, aggregator, health)(Batch(), 0)
+    finally:
+        store.dispose()
+    oracle = replay_lines(lines, "ev").document()["gauges"]
+    [(gauges_during_write, batches_during_write)] = seen_by_the_store_write
+    assert gauges_during_write["elrwatch_partition_count"] == oracle["elrwatch_partition_count"] == 2 * 8
+    assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
+    assert health.gauges == gauges_during_write
+
+
 def test_trigger_parsing():
     assert job.parse_trigger("1s") == "1000 milliseconds"
     assert job.parse_trigger("250ms") == "250 milliseconds"
