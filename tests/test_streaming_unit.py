@@ -95,7 +95,7 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
         store.dispose()
     oracle = replay_lines(lines, "ev").document()["gauges"]
     [(gauges_during_write, batches_during_write)] = seen_by_the_store_write
-    assert gauges_during_write["elrwatch_partition_count"] == oracle["elrwatch_partition_count"] == 2 * 8
+    assert gauges_during_write == oracle and oracle["elrwatch_partition_count"] > 0
     assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
     assert health.gauges == gauges_during_write
 
