@@ -466,7 +466,6 @@ def stream(
         bool, _opt("--available-now", "Process everything currently in the source, then exit.")
     ] = False,
     default_min_isr: DefaultMinIsr = 1,
-    advice: Annotated[bool, _opt("--advice/--no-advice", "Compute outlook and recommendation per partition.")] = True,
     source_timeout_ms: Annotated[
         int, _opt("--source-timeout-ms", "Bound on Kafka metadata calls (missing topic / broker down).", min=100)
     ] = 15000,
@@ -584,7 +583,6 @@ def stream(
         starting_offsets=starting_offsets,
         available_now=available_now,
         default_min_isr=default_min_isr,
-        advice=advice,
         source_timeout_ms=source_timeout_ms,
         security_protocol=security_protocol,
         ssl_cafile=ssl_cafile,

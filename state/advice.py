@@ -472,18 +472,37 @@ def _unclean(
     return rec
 
 
+def advice_of(
+    topic_name: str,
+    partition: PartitionState,
+    brokers: Mapping[int, BrokerState],
+    ctx: controller.TopicContext,
+    is_active: Callable[[int], bool],
+    log_info: Mapping[int, Mapping[str, Any]] | None = None,
+    strategy: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(outlook, recommendation) of one partition from its registration, the brokers and its topic's context:
+    all the advice needs, so the status store can build it when a partition is read (report.StoreView)."""
+    return (
+        outlook(partition, brokers, ctx, is_active),
+        recommendation(
+            topic_name, partition, brokers, ctx, strategy=strategy, log_info=log_info, is_active=is_active
+        ),
+    )
+
+
 def partition_advice(
     cluster: ClusterState, topic: TopicState, partition: PartitionState, strategy: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(outlook, recommendation) of one partition of a replayed cluster (the report's advice hook)."""
-    ctx = topic_context(cluster, topic)
-    is_active = cluster.is_active
-    log_info = cluster.log_info.get((topic.topic_id, partition.partition_id))
-    return (
-        outlook(partition, cluster.brokers, ctx, is_active),
-        recommendation(
-            topic.name, partition, cluster.brokers, ctx, strategy=strategy, log_info=log_info, is_active=is_active
-        ),
+    return advice_of(
+        topic.name,
+        partition,
+        cluster.brokers,
+        topic_context(cluster, topic),
+        cluster.is_active,
+        cluster.log_info.get((topic.topic_id, partition.partition_id)),
+        strategy,
     )
 
 
@@ -516,6 +535,7 @@ __all__ = [
     "BALANCED",
     "NONE",
     "STRATEGIES",
+    "advice_of",
     "advise",
     "default_strategy",
     "longest_log_choice",

@@ -7,7 +7,9 @@ the `position` of violations and quarantined records) depends on the transport.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -37,10 +39,27 @@ def partition_doc(
     cluster: ClusterState, topic: TopicState, partition: PartitionState, advice: AdviceFn | None = None
 ) -> dict[str, Any]:
     """One partition's registration, derived status, audit and (optionally) advice."""
-    derived = view(partition, cluster.effective_min_isr(topic), cluster.is_active)
-    doc: dict[str, Any] = {
-        "topic": topic.name,
-        "topicId": topic.topic_id,
+    violations = [v.kind for v in cluster.partition_violations(topic.topic_id, partition.partition_id)]
+    doc = _document(topic.name, partition, cluster.effective_min_isr(topic), cluster.is_active, violations)
+    if advice is not None:
+        outlook, recommendation = advice(cluster, topic, partition)
+        doc["outlook"] = outlook
+        doc["recommendation"] = recommendation
+    return doc
+
+
+def _document(
+    topic_name: str,
+    partition: PartitionState,
+    min_isr: int,
+    is_active: Callable[[int], bool],
+    violations: list[str],
+) -> dict[str, Any]:
+    """The partition document without advice (replay's documents and the store's rebuilt ones alike)."""
+    derived = view(partition, min_isr, is_active)
+    return {
+        "topic": topic_name,
+        "topicId": partition.topic_id,
         "partitionId": partition.partition_id,
         "replicas": list(partition.replicas),
         "isr": list(partition.isr),
@@ -65,13 +84,173 @@ def partition_doc(
         "lastOffset": partition.last_offset,
         "lastTimestampMs": partition.last_timestamp_ms,
         "lastPosition": partition.last_position,
-        "violations": [v.kind for v in cluster.partition_violations(topic.topic_id, partition.partition_id)],
+        "violations": violations,
     }
-    if advice is not None:
-        outlook, recommendation = advice(cluster, topic, partition)
-        doc["outlook"] = outlook
-        doc["recommendation"] = recommendation
-    return doc
+
+
+# -----------------------------------------------------------------------------------------------------------
+# the status store's form of a partition (DESIGN §7)
+
+#: What the status store keeps of a partition besides its key and status columns, as one JSON array in this
+#: order: these PartitionState attributes, then the kinds of the invariants it breaks, then its replicas' log
+#: info (ReplicaLogInfo records; usually null). About 100 bytes instead of the ~1 KB document: the store
+#: rebuilds the document, the electable sets and the advice when the partition is read (StoreView), so the
+#: streaming job writes a storm's 100k partitions without building their documents.
+STORED_FIELDS: tuple[str, ...] = (
+    "replicas",
+    "isr",
+    "elr",
+    "last_known_elr",
+    "leader",
+    "leader_epoch",
+    "partition_epoch",
+    "leader_recovery_state",
+    "adding_replicas",
+    "removing_replicas",
+    "status",
+    "status_since_ms",
+    "status_since_offset",
+    "last_leader_change",
+    "last_position",
+    "last_offset",
+    "last_timestamp_ms",
+)
+#: The document keys of STORED_FIELDS, in the same order (stored_from_doc).
+_STORED_DOC_KEYS: tuple[tuple[str, Any], ...] = (
+    ("replicas", []),
+    ("isr", []),
+    ("elr", []),
+    ("lastKnownElr", []),
+    ("leader", -1),
+    ("leaderEpoch", 0),
+    ("partitionEpoch", 0),
+    ("leaderRecoveryState", 0),
+    ("addingReplicas", []),
+    ("removingReplicas", []),
+    ("status", ""),
+    ("statusSinceMs", None),
+    ("statusSinceOffset", None),
+    ("lastLeaderChange", "none"),
+    ("lastPosition", None),
+    ("lastOffset", None),
+    ("lastTimestampMs", None),
+)
+_stored_values = operator.attrgetter(*STORED_FIELDS)
+_N_STORED = len(STORED_FIELDS)
+
+
+def stored_partition(cluster: ClusterState, topic: TopicState, partition: PartitionState) -> bytes:
+    """A partition as the status store keeps it: the JSON array described at STORED_FIELDS."""
+    key = (topic.topic_id, partition.partition_id)
+    kinds = [v.kind for v in cluster.violations.get(key, ())]
+    return orjson.dumps(
+        (*_stored_values(partition), kinds, cluster.log_info.get(key) or None), option=orjson.OPT_NON_STR_KEYS
+    )
+
+
+def stored_from_doc(doc: Mapping[str, Any]) -> bytes:
+    """The stored form of a partition document (a report document loaded into a store: tests, benchmarks).
+    A document does not carry the replicas' log info: the rebuilt recommendation then has none."""
+    values = [doc.get(key, default) for key, default in _STORED_DOC_KEYS]
+    return orjson.dumps((*values, list(doc.get("violations") or ()), None))
+
+
+def partition_from_stored(topic_id: str, partition_id: int, values: list[Any]) -> PartitionState:
+    """The PartitionState of a decoded stored array (its first len(STORED_FIELDS) values)."""
+    p = PartitionState(
+        topic_id,
+        partition_id,
+        tuple(values[0]),
+        tuple(values[1]),
+        tuple(values[2]),
+        tuple(values[3]),
+        values[4],
+        values[5],
+        values[6],
+        values[7],
+        tuple(values[8]),
+        tuple(values[9]),
+    )
+    (
+        p.status,
+        p.status_since_ms,
+        p.status_since_offset,
+        p.last_leader_change,
+        p.last_position,
+        p.last_offset,
+        p.last_timestamp_ms,
+    ) = values[10:_N_STORED]
+    return p
+
+
+@dataclass
+class StoreView:
+    """What a store reader needs, besides a partition's own row, to rebuild its document and advice: the
+    brokers, the cluster's ELR and metadata version, each topic's resolved unclean.leader.election.enable
+    (from the store's brokers, cluster and topics, all written by the same batch as the partitions)."""
+
+    brokers: dict[int, BrokerState] = field(default_factory=dict)
+    elr_enabled: bool = False
+    metadata_version: int | None = None
+    unclean_by_topic: dict[str, bool] = field(default_factory=dict)
+    cluster_unclean: bool = False
+
+    def __post_init__(self) -> None:
+        self._active = {b.broker_id for b in self.brokers.values() if b.active}
+
+    @classmethod
+    def from_docs(
+        cls, brokers: list[Mapping[str, Any]], cluster: Mapping[str, Any] | None, topics: list[Mapping[str, Any]]
+    ) -> StoreView:
+        """From the report document's ``brokers``, ``cluster`` and ``topics`` (as the store holds them)."""
+        cluster = cluster or {}
+        unclean = str((cluster.get("configs") or {}).get("unclean.leader.election.enable", "")).strip().lower()
+        return cls(
+            brokers={int(b["brokerId"]): broker_from_doc(b) for b in brokers},
+            elr_enabled=bool(cluster.get("elrEnabled", False)),
+            metadata_version=cluster.get("metadataVersion"),
+            unclean_by_topic={
+                t["topic"]: bool(t["uncleanLeaderElectionEnable"])
+                for t in topics
+                if t.get("uncleanLeaderElectionEnable") is not None
+            },
+            cluster_unclean=unclean == "true",
+        )
+
+    def is_active(self, broker_id: int) -> bool:
+        """Registered, not fenced, not in controlled shutdown."""
+        return broker_id in self._active
+
+    def document(
+        self,
+        topic_name: str,
+        topic_id: str,
+        partition_id: int,
+        effective_min_isr: int,
+        stored: str | bytes,
+        advice: bool = True,
+    ) -> dict[str, Any]:
+        """A stored partition's document (the same as ``partition_doc`` of the state that wrote it)."""
+        values = orjson.loads(stored)
+        partition = partition_from_stored(topic_id, partition_id, values)
+        doc = _document(topic_name, partition, effective_min_isr, self.is_active, values[_N_STORED])
+        if advice:
+            from elrwatch.state import metadata_version as mv
+            from elrwatch.state.advice import advice_of
+            from elrwatch.state.controller import TopicContext
+
+            ctx = TopicContext(
+                min_isr=effective_min_isr,
+                elr_enabled=self.elr_enabled,
+                unclean_enabled=self.unclean_by_topic.get(topic_name, self.cluster_unclean),
+                metadata_version=mv.DEFAULT_LEVEL if self.metadata_version is None else self.metadata_version,
+            )
+            raw_info = values[_N_STORED + 1]
+            log_info = {int(b): info for b, info in raw_info.items()} if raw_info else None
+            doc["outlook"], doc["recommendation"] = advice_of(
+                topic_name, partition, self.brokers, ctx, self.is_active, log_info
+            )
+        return doc
 
 
 def broker_doc(broker: BrokerState) -> dict[str, Any]:
@@ -86,6 +265,19 @@ def broker_doc(broker: BrokerState) -> dict[str, Any]:
         "rack": broker.rack,
         "state": broker.state_name,
     }
+
+
+def broker_from_doc(doc: Mapping[str, Any]) -> BrokerState:
+    """The BrokerState of a broker document (``broker_doc``'s inverse)."""
+    return BrokerState(
+        broker_id=int(doc["brokerId"]),
+        epoch=doc.get("epoch", -1),
+        incarnation_id=doc.get("incarnationId"),
+        fenced=bool(doc.get("fenced", True)),
+        in_controlled_shutdown=bool(doc.get("inControlledShutdown", False)),
+        registered=bool(doc.get("registered", True)),
+        rack=doc.get("rack"),
+    )
 
 
 def topic_doc(cluster: ClusterState, topic: TopicState) -> dict[str, Any]:

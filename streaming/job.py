@@ -96,7 +96,6 @@ class JobConfig:
     starting_offsets: str = "earliest"
     available_now: bool = False
     default_min_isr: int = 1
-    advice: bool = True
     security_protocol: str | None = None
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
@@ -474,13 +473,15 @@ def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
 
 
 def process_bucket(
-    bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState, advice: bool
+    bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState
 ) -> dict[str, Any]:
-    """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict)."""
+    """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
+    partitions as ready store rows, ``store.partition_state_row``: no documents, the store rebuilds those on read)."""
     from elrwatch.state import report
     from elrwatch.state.cluster import PARTITION_TYPES, Outcome
     from elrwatch.state.gauges import partition_gauges, shared_gauges
     from elrwatch.state.routing import bucket_of
+    from elrwatch.streaming.store import partition_state_row
 
     cluster, counts = bs.cluster, bs.counts
     quarantined: list[dict[str, Any]] = []
@@ -527,11 +528,12 @@ def process_bucket(
         else:
             counts.ignored_lines += 1
     changes = cluster.drain_changes()
-    advice_fn = report.load_advice() if advice else None
-    docs = []
+    rows_out = []
     violations = []
+    stored_partition, min_isr_of = report.stored_partition, cluster.effective_min_isr
     for topic, partition in changes.partitions:
-        docs.append(report.partition_doc(cluster, topic, partition, advice_fn))
+        stored = stored_partition(cluster, topic, partition)
+        rows_out.append(partition_state_row(topic.name, partition, min_isr_of(topic), stored))
         for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
             violations.append(
                 {"topic": topic.name, "topicId": topic.topic_id, "partitionId": partition.partition_id, **v.to_dict()}
@@ -548,7 +550,7 @@ def process_bucket(
         bs.emitted_topic_counts.pop(tid, None)
     payload: dict[str, Any] = {
         "bucket": bucket,
-        "partitions": docs,
+        "partitions": rows_out,
         "removed": [[tid, pid] for tid, pid, _name in changes.removed],
         "transitions": [t.to_dict() for t in changes.transitions],
         "quarantined": quarantined,
@@ -578,20 +580,16 @@ ROWS_PER_CHUNK = 5_000
 
 
 def encode_payload(payload: dict[str, Any]) -> list[bytes]:
-    """A bucket's output as rows: the head (everything but the partition documents, ``partitionCount``) and
-    the changed partitions as ready store rows (``store.partition_store_row``: the document already JSON) in
-    chunks. The driver merges the heads and streams the chunks into the store one at a time: it never parses
-    or holds the documents (1M of them in the initial load)."""
+    """A bucket's output as rows: the head (everything but the partition rows, ``partitionCount``) and the
+    changed partitions' ready store rows (``store.partition_state_row``) in chunks. The driver merges the heads
+    and streams the chunks into the store one at a time: it never holds all the rows (1M in the initial load)."""
     import orjson
 
-    from elrwatch.streaming.store import partition_store_row
-
-    docs = payload.pop("partitions")
-    payload["partitionCount"] = len(docs)
+    rows = payload.pop("partitions")
+    payload["partitionCount"] = len(rows)
     out = [PAYLOAD_HEAD + zlib.compress(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS), 1)]
-    for i in range(0, len(docs), ROWS_PER_CHUNK):
-        rows = [partition_store_row(d) for d in docs[i : i + ROWS_PER_CHUNK]]
-        out.append(PAYLOAD_ROWS + zlib.compress(orjson.dumps(rows), 1))
+    for i in range(0, len(rows), ROWS_PER_CHUNK):
+        out.append(PAYLOAD_ROWS + zlib.compress(orjson.dumps(rows[i : i + ROWS_PER_CHUNK]), 1))
     return out
 
 
@@ -617,7 +615,6 @@ class StateSettings:
 
     buckets: int
     default_min_isr: int = 1
-    advice: bool = True
     use_cache: bool = True
     state_mode: str = "blob"
     state_dir: str | None = None
@@ -652,7 +649,7 @@ def run_bucket(
     # worth collecting before the full collection below.
     gc.disable()
     try:
-        payload = process_bucket(bucket, settings.buckets, rows, bs, settings.advice)
+        payload = process_bucket(bucket, settings.buckets, rows, bs)
         del rows
         processed = time.perf_counter()
         token = uuid.uuid4().hex
@@ -1222,7 +1219,6 @@ def state_settings(config: JobConfig) -> StateSettings:
     return StateSettings(
         config.buckets,
         config.default_min_isr,
-        config.advice,
         config.state_cache,
         config.state_mode,
         config.snapshot_dir(),

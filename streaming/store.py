@@ -7,7 +7,9 @@ report-document shape (DESIGN.md §5) to :meth:`StatusStore.write_batch`.
 Tables:
 
 * ``partitions`` — one row per partition: key and status columns (indexed for the API's filters and for cursor
-  pagination by ``(topic, partition_id)``) plus the full partition JSON document.
+  pagination by ``(topic, partition_id)``) plus ``state``, the partition's compact stored form
+  (``state/report.py``: ``STORED_FIELDS``, ~100 bytes). Readers rebuild the document, its electable sets and its
+  advice from it and the brokers, topics and cluster of the same batch (``report.StoreView``).
 * ``partition_replicas`` — (broker, topic, partition) for the API's ``broker`` filter.
 * ``brokers``, ``topics`` — their JSON documents.
 * ``status_transitions`` — history of status changes per partition.
@@ -20,11 +22,13 @@ Tables:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     or_,
     select,
     update,
@@ -56,6 +61,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import StaticPool
 
+from elrwatch.state.model import NO_LEADER, PartitionState
+from elrwatch.state.report import StoreView, stored_from_doc
 from elrwatch.state.status import STATUSES
 
 log = logging.getLogger(__name__)
@@ -88,7 +95,7 @@ partitions_t = Table(
     Column("leader", Integer, nullable=False),
     Column("effective_min_isr", Integer, nullable=True),
     Column("status_since_ms", BigInteger, nullable=True),
-    Column("doc", Text, nullable=False),
+    Column("state", Text, nullable=False),
     Index("ix_partitions_topic_partition", "topic", "partition_id", unique=True),
     Index("ix_partitions_status", "status", "topic", "partition_id"),
     Index("ix_partitions_under_min_isr", "under_min_isr", "topic", "partition_id"),
@@ -184,6 +191,16 @@ UPDATED_AT_MS = "updated_at_ms"
 CLUSTER = "cluster"
 COUNTS = "counts"
 QUARANTINE_SUMMARY = "quarantined"
+GENERATION = "generation"  # changes with every write: readers' cached StoreView is valid while it is the same
+SCHEMA_VERSION = "schema_version"
+
+#: 2: partitions keep their compact stored form (``state``), documents are rebuilt on read. 1 (no
+#: ``schema_version`` row; a ``doc`` column): whole documents, written by elrwatch before session 8.
+STORE_SCHEMA = 2
+
+
+class StoreSchemaError(ValueError):
+    """The store was written by an elrwatch with another table layout."""
 
 
 def _dumps(value: Any) -> str:
@@ -213,31 +230,6 @@ def resolve_url(url: str, password: str | None = None, password_file: str | Path
     return parsed
 
 
-def _partition_row(doc: Mapping[str, Any]) -> dict[str, Any]:
-    status = doc.get("status") or "HEALTHY"
-    severity = SEVERITY.get(status, len(STATUS_ORDER))
-    rec = doc.get("recommendation") or {}
-    commands = rec.get("commands") if isinstance(rec, Mapping) else None
-    needs_action = status in ACTION_STATUSES or (status != "HEALTHY" and bool(commands))
-    if isinstance(rec, Mapping) and isinstance(rec.get("needsOperator"), bool):
-        needs_action = rec["needsOperator"]
-    leader = doc.get("leader")
-    return {
-        "topic_id": doc["topicId"],
-        "partition_id": int(doc["partitionId"]),
-        "topic": doc["topic"],
-        "status": status,
-        "severity": severity,
-        "needs_action": needs_action,
-        "under_min_isr": bool(doc.get("underMinIsr", False)),
-        "leaderless": bool(doc.get("leaderless", leader == -1)),
-        "leader": -1 if leader is None else int(leader),
-        "effective_min_isr": doc.get("effectiveMinIsr"),
-        "status_since_ms": doc.get("statusSinceMs"),
-        "doc": _dumps(doc),
-    }
-
-
 PARTITION_COLUMNS = (
     "topic_id",
     "partition_id",
@@ -250,18 +242,58 @@ PARTITION_COLUMNS = (
     "leader",
     "effective_min_isr",
     "status_since_ms",
-    "doc",
+    "state",
 )
 
 
+def partition_state_row(
+    topic_name: str, partition: PartitionState, effective_min_isr: int, stored: bytes | str
+) -> list[Any]:
+    """A partition as a ready ``partitions`` row: the PARTITION_COLUMNS values (``stored``, from
+    ``report.stored_partition``, last) + the sorted broker ids of its replica rows. The streaming job builds
+    these in its state servers straight from the partition's state (no document), and the driver passes them
+    to ``write_batch(partition_rows=…)`` as they are.
+
+    ``needs_action`` is the status class: a partition needs an operator exactly when its status is one of the
+    first five (the statuses whose recommendation has commands; tests/test_stored_partition.py)."""
+    status = partition.status or "HEALTHY"
+    brokers = set(partition.replicas)
+    brokers.update(partition.adding_replicas)
+    return [
+        partition.topic_id,
+        partition.partition_id,
+        topic_name,
+        status,
+        SEVERITY.get(status, len(STATUS_ORDER)),
+        status in ACTION_STATUSES,
+        len(partition.isr) < effective_min_isr,
+        partition.leader == NO_LEADER,
+        partition.leader,
+        effective_min_isr,
+        partition.status_since_ms,
+        stored if isinstance(stored, str) else stored.decode(),
+        sorted(brokers),
+    ]
+
+
 def partition_store_row(doc: Mapping[str, Any]) -> list[Any]:
-    """A partition document as a ready ``partitions`` row: the PARTITION_COLUMNS values (the document as JSON
-    text last) + the sorted broker ids of its replica rows. The streaming job builds these where it builds the
-    documents (its Python workers), so the driver passes them to ``write_batch(partition_rows=…)`` without
-    parsing or serializing a document."""
-    row = _partition_row(doc)
-    brokers = set(doc.get("replicas") or ()) | set(doc.get("addingReplicas") or ())
-    return [*(row[c] for c in PARTITION_COLUMNS), sorted(int(b) for b in brokers)]
+    """``partition_state_row`` of a partition document (DESIGN §5 shape: a report loaded into a store)."""
+    partition = PartitionState(
+        doc["topicId"],
+        int(doc["partitionId"]),
+        tuple(doc.get("replicas") or ()),
+        tuple(doc.get("isr") or ()),
+        leader=NO_LEADER if doc.get("leader") is None else int(doc["leader"]),
+        adding_replicas=tuple(doc.get("addingReplicas") or ()),
+    )
+    partition.status = doc.get("status") or ""
+    partition.status_since_ms = doc.get("statusSinceMs")
+    min_isr = doc.get("effectiveMinIsr")
+    return partition_state_row(doc["topic"], partition, 1 if min_isr is None else int(min_isr), stored_from_doc(doc))
+
+
+def _partition_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(zip(PARTITION_COLUMNS, partition_store_row(doc), strict=False))
 
 
 def _replica_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -488,6 +520,7 @@ class StatusStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        self._view: tuple[Any, StoreView] | None = None  # (generation, view) of the last read
 
     def __repr__(self) -> str:
         return f"StatusStore({self.masked_url})"
@@ -533,11 +566,26 @@ class StatusStore:
 
     # ------------------------------------------------------------------ schema
     def create_schema(self) -> None:
-        """Create the tables and indexes if they do not exist (idempotent)."""
+        """Create the tables and indexes if they do not exist (idempotent); StoreSchemaError when the store was
+        written by an elrwatch with another layout."""
         with self._writer.begin() as conn:
+            existing = set(inspect(conn).get_table_names())
+            if partitions_t.name in existing:
+                version = self._meta_get(conn, SCHEMA_VERSION) if meta_t.name in existing else None
+                if version is None:  # a store of schema 1 has no schema_version row (and whole documents)
+                    columns = {c["name"] for c in inspect(conn).get_columns(partitions_t.name)}
+                    version = 1 if "doc" in columns else STORE_SCHEMA
+                if version != STORE_SCHEMA:
+                    raise StoreSchemaError(
+                        f"the status store {self.masked_url} has table layout {version}, this elrwatch uses "
+                        f"{STORE_SCHEMA} (compact partition rows): point --store at a new database and start "
+                        "the job with a new --checkpoint (the store is rebuilt from the event topic)"
+                    )
             metadata.create_all(conn, checkfirst=True)
             if conn.execute(select(meta_t.c.key).where(meta_t.c.key == LAST_BATCH_ID)).first() is None:
                 conn.execute(insert(meta_t).values(key=LAST_BATCH_ID, value="null"))  # the row writers lock
+            if conn.execute(select(meta_t.c.key).where(meta_t.c.key == SCHEMA_VERSION)).first() is None:
+                conn.execute(insert(meta_t).values(key=SCHEMA_VERSION, value=str(STORE_SCHEMA)))
 
     def ping(self) -> bool:
         """True when the store answers a trivial query."""
@@ -685,6 +733,7 @@ class StatusStore:
                 self._meta_put(conn, COUNTS, meta_in["counts"])
             self._meta_put(conn, LAST_BATCH_ID, int(batch_id))
             self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
+            self._meta_put(conn, GENERATION, uuid.uuid4().hex)
         self._request_checkpoint()
         return True
 
@@ -705,8 +754,13 @@ class StatusStore:
             last_event: int | None = None
             # One pass over the partitions: ``doc["partitions"]`` may be a generator (1M in benchmarks).
             for chunk in _chunks(doc.get("partitions", ())):
-                _bulk_insert(conn, partitions_t, [_partition_row(d) for d in chunk])
-                _bulk_insert(conn, partition_replicas_t, [r for d in chunk for r in _replica_rows(d)])
+                rows = [partition_store_row(d) for d in chunk]
+                n = len(PARTITION_COLUMNS)
+                _bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in rows])
+                replicas = [
+                    {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in rows for b in r[n]
+                ]
+                _bulk_insert(conn, partition_replicas_t, replicas)
                 stamps = [d["lastTimestampMs"] for d in chunk if d.get("lastTimestampMs")]
                 if stamps:
                     last_event = max(last_event or 0, *stamps)
@@ -739,22 +793,55 @@ class StatusStore:
                 self._meta_put(conn, LAST_EVENT_TIME_MS, last_event)
             self._meta_put(conn, LAST_BATCH_ID, None if batch_id is None else int(batch_id))
             self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
+            self._meta_put(conn, GENERATION, uuid.uuid4().hex)
+            self._meta_put(conn, SCHEMA_VERSION, STORE_SCHEMA)
         self._request_checkpoint()
         if self.is_sqlite:
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("ANALYZE")
                 conn.commit()
 
+    # ------------------------------------------------------------------ reading
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A connection whose statements all read one snapshot (SQLite: one read transaction; PostgreSQL:
+        REPEATABLE READ), so partition rows are rebuilt with the brokers and topics of the same batch."""
+        with self.engine.connect() as conn:
+            if not self.is_sqlite:
+                conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+
+    def _store_view(self, conn: Connection | sqlite3.Connection) -> StoreView:
+        """The StoreView of the store's current batch (cached until a write changes the generation)."""
+
+        def rows(sql: str, *params: Any) -> list[Any]:
+            if isinstance(conn, sqlite3.Connection):
+                return conn.execute(sql, params).fetchall()
+            return conn.exec_driver_sql(sql, params).all() if params else conn.exec_driver_sql(sql).all()
+
+        meta_sql = f"SELECT value FROM {meta_t.name} WHERE {meta_t.c.key.name} = " + (
+            "?" if self.is_sqlite else "%s"
+        )
+        found = rows(meta_sql, GENERATION)
+        generation = found[0][0] if found else None
+        cached = self._view
+        if cached is not None and generation is not None and cached[0] == generation:
+            return cached[1]
+        brokers = [_loads(d) for (d,) in rows(f"SELECT doc FROM {brokers_t.name}")]
+        topics = [_loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name}")]
+        cluster_text = rows(meta_sql, CLUSTER)
+        store_view = StoreView.from_docs(brokers, _loads(cluster_text[0][0]) if cluster_text else {}, topics)
+        self._view = (generation, store_view)
+        return store_view
+
     # ------------------------------------------------------------------ document
     def read_document(self) -> dict[str, Any]:
         """The whole store as one report document in the DESIGN §5 shape (same as ``elrwatch replay``)."""
-        with self.engine.connect() as conn:
-            parts = [
-                _loads(doc)
-                for (doc,) in conn.execute(
-                    select(partitions_t.c.doc).order_by(partitions_t.c.topic, partitions_t.c.partition_id)
-                )
-            ]
+        with self._reading() as conn:
+            store_view = self._store_view(conn)
+            ordered = select(*_DOC_COLUMNS).order_by(partitions_t.c.topic, partitions_t.c.partition_id)
+            parts = [store_view.document(*row) for row in conn.execute(ordered)]
             broker_docs = [_loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
             topic_docs = [_loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
             gauge_map = {
@@ -855,42 +942,41 @@ class StatusStore:
         return conn
 
     def get_partition_json(self, topic: str, partition_id: int) -> str | None:
-        """One partition's document as stored JSON text (no parsing: the API's hot path), or None."""
-        if self._fast_sqlite:
-            row = (
-                self._sqlite_reader()
-                .execute("SELECT doc FROM partitions WHERE topic = ? AND partition_id = ?", (topic, partition_id))
-                .fetchone()
-            )
-            return None if row is None else row[0]
-        with self.engine.connect() as conn:
-            return conn.execute(
-                select(partitions_t.c.doc).where(
-                    partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id
-                )
-            ).scalar()
+        """One partition's document as JSON text, or None (the API's hot path: a SQLite file is read with a
+        plain sqlite3 connection, the row and its StoreView in one read transaction)."""
+        doc = self.get_partition(topic, partition_id)
+        return None if doc is None else _dumps(doc)
 
     def get_partition(self, topic: str, partition_id: int) -> dict[str, Any] | None:
         """One partition's full document, or None."""
-        with self.engine.connect() as conn:
-            doc = conn.execute(
-                select(partitions_t.c.doc).where(
-                    partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id
-                )
-            ).scalar()
-        return None if doc is None else _loads(doc)
+        if self._fast_sqlite:
+            conn = self._sqlite_reader()
+            conn.execute("BEGIN")  # one snapshot: the row and the brokers/topics/cluster it is read with
+            try:
+                row = conn.execute(f"{_DOC_SQL} WHERE topic = ? AND partition_id = ?", (topic, partition_id)).fetchone()
+                if row is None:
+                    return None
+                return self._store_view(conn).document(*row)
+            finally:
+                conn.execute("COMMIT")
+        with self._reading() as conn:
+            row = conn.execute(
+                select(*_DOC_COLUMNS).where(partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id)
+            ).first()
+            return None if row is None else self._store_view(conn).document(*row)
 
     def partitions_on_brokers(self, broker_ids: Sequence[int]) -> list[dict[str, Any]]:
         """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition)."""
         p, r = partitions_t, partition_replicas_t
         keys = select(r.c.topic_id, r.c.partition_id).where(r.c.broker_id.in_(list(broker_ids))).distinct().subquery()
         stmt = (
-            select(p.c.doc)
+            select(*_DOC_COLUMNS)
             .join(keys, and_(p.c.topic_id == keys.c.topic_id, p.c.partition_id == keys.c.partition_id))
             .order_by(p.c.topic, p.c.partition_id)
         )
-        with self.engine.connect() as conn:
-            return [_loads(doc) for (doc,) in conn.execute(stmt)]
+        with self._reading() as conn:
+            store_view = self._store_view(conn)
+            return [store_view.document(*row) for row in conn.execute(stmt)]
 
     def topic_exists(self, topic: str) -> bool:
         """True when the store knows the topic (from its topic record or any partition)."""
@@ -919,13 +1005,13 @@ class StatusStore:
         if broker is not None:
             r = partition_replicas_t
             stmt = (
-                select(p.c.doc, p.c.topic, p.c.partition_id)
+                select(*_DOC_COLUMNS)
                 .select_from(r.join(p, and_(p.c.topic_id == r.c.topic_id, p.c.partition_id == r.c.partition_id)))
                 .where(r.c.broker_id == broker)
             )
             order_topic, order_partition = r.c.topic, r.c.partition_id
         else:
-            stmt = select(p.c.doc, p.c.topic, p.c.partition_id)
+            stmt = select(*_DOC_COLUMNS)
             order_topic, order_partition = p.c.topic, p.c.partition_id
         if status:
             stmt = stmt.where(p.c.status.in_(list(status)) if len(status) > 1 else p.c.status == status[0])
@@ -939,17 +1025,18 @@ class StatusStore:
             a_topic, a_partition = after
             stmt = stmt.where(or_(order_topic > a_topic, and_(order_topic == a_topic, order_partition >= a_partition)))
         stmt = stmt.order_by(order_topic, order_partition).limit(limit + 1)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(stmt).all()
-        nxt = (rows[limit][1], rows[limit][2]) if len(rows) > limit else None
-        return [_loads(row[0]) for row in rows[:limit]], nxt
+            store_view = self._store_view(conn)
+        nxt = (rows[limit][0], rows[limit][2]) if len(rows) > limit else None
+        return [store_view.document(*row) for row in rows[:limit]], nxt
 
     def recommendations(
         self, *, after: tuple[int, str, int] | None = None, limit: int = 100
     ) -> tuple[list[dict[str, Any]], tuple[int, str, int] | None]:
         """Partitions that need an operator, most severe status first, then by (topic, partition)."""
         p = partitions_t
-        stmt = select(p.c.doc, p.c.severity, p.c.topic, p.c.partition_id).where(p.c.needs_action.is_(True))
+        stmt = select(*_DOC_COLUMNS, p.c.severity).where(p.c.needs_action.is_(True))
         if after is not None:
             sev, a_topic, a_partition = after
             stmt = stmt.where(
@@ -960,10 +1047,11 @@ class StatusStore:
                 )
             )
         stmt = stmt.order_by(p.c.severity, p.c.topic, p.c.partition_id).limit(limit + 1)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(stmt).all()
-        nxt = (rows[limit][1], rows[limit][2], rows[limit][3]) if len(rows) > limit else None
-        return [_loads(row[0]) for row in rows[:limit]], nxt
+            store_view = self._store_view(conn)
+        nxt = (rows[limit][5], rows[limit][0], rows[limit][2]) if len(rows) > limit else None
+        return [store_view.document(*row[:5]) for row in rows[:limit]], nxt
 
     def count_needing_action(self) -> int:
         """How many partitions need an operator (index-only count)."""
@@ -1000,6 +1088,17 @@ class StatusStore:
         """Broker documents, by id."""
         with self.engine.connect() as conn:
             return [_loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
+
+
+#: The columns a partition's document is rebuilt from (``StoreView.document``'s arguments, in order).
+_DOC_COLUMNS = (
+    partitions_t.c.topic,
+    partitions_t.c.topic_id,
+    partitions_t.c.partition_id,
+    partitions_t.c.effective_min_isr,
+    partitions_t.c.state,
+)
+_DOC_SQL = f"SELECT {', '.join(c.name for c in _DOC_COLUMNS)} FROM {partitions_t.name}"
 
 
 def _gauge_value(value: float) -> int | float:

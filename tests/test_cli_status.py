@@ -157,7 +157,7 @@ def test_status_with_a_store_option_that_is_not_a_url_fails_in_one_line() -> Non
 
 @pytest.mark.parametrize(
     ("content", "reason"),
-    [(b"hello\n", "file is not a database"), (b"", "no such table: partitions")],
+    [(b"hello\n", "file is not a database"), (b"", "no such table: meta")],
     ids=["not-a-database", "no-schema"],
 )
 def test_status_of_a_file_that_is_not_a_store_fails_in_one_line(tmp_path: Path, content: bytes, reason: str) -> None:

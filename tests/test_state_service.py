@@ -10,7 +10,6 @@ import time
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 
-import orjson
 import pytest
 from test_streaming_unit import _routed
 
@@ -18,7 +17,6 @@ from elrwatch.streaming import job
 from elrwatch.streaming.eventgen import scenario
 from elrwatch.streaming.route import group_keys, lane_of, spark_hash_int
 from elrwatch.streaming.state_service import StateService, last_row_path
-from elrwatch.streaming.store import PARTITION_COLUMNS
 
 # hash(cast(id as int)) from Spark 4 (`spark.range(-3, 5).selectExpr("hash(cast(id as int))")`)
 SPARK_HASHES = {
@@ -60,7 +58,7 @@ def _batches(buckets: int, size: int = 15):
 
 def _payload(bodies: list[bytes]) -> tuple[dict, str]:
     (head,), chunks = job.decode_payloads(list(bodies))
-    head["partitions"] = [orjson.loads(r[PARTITION_COLUMNS.index("doc")]) for r in job.iter_partition_rows(chunks)]
+    head["partitions"] = [{"topicId": r[0], "partitionId": r[1], "row": r} for r in job.iter_partition_rows(chunks)]
     timing = head.pop("timing")
     for key in ("partitions", "transitions", "violations"):
         head[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))
@@ -69,7 +67,7 @@ def _payload(bodies: list[bytes]) -> tuple[dict, str]:
 
 @pytest.fixture
 def settings(tmp_path):
-    return job.StateSettings(3, advice=True, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
+    return job.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
 
 
 def _service(settings, lanes=2):

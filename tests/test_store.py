@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from elrwatch.streaming.store import WAL_SIZE_LIMIT, StatusStore, mask_url
+from elrwatch.streaming.store import STORE_SCHEMA, WAL_SIZE_LIMIT, StatusStore, StoreSchemaError, mask_url
 
 DATA = Path(__file__).parent / "data" / "report_small.json"
 
@@ -248,7 +248,13 @@ def test_write_batch_replaces_removes_and_records_history(store: StatusStore) ->
     out = store.read_document()
     keys = [_key(x) for x in out["partitions"]]
     assert ("orders", 2) not in keys and len(keys) == len(doc["partitions"]) - 1
-    assert store.get_partition("orders", 1) == p
+    # The advice is rebuilt from the written state: ISR back at min ISR, nothing left to restore.
+    assert before["recommendation"]["action"] == "restore_replicas"
+    written = store.get_partition("orders", 1)
+    assert written is not None and written["recommendation"]["action"] == "none"
+    assert "acks=all writes fail" not in written["outlook"]["summary"]
+    p.update(outlook=written["outlook"], recommendation=written["recommendation"])
+    assert written == p
     assert json.loads(store.get_partition_json("orders", 1)) == p  # the cached reader sees the new batch
     assert store.get_partition_json("orders", 2) is None
     assert store.get_partition("orders", 2) is None
@@ -456,3 +462,19 @@ def test_concurrent_writers_of_one_batch_apply_it_once(store: StatusStore) -> No
     assert sorted(results) == [False, False, False, True]
     assert len(store.history(p["topic"], p["partitionId"])) == 1
     assert store.read_document() == doc
+
+
+def test_the_store_records_its_layout_and_refuses_another(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = StatusStore(url)
+    store.create_schema()
+    store.create_schema()  # idempotent
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar() == str(
+            STORE_SCHEMA
+        )
+        conn.exec_driver_sql("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        conn.commit()
+    with pytest.raises(StoreSchemaError, match="has table layout 3, this elrwatch uses 2"):
+        store.create_schema()
+    store.dispose()

@@ -14,6 +14,7 @@ from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.replay import replay_lines
 from elrwatch.streaming import job
 from elrwatch.streaming.eventgen import scenario
+from elrwatch.streaming.store import StatusStore
 
 
 def _batch(lines: list[str]) -> pa.RecordBatch:
@@ -31,7 +32,7 @@ def _batch(lines: list[str]) -> pa.RecordBatch:
 
 
 @pytest.mark.parametrize("buckets", [1, 3])
-def test_buckets_aggregate_to_the_replay_document(buckets):
+def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=60)]
     lines.insert(5, "not json")
     lines.insert(50, lines[40])  # a duplicate
@@ -42,14 +43,20 @@ def test_buckets_aggregate_to_the_replay_document(buckets):
     for b in range(buckets):  # two micro-batches per bucket, the state going through its blob in between
         part = routed[routed.bucket == b]
         half = len(part) // 2
-        payloads.append(job.process_bucket(b, buckets, job._ordered_rows(part.iloc[:half]), states[b], True))
+        payloads.append(job.process_bucket(b, buckets, job._ordered_rows(part.iloc[:half]), states[b]))
         states[b] = job.BucketState.from_blob(states[b].to_blob())
-        payloads.append(job.process_bucket(b, buckets, job._ordered_rows(part.iloc[half:]), states[b], True))
+        payloads.append(job.process_bucket(b, buckets, job._ordered_rows(part.iloc[half:]), states[b]))
     aggregator = job.Aggregator(buckets)
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
     oracle = replay_lines(lines, "ev").document()
-    docs = {(d["topicId"], d["partitionId"]): d for d in first["partitions"] + second["partitions"]}
+    # the buckets emit store rows; the store rebuilds the documents (and their advice) from them
+    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    for batch_id, args in enumerate((first, second)):
+        store.write_batch(batch_id, **{**args, "partitions": (), "partition_rows": args["partitions"]})
+    docs = {(d["topicId"], d["partitionId"]): d for d in store.read_document()["partitions"]}
+    store.dispose()
     strip = lambda d: {k: v for k, v in d.items() if k != "lastPosition"}  # noqa: E731
     assert [strip(docs[(p["topicId"], p["partitionId"])]) for p in oracle["partitions"]] == [
         strip(p) for p in oracle["partitions"]
@@ -71,7 +78,7 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=20)]
     routed = pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), 1))).to_pandas()
     state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state, True)
+    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
     bodies = job.encode_payload(payload)
     aggregator = job.Aggregator(1)
     health = Health(aggregator)
@@ -140,6 +147,43 @@ def test_fresh_checkpoint_with_a_used_store_is_refused(tmp_path):
     assert "already holds batches of another run" in done.stderr.splitlines()[-1]
 
 
+def test_a_store_of_the_old_layout_is_refused_in_one_line(tmp_path):
+    """A store written before partitions were kept in their compact form (a ``doc`` column of whole documents)
+    is refused with what to do, not read as if it were the new layout."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    database = tmp_path / "old.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("CREATE TABLE partitions (topic_id TEXT, partition_id INTEGER, topic TEXT, doc TEXT)")
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('last_batch_id', '7')")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "elrwatch.cli",
+            "stream",
+            "--source",
+            "files",
+            "--path",
+            str(tmp_path),
+            "--store",
+            f"sqlite:///{database}",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("elrwatch: error: the status store sqlite:///") and "has table layout 1" in last
+    assert "new database" in last and "new --checkpoint" in last
+
+
 # --------------------------------------------------------------------------- snapshot mode (snapshot file + delta)
 
 
@@ -167,14 +211,10 @@ def _routed(lines: list[str], buckets: int):
 
 def _payload(frame) -> dict:
     """The bucket's output rows as one payload: the head + the documents of its partition-row chunks."""
-    import orjson
-
-    from elrwatch.streaming.store import PARTITION_COLUMNS
-
     (head,), chunks = job.decode_payloads(list(frame["payload"]))
     rows = list(job.iter_partition_rows(chunks))
     assert len(rows) == head.pop("partitionCount")
-    head["partitions"] = [orjson.loads(r[PARTITION_COLUMNS.index("doc")]) for r in rows]
+    head["partitions"] = [{"topicId": r[0], "partitionId": r[1], "row": r} for r in rows]
     return head
 
 
@@ -206,7 +246,7 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines.insert(9, "not json")
     lines.insert(60, lines[44])  # a duplicate
     routed = _routed(lines, 2)
-    fn = job.make_state_function(job.StateSettings(2, 1, True, True, "snapshot", str(tmp_path), delta_max_records=40))
+    fn = job.make_state_function(job.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40))
     snapshots = job.SnapshotDir(str(tmp_path))
     for b in range(2):
         part = routed[routed.bucket == b]
@@ -231,7 +271,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     outputs = {}
     loads = []
     for mode in ("blob", "snapshot"):
-        fn = job.make_state_function(job.StateSettings(3, 1, True, True, mode, str(tmp_path / mode), delta_max_records=60))
+        fn = job.make_state_function(job.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60))
         workers = [{}, {}]
         got = []
         for b in range(3):
@@ -256,7 +296,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
 def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=40, churn=200, seed=2)]
     routed = _routed(lines, 1)
-    fn = job.make_state_function(job.StateSettings(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=20))
+    fn = job.make_state_function(job.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=20))
     state = _State()
     referenced = []
     for i in range(0, len(routed), 15):
@@ -285,7 +325,7 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
-    fn = job.make_state_function(job.StateSettings(1, 1, False, True, "snapshot", str(tmp_path), delta_max_records=10))
+    fn = job.make_state_function(job.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10))
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
@@ -364,7 +404,7 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=90, seed=6)]
     part = _routed(lines, 1)
     fns = {
-        m: job.make_state_function(job.StateSettings(1, 1, True, True, m, str(tmp_path), delta_max_records=25)) for m in job.STATE_MODES
+        m: job.make_state_function(job.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)) for m in job.STATE_MODES
     }
     got = {}
     for plan in (["snapshot", "blob", "snapshot"], ["blob", "blob", "blob"]):
