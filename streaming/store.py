@@ -98,9 +98,35 @@ partitions_t = Table(
     Column("state", Text, nullable=False),
     Index("ix_partitions_topic_partition", "topic", "partition_id", unique=True),
     Index("ix_partitions_status", "status", "topic", "partition_id"),
-    Index("ix_partitions_under_min_isr", "under_min_isr", "topic", "partition_id"),
-    Index("ix_partitions_leaderless", "leaderless", "topic", "partition_id"),
-    Index("ix_partitions_action", "needs_action", "severity", "topic", "partition_id"),
+)
+# Partial indexes: only the partitions under min ISR / leaderless / needing an operator are in them, so the
+# update of a partition that is none of these (most of a broker-failure storm: UNDER_REPLICATED, AT_MIN_ISR)
+# does not touch them. A 100k-row storm upsert into 1M rows: 2.2-2.8 s instead of 4.0-4.6 s (bench, session 8).
+# The API's filters use the same `IS true` expressions, which is what lets SQLite and PostgreSQL use them.
+UNDER_MIN_ISR_TRUE = partitions_t.c.under_min_isr.is_(True)
+LEADERLESS_TRUE = partitions_t.c.leaderless.is_(True)
+NEEDS_ACTION_TRUE = partitions_t.c.needs_action.is_(True)
+Index(
+    "ix_partitions_under_min_isr",
+    partitions_t.c.topic,
+    partitions_t.c.partition_id,
+    sqlite_where=UNDER_MIN_ISR_TRUE,
+    postgresql_where=UNDER_MIN_ISR_TRUE,
+)
+Index(
+    "ix_partitions_leaderless",
+    partitions_t.c.topic,
+    partitions_t.c.partition_id,
+    sqlite_where=LEADERLESS_TRUE,
+    postgresql_where=LEADERLESS_TRUE,
+)
+Index(
+    "ix_partitions_action",
+    partitions_t.c.severity,
+    partitions_t.c.topic,
+    partitions_t.c.partition_id,
+    sqlite_where=NEEDS_ACTION_TRUE,
+    postgresql_where=NEEDS_ACTION_TRUE,
 )
 
 partition_replicas_t = Table(
@@ -1017,10 +1043,10 @@ class StatusStore:
             stmt = stmt.where(p.c.status.in_(list(status)) if len(status) > 1 else p.c.status == status[0])
         if topic is not None:
             stmt = stmt.where(order_topic == topic)
-        if under_min_isr is not None:
-            stmt = stmt.where(p.c.under_min_isr == under_min_isr)
+        if under_min_isr is not None:  # true: the partial index; false: most partitions, in (topic, partition) order
+            stmt = stmt.where(UNDER_MIN_ISR_TRUE if under_min_isr else p.c.under_min_isr.is_(False))
         if leaderless is not None:
-            stmt = stmt.where(p.c.leaderless == leaderless)
+            stmt = stmt.where(LEADERLESS_TRUE if leaderless else p.c.leaderless.is_(False))
         if after is not None:
             a_topic, a_partition = after
             stmt = stmt.where(or_(order_topic > a_topic, and_(order_topic == a_topic, order_partition >= a_partition)))
@@ -1036,7 +1062,7 @@ class StatusStore:
     ) -> tuple[list[dict[str, Any]], tuple[int, str, int] | None]:
         """Partitions that need an operator, most severe status first, then by (topic, partition)."""
         p = partitions_t
-        stmt = select(*_DOC_COLUMNS, p.c.severity).where(p.c.needs_action.is_(True))
+        stmt = select(*_DOC_COLUMNS, p.c.severity).where(NEEDS_ACTION_TRUE)
         if after is not None:
             sev, a_topic, a_partition = after
             stmt = stmt.where(
@@ -1058,7 +1084,7 @@ class StatusStore:
         with self.engine.connect() as conn:
             return int(
                 conn.execute(
-                    select(func.count()).select_from(partitions_t).where(partitions_t.c.needs_action.is_(True))
+                    select(func.count()).select_from(partitions_t).where(NEEDS_ACTION_TRUE)
                 ).scalar()
                 or 0
             )

@@ -478,3 +478,32 @@ def test_the_store_records_its_layout_and_refuses_another(tmp_path: Path) -> Non
     with pytest.raises(StoreSchemaError, match="has table layout 3, this elrwatch uses 2"):
         store.create_schema()
     store.dispose()
+
+
+def test_the_api_filters_read_the_partial_indexes(tmp_path: Path) -> None:
+    """Only the partitions under min ISR / leaderless / needing an operator are in these indexes (a storm's
+    updates of the other partitions skip them); the API's filters must still be answered from them."""
+    from sqlalchemy import select
+    from sqlalchemy.dialects import sqlite
+
+    from elrwatch.streaming import store as S
+
+    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
+    store.load_document(small_doc())
+    p = S.partitions_t
+    queries = {
+        "ix_partitions_under_min_isr": select(p.c.topic).where(S.UNDER_MIN_ISR_TRUE).order_by(p.c.topic),
+        "ix_partitions_leaderless": select(p.c.topic).where(S.LEADERLESS_TRUE).order_by(p.c.topic),
+        "ix_partitions_action": select(p.c.topic).where(S.NEEDS_ACTION_TRUE).order_by(p.c.severity, p.c.topic),
+    }
+    with store.engine.connect() as conn:
+        for index, query in queries.items():
+            sql = str(query.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
+            plan = " ".join(row[-1] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
+            assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan
+    under, _ = store.list_partitions(under_min_isr=True, limit=1000)
+    everything = store.read_document()["partitions"]
+    assert under == [d for d in everything if d["underMinIsr"]] and under
+    not_under, _ = store.list_partitions(under_min_isr=False, limit=1000)
+    assert not_under == [d for d in everything if not d["underMinIsr"]]
+    store.dispose()
