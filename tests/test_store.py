@@ -507,3 +507,34 @@ def test_the_api_filters_read_the_partial_indexes(tmp_path: Path) -> None:
     not_under, _ = store.list_partitions(under_min_isr=False, limit=1000)
     assert not_under == [d for d in everything if not d["underMinIsr"]]
     store.dispose()
+
+
+def test_replica_rows_follow_a_reassignment_and_nothing_else(store: StatusStore) -> None:
+    """The broker filter's rows follow `replicas` + `addingReplicas` when they change (SQLite: triggers on
+    `replica_brokers`; PostgreSQL: rewritten with the row), and are left alone by updates that keep them."""
+    doc = small_doc()
+    store.load_document(doc, batch_id=1)
+    p = copy.deepcopy(next(x for x in doc["partitions"] if _key(x) == ("orders", 0)))
+
+    def on_broker(broker: int) -> set[tuple[str, int]]:
+        items, _ = store.list_partitions(broker=broker, limit=1000)
+        return {_key(x) for x in items}
+
+    before = {b: on_broker(b) for b in range(5)}
+    assert ("orders", 0) in before[0] and ("orders", 0) not in before[4]
+    p.update(isr=p["replicas"][:1], partitionEpoch=p["partitionEpoch"] + 1)  # the same replicas: no change
+    assert store.write_batch(2, partitions=[p])
+    assert {b: on_broker(b) for b in range(5)} == before
+    old = set(p["replicas"])
+    p.update(replicas=[*p["replicas"][1:], 4], addingReplicas=[4], partitionEpoch=p["partitionEpoch"] + 1)
+    assert store.write_batch(3, partitions=[p])
+    after = {b: on_broker(b) for b in range(5)}
+    for broker in range(5):
+        expected = set(before[broker])
+        if broker in old and broker not in p["replicas"]:
+            expected.discard(("orders", 0))
+        if broker in p["replicas"]:
+            expected.add(("orders", 0))
+        assert after[broker] == expected, broker
+    assert store.write_batch(4, removed=[(p["topicId"], p["partitionId"])])
+    assert all(("orders", 0) not in on_broker(b) for b in range(5))
