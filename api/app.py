@@ -280,8 +280,11 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
         return {"items": items, "nextCursor": encode_cursor(nxt) if nxt else None, "limit": limit}
 
     async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-        """Store reads run in the threadpool: the store rebuilds a document and its advice on read, and after
-        each batch reloads the brokers and topics it rebuilds them with; none of it may block the event loop."""
+        """Point reads on SQLite run inline (≈ 0.1 ms with the document and advice rebuilt; after a batch the
+        store reloads only the brokers, the cluster and the one topic: cheaper than a thread hop); PostgreSQL
+        in the threadpool."""
+        if store.is_sqlite:
+            return fn(*args)
         return await run_in_threadpool(fn, *args)
 
     def _not_found(topic: str, partition: int) -> ApiError:

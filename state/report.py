@@ -205,17 +205,21 @@ class StoreView:
         """From the report document's ``brokers``, ``cluster`` and ``topics`` (as the store holds them)."""
         cluster = cluster or {}
         unclean = str((cluster.get("configs") or {}).get("unclean.leader.election.enable", "")).strip().lower()
-        return cls(
+        store_view = cls(
             brokers={int(b["brokerId"]): broker_from_doc(b) for b in brokers},
             elr_enabled=bool(cluster.get("elrEnabled", False)),
             metadata_version=cluster.get("metadataVersion"),
-            unclean_by_topic={
-                t["topic"]: bool(t["uncleanLeaderElectionEnable"])
-                for t in topics
-                if t.get("uncleanLeaderElectionEnable") is not None
-            },
             cluster_unclean=unclean == "true",
         )
+        store_view.learn_topics(topics)
+        return store_view
+
+    def learn_topics(self, topics: list[Mapping[str, Any]]) -> None:
+        """Take the resolved unclean.leader.election.enable of these topic documents (a reader may load the
+        topics it needs one at a time)."""
+        for t in topics:
+            if t.get("uncleanLeaderElectionEnable") is not None:
+                self.unclean_by_topic[t["topic"]] = bool(t["uncleanLeaderElectionEnable"])
 
     def is_active(self, broker_id: int) -> bool:
         """Registered, not fenced, not in controlled shutdown."""

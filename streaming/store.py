@@ -221,6 +221,7 @@ COUNTS = "counts"
 QUARANTINE_SUMMARY = "quarantined"
 GENERATION = "generation"  # changes with every write: readers' cached StoreView is valid while it is the same
 SCHEMA_VERSION = "schema_version"
+ALL_TOPICS = "\x00all"  # in a cached StoreView's loaded topics: every topic's settings are loaded
 
 #: 2: partitions keep their compact stored form (``state``), documents are rebuilt on read. 1 (no
 #: ``schema_version`` row; a ``doc`` column): whole documents, written by elrwatch before session 8.
@@ -554,7 +555,7 @@ class StatusStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
-        self._view: tuple[Any, StoreView] | None = None  # (generation, view) of the last read
+        self._view: tuple[Any, StoreView, set[str]] | None = None  # (generation, view, topics it knows)
 
     def __repr__(self) -> str:
         return f"StatusStore({self.masked_url})"
@@ -852,27 +853,37 @@ class StatusStore:
             with conn.begin():
                 yield conn
 
-    def _store_view(self, conn: Connection | sqlite3.Connection) -> StoreView:
-        """The StoreView of the store's current batch (cached until a write changes the generation)."""
+    def _store_view(self, conn: Connection | sqlite3.Connection, topic: str | None = None) -> StoreView:
+        """The StoreView of the store's current batch, cached until a write changes the generation. With
+        ``topic`` (a point read) only that topic's document is read, not all of them: a point read that follows
+        a batch stays cheap on a cluster with many topics."""
 
         def rows(sql: str, *params: Any) -> list[Any]:
             if isinstance(conn, sqlite3.Connection):
                 return conn.execute(sql, params).fetchall()
             return conn.exec_driver_sql(sql, params).all() if params else conn.exec_driver_sql(sql).all()
 
-        meta_sql = f"SELECT value FROM {meta_t.name} WHERE {meta_t.c.key.name} = " + (
-            "?" if self.is_sqlite else "%s"
-        )
+        mark = "?" if self.is_sqlite else "%s"
+        meta_sql = f"SELECT value FROM {meta_t.name} WHERE {meta_t.c.key.name} = {mark}"
         found = rows(meta_sql, GENERATION)
         generation = found[0][0] if found else None
         cached = self._view
-        if cached is not None and generation is not None and cached[0] == generation:
-            return cached[1]
-        brokers = [_loads(d) for (d,) in rows(f"SELECT doc FROM {brokers_t.name}")]
-        topics = [_loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name}")]
-        cluster_text = rows(meta_sql, CLUSTER)
-        store_view = StoreView.from_docs(brokers, _loads(cluster_text[0][0]) if cluster_text else {}, topics)
-        self._view = (generation, store_view)
+        if cached is None or generation is None or cached[0] != generation:
+            brokers = [_loads(d) for (d,) in rows(f"SELECT doc FROM {brokers_t.name}")]
+            cluster_text = rows(meta_sql, CLUSTER)
+            fresh = StoreView.from_docs(brokers, _loads(cluster_text[0][0]) if cluster_text else {}, [])
+            cached = self._view = (generation, fresh, set())
+        _generation, store_view, loaded = cached
+        if ALL_TOPICS in loaded or (topic is not None and topic in loaded):
+            return store_view
+        if topic is None:
+            store_view.learn_topics([_loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name}")])
+            loaded.add(ALL_TOPICS)
+        else:
+            store_view.learn_topics(
+                [_loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name} WHERE topic = {mark}", topic)]
+            )
+            loaded.add(topic)
         return store_view
 
     # ------------------------------------------------------------------ document
@@ -996,14 +1007,14 @@ class StatusStore:
                 row = conn.execute(f"{_DOC_SQL} WHERE topic = ? AND partition_id = ?", (topic, partition_id)).fetchone()
                 if row is None:
                     return None
-                return self._store_view(conn).document(*row)
+                return self._store_view(conn, topic).document(*row)
             finally:
                 conn.execute("COMMIT")
         with self._reading() as conn:
             row = conn.execute(
                 select(*_DOC_COLUMNS).where(partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id)
             ).first()
-            return None if row is None else self._store_view(conn).document(*row)
+            return None if row is None else self._store_view(conn, topic).document(*row)
 
     def partitions_on_brokers(self, broker_ids: Sequence[int]) -> list[dict[str, Any]]:
         """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition)."""

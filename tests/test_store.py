@@ -538,3 +538,25 @@ def test_replica_rows_follow_a_reassignment_and_nothing_else(store: StatusStore)
         assert after[broker] == expected, broker
     assert store.write_batch(4, removed=[(p["topicId"], p["partitionId"])])
     assert all(("orders", 0) not in on_broker(b) for b in range(5))
+
+
+def test_a_point_read_rebuilds_the_advice_with_the_topic_settings_of_the_latest_batch(store: StatusStore) -> None:
+    """Documents are rebuilt on read with the brokers and topic settings of the same batch: a batch that turns on
+    unclean.leader.election.enable for a topic changes the strategy of its partitions' next reads."""
+    doc = small_doc()
+    store.load_document(doc, batch_id=1)
+    topic = next(t for t in doc["topics"] if t["topic"] == "payments")
+    assert not topic.get("uncleanLeaderElectionEnable")
+    before = store.get_partition("payments", 0)
+    assert before is not None and before["recommendation"]["strategy"] == "Balanced"
+    store.list_partitions(limit=5)  # a multi-row read loads every topic's settings into the cached view
+    changed = {**topic, "configs": {**topic.get("configs", {}), "unclean.leader.election.enable": "true"}}
+    changed["uncleanLeaderElectionEnable"] = True
+    assert store.write_batch(2, topics=[changed])
+    after = store.get_partition("payments", 0)
+    assert after is not None and after["recommendation"]["strategy"] == "Aggressive"
+    assert json.loads(store.get_partition_json("payments", 0))["recommendation"]["strategy"] == "Aggressive"
+    items, _ = store.list_partitions(topic="payments", limit=10)
+    assert {p["recommendation"]["strategy"] for p in items} == {"Aggressive"}
+    other = store.get_partition("orders", 0)
+    assert other is not None and other["recommendation"]["strategy"] == "Balanced"
