@@ -16,7 +16,14 @@ import orjson
 
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.gauges import PipelineCounts, all_gauges
-from elrwatch.state.model import BrokerState, PartitionState, TopicState
+from elrwatch.state.model import (
+    LEADER_CHANGE_NONE,
+    LRS_RECOVERED,
+    NO_LEADER,
+    BrokerState,
+    PartitionState,
+    TopicState,
+)
 from elrwatch.state.records import RecordError
 from elrwatch.state.status import view
 
@@ -121,16 +128,16 @@ _STORED_DOC_KEYS: tuple[tuple[str, Any], ...] = (
     ("isr", []),
     ("elr", []),
     ("lastKnownElr", []),
-    ("leader", -1),
+    ("leader", NO_LEADER),
     ("leaderEpoch", 0),
     ("partitionEpoch", 0),
-    ("leaderRecoveryState", 0),
+    ("leaderRecoveryState", LRS_RECOVERED),
     ("addingReplicas", []),
     ("removingReplicas", []),
     ("status", ""),
     ("statusSinceMs", None),
     ("statusSinceOffset", None),
-    ("lastLeaderChange", "none"),
+    ("lastLeaderChange", LEADER_CHANGE_NONE),
     ("lastPosition", None),
     ("lastOffset", None),
     ("lastTimestampMs", None),

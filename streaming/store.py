@@ -324,10 +324,6 @@ def partition_store_row(doc: Mapping[str, Any]) -> list[Any]:
     return partition_state_row(doc["topic"], partition, 1 if min_isr is None else int(min_isr), stored_from_doc(doc))
 
 
-def _partition_row(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(zip(PARTITION_COLUMNS, partition_store_row(doc), strict=False))
-
-
 def _broker_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {"broker_id": int(doc["brokerId"]), "state": str(doc.get("state", "")), "doc": _dumps(doc)}
 
@@ -441,6 +437,7 @@ _SQLITE_REPLICA_TRIGGERS = (
         "AND r.partition_id = new.partition_id); END"
     ),
 )
+
 
 def _key_of(item: Any) -> tuple[str, int]:
     """(topicId, partitionId) from a tuple or from a dict with those keys."""
