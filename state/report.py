@@ -20,6 +20,7 @@ from elrwatch.state.model import (
     LEADER_CHANGE_NONE,
     LRS_RECOVERED,
     NO_LEADER,
+    PARTITION_FIELDS,
     BrokerState,
     PartitionState,
     TopicState,
@@ -103,25 +104,7 @@ def _document(
 #: info (ReplicaLogInfo records; usually null). About 100 bytes instead of the ~1 KB document: the store
 #: rebuilds the document, the electable sets and the advice when the partition is read (StoreView), so the
 #: streaming job writes a storm's 100k partitions without building their documents.
-STORED_FIELDS: tuple[str, ...] = (
-    "replicas",
-    "isr",
-    "elr",
-    "last_known_elr",
-    "leader",
-    "leader_epoch",
-    "partition_epoch",
-    "leader_recovery_state",
-    "adding_replicas",
-    "removing_replicas",
-    "status",
-    "status_since_ms",
-    "status_since_offset",
-    "last_leader_change",
-    "last_position",
-    "last_offset",
-    "last_timestamp_ms",
-)
+STORED_FIELDS: tuple[str, ...] = PARTITION_FIELDS[PARTITION_FIELDS.index("replicas") : PARTITION_FIELDS.index("flags")]
 #: The document keys of STORED_FIELDS, in the same order (stored_from_doc).
 _STORED_DOC_KEYS: tuple[tuple[str, Any], ...] = (
     ("replicas", []),

@@ -347,3 +347,21 @@ def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
         else:
             new_topic()
     return out
+
+
+def valid_stream(kind: str) -> list[bytes]:
+    """A valid stream: ``random-N`` (random_stream N: deletions, re-creations, ClearElr, configs), ``faults``
+    (the simulator's random faults) or a simulator scenario's name."""
+    import io
+
+    from elrwatch.state.simulator import simulate
+
+    if kind.startswith("random-"):
+        return [text.encode() for text in random_stream(int(kind.removeprefix("random-")), steps=300)]
+    out = io.BytesIO()
+    shape = {"brokers": 6, "topics": 3, "partitions": 8, "replication_factor": 3, "min_isr": 2, "seed": 3}
+    if kind == "faults":
+        simulate(out, **shape, faults=0.5, records=3000)  # type: ignore[arg-type]
+    else:
+        simulate(out, **shape, scenario=kind)  # type: ignore[arg-type]
+    return out.getvalue().splitlines()

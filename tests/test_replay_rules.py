@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import io
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from core_events import (
     topic_min_isr,
     unfence,
     unregister,
+    valid_stream,
 )
 
 from elrwatch.state import report, routing
@@ -36,7 +36,7 @@ from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import partition_gauges, shared_gauges, sum_gauges
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import Replayer
-from elrwatch.state.simulator import SCENARIOS, simulate
+from elrwatch.state.simulator import SCENARIOS
 
 STATUSES = ("MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "LEADERLESS_ELECTING", "UNDER_MIN_ISR",
             "AT_MIN_ISR", "UNDER_REPLICATED", "HEALTHY")
@@ -915,25 +915,11 @@ def test_pickled_field_lists_name_every_field() -> None:
     assert public == set(cluster.PERSISTED_ATTRIBUTES)
 
 
-def _good_stream(kind: str) -> list[bytes]:
-    """A valid stream: core_events' random stream (deletions, re-creations, ClearElr, configs), the simulator's
-    random faults, or one of its scenarios."""
-    if kind.startswith("random-"):
-        return [text.encode() for text in random_stream(int(kind.removeprefix("random-")), steps=300)]
-    out = io.BytesIO()
-    shape = {"brokers": 6, "topics": 3, "partitions": 8, "replication_factor": 3, "min_isr": 2, "seed": 3}
-    if kind == "faults":
-        simulate(out, **shape, faults=0.5, records=3000)  # type: ignore[arg-type]
-    else:
-        simulate(out, **shape, scenario=kind)  # type: ignore[arg-type]
-    return out.getvalue().splitlines()
-
-
 @pytest.mark.parametrize("kind", ["random-1", "random-2", "random-3", "faults", *sorted(SCENARIOS)])
 def test_applying_good_records_makes_no_reference_cycles(kind: str) -> None:
     """`Replayer.feed_lines` freezes the state without a collection when nothing was quarantined: safe only
     because applying good records, draining the changes and building the document never make a reference cycle."""
-    lines = _good_stream(kind)
+    lines = valid_stream(kind)
     gc.collect()
     gc.disable()
     try:

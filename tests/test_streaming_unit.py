@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import subprocess
+import sys
 import time
 
 import pyarrow as pa
@@ -73,7 +76,6 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     """Alerts read /metrics: a batch's gauges are served once its buckets are merged, not after the store write
     (seconds for a storm's documents); the batch's health metrics follow the write."""
     from elrwatch.streaming.metrics import Health
-    from elrwatch.streaming.store import StatusStore
 
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=20)]
     routed = pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), 1))).to_pandas()
@@ -113,36 +115,24 @@ def test_trigger_parsing():
     assert job.parse_trigger("10 seconds") == "10 seconds"
 
 
+def _stream_files_job(directory, store_url: str, checkpoint) -> subprocess.CompletedProcess:
+    """`elrwatch stream --source files` over ``directory`` (for the errors it stops with before Spark starts)."""
+    command = ["stream", "--source", "files", "--path", str(directory), "--store", store_url]
+    return subprocess.run(
+        [sys.executable, "-m", "elrwatch.cli", *command, "--checkpoint", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_fresh_checkpoint_with_a_used_store_is_refused(tmp_path):
-    import subprocess
-    import sys
-
-    from elrwatch.streaming.store import StatusStore
-
     url = f"sqlite:///{tmp_path}/s.db"
     store = StatusStore(url)
     store.create_schema()
     store.write_batch(0, gauges={"elrwatch_partition_count": 0})
     store.dispose()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "elrwatch.cli",
-            "stream",
-            "--source",
-            "files",
-            "--path",
-            str(tmp_path),
-            "--store",
-            url,
-            "--checkpoint",
-            str(tmp_path / "new-ck"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _stream_files_job(tmp_path, url, tmp_path / "new-ck")
     assert done.returncode == 1
     assert "already holds batches of another run" in done.stderr.splitlines()[-1]
 
@@ -150,34 +140,12 @@ def test_fresh_checkpoint_with_a_used_store_is_refused(tmp_path):
 def test_a_store_of_the_old_layout_is_refused_in_one_line(tmp_path):
     """A store written before partitions were kept in their compact form (a ``doc`` column of whole documents)
     is refused with what to do, not read as if it were the new layout."""
-    import sqlite3
-    import subprocess
-    import sys
-
     database = tmp_path / "old.db"
     with sqlite3.connect(database) as conn:
         conn.execute("CREATE TABLE partitions (topic_id TEXT, partition_id INTEGER, topic TEXT, doc TEXT)")
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
         conn.execute("INSERT INTO meta VALUES ('last_batch_id', '7')")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "elrwatch.cli",
-            "stream",
-            "--source",
-            "files",
-            "--path",
-            str(tmp_path),
-            "--store",
-            f"sqlite:///{database}",
-            "--checkpoint",
-            str(tmp_path / "ck"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _stream_files_job(tmp_path, f"sqlite:///{database}", tmp_path / "ck")
     assert done.returncode == 1, done.stderr
     last = done.stderr.splitlines()[-1]
     assert last.startswith("elrwatch: error: the status store sqlite:///") and "has table layout 1" in last
