@@ -108,28 +108,12 @@ partitions_t = Table(
 UNDER_MIN_ISR_TRUE = partitions_t.c.under_min_isr.is_(True)
 LEADERLESS_TRUE = partitions_t.c.leaderless.is_(True)
 NEEDS_ACTION_TRUE = partitions_t.c.needs_action.is_(True)
-Index(
-    "ix_partitions_under_min_isr",
-    partitions_t.c.topic,
-    partitions_t.c.partition_id,
-    sqlite_where=UNDER_MIN_ISR_TRUE,
-    postgresql_where=UNDER_MIN_ISR_TRUE,
-)
-Index(
-    "ix_partitions_leaderless",
-    partitions_t.c.topic,
-    partitions_t.c.partition_id,
-    sqlite_where=LEADERLESS_TRUE,
-    postgresql_where=LEADERLESS_TRUE,
-)
-Index(
-    "ix_partitions_action",
-    partitions_t.c.severity,
-    partitions_t.c.topic,
-    partitions_t.c.partition_id,
-    sqlite_where=NEEDS_ACTION_TRUE,
-    postgresql_where=NEEDS_ACTION_TRUE,
-)
+for _name, _where, _columns in (
+    ("ix_partitions_under_min_isr", UNDER_MIN_ISR_TRUE, ("topic", "partition_id")),
+    ("ix_partitions_leaderless", LEADERLESS_TRUE, ("topic", "partition_id")),
+    ("ix_partitions_action", NEEDS_ACTION_TRUE, ("severity", "topic", "partition_id")),
+):
+    Index(_name, *(partitions_t.c[c] for c in _columns), sqlite_where=_where, postgresql_where=_where)
 
 partition_replicas_t = Table(
     "partition_replicas",
@@ -284,8 +268,9 @@ def partition_state_row(
     these in its state servers straight from the partition's state (no document), and the driver passes them
     to ``write_batch(partition_rows=…)`` as they are.
 
-    ``needs_action`` is the status class: a partition needs an operator exactly when its status is one of the
-    first five (the statuses whose recommendation has commands; tests/test_stored_partition.py)."""
+    ``needs_action`` is the status class: a partition needs an operator when its status is one of the first
+    five. Every partition whose recommendation has commands has one of them (tests/test_stored_partition.py),
+    so this equals the former rule (those five, or commands) without computing advice."""
     status = partition.status or "HEALTHY"
     brokers = set(partition.replicas)
     brokers.update(partition.adding_replicas)

@@ -67,8 +67,8 @@ def test_a_document_loaded_into_a_store_rebuilds_itself() -> None:
 
 
 def test_needing_an_operator_is_a_status_class() -> None:
-    """The store's needs_action column is the status alone: exactly the statuses whose recommendation has
-    commands (so it needs no advice when the partition is written)."""
+    """The store's needs_action column is the status alone (one of the first five): every partition whose
+    recommendation has commands has such a status, so it needs no advice when the partition is written."""
     seen: set[tuple[str, bool]] = set()
     for kind in KINDS:
         for partition in _document(replay_lines(valid_stream(kind)).cluster)["partitions"]:
