@@ -515,6 +515,15 @@ def stream(
             "committed row and snapshot; for debugging, much slower).",
         ),
     ] = True,
+    keep_workers_warm: Annotated[
+        bool,
+        _opt(
+            "--keep-workers-warm/--no-keep-workers-warm",
+            "While no batch ran for 25 s, run a tiny Spark job that keeps the Python workers and their imports "
+            "alive (Spark kills a worker idle for a minute): the first batch after a quiet period, usually the "
+            "first of an incident, then takes about 1 s instead of 3-5 s.",
+        ),
+    ] = True,
     state_mode: Annotated[
         str,
         _opt(
@@ -599,6 +608,7 @@ def stream(
         spark_log_level=spark_log_level,
         changelog_checkpointing=changelog_checkpointing,
         state_cache=state_cache,
+        keep_workers_warm=keep_workers_warm,
         state_mode=state_mode,
         state_dir=state_dir,
         state_delta_max_records=state_delta_max_records,

@@ -112,6 +112,7 @@ class JobConfig:
     spark_log_level: str | None = None  # None: FATAL, the job reports a failing batch itself as one line
     changelog_checkpointing: bool = True
     state_cache: bool = True
+    keep_workers_warm: bool = True  # warm.py: keep Python workers alive through idle periods
     state_mode: str = "snapshot"  # snapshot: snapshot files + delta in the state row; blob: whole state in the row
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
@@ -1266,6 +1267,12 @@ def _run_query(
             on_started(query)
         from pyspark.errors import StreamingQueryException
 
+        warmer = None
+        if config.keep_workers_warm and not config.available_now:
+            from elrwatch.streaming.warm import WorkerWarmer
+
+            warmer = WorkerWarmer(spark, {"source": {}, "state": {STATE_POOL_ENV: "state"}})
+
         try:
             while query.isActive and not stop_event.is_set():
                 query.awaitTermination(0.5)
@@ -1274,6 +1281,8 @@ def _run_query(
                 # Polled, not a StreamingQueryListener: PySpark converts each listener event field by field over
                 # py4j (~60 ms of driver CPU per batch, measured); lastProgress is one call returning JSON.
                 health.progress_of(query)
+                if warmer is not None:
+                    warmer.tick(health.batches)
         except KeyboardInterrupt:
             stop_event.set()
         except StreamingQueryException as exc:

@@ -51,6 +51,7 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
         "ELRWATCH_SPARK_LOG_LEVEL": "WARN",
         "ELRWATCH_CHANGELOG_CHECKPOINTING": "false",
         "ELRWATCH_STATE_CACHE": "false",
+        "ELRWATCH_KEEP_WORKERS_WARM": "false",
         "ELRWATCH_BUCKETS": "5",
     }
     args = ["stream", "--source", "files", "--path", "/nonexistent"]
@@ -62,10 +63,11 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert config.spark_log_level == "WARN"
     assert config.changelog_checkpointing is False
     assert config.state_cache is False
+    assert config.keep_workers_warm is False
     assert config.buckets == 5
     # and the defaults when nothing is set
     result = CliRunner().invoke(app, args, env={k: "" for k in env} | {"ELRWATCH_BUCKETS": "2"})
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
-    assert config.changelog_checkpointing is True and config.state_cache is True
+    assert config.changelog_checkpointing is True and config.state_cache is True and config.keep_workers_warm

@@ -1,0 +1,140 @@
+"""Keeping the job's Python workers warm while the stream is idle (streaming/warm.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pytest
+
+from elrwatch.streaming import warm
+from elrwatch.streaming.job import STATE_POOL_ENV
+from elrwatch.streaming.warm import WorkerWarmer
+
+
+class _FakeJob:
+    def __init__(self, spark: _FakeSpark, environment: dict[str, str]) -> None:
+        self.spark = spark
+        self.environment = environment
+
+    def mapInArrow(self, function: Any, schema: str) -> _FakeJob:
+        return self
+
+    def collect(self) -> list[dict[str, int]]:
+        if self.spark.fail:
+            raise RuntimeError("executor lost")
+        self.spark.runs.append(self.environment)
+        return [{"pid": 1}]
+
+
+class _FakeSpark:
+    """What WorkerWarmer uses of a SparkSession: the context's parallelism and environment, range().mapInArrow()."""
+
+    def __init__(self) -> None:
+        self.sparkContext = self
+        self.defaultParallelism = 2
+        self.environment: dict[str, str] = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+        self.runs: list[dict[str, str]] = []
+        self.fail = False
+
+    def range(self, *_args: int) -> _FakeJob:
+        return _FakeJob(self, dict(self.environment))
+
+
+def _warmer(idle_s: float = 25.0) -> tuple[WorkerWarmer, _FakeSpark]:
+    spark = _FakeSpark()
+    return WorkerWarmer(spark, {"source": {}, "state": {STATE_POOL_ENV: "state"}}, idle_s=idle_s), spark
+
+
+def test_each_pool_is_warmed_under_its_own_environment_which_is_then_restored():
+    warmer, spark = _warmer()
+    assert spark.environment == {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+    assert warmer.warm() == {"source": {1}, "state": {1}}
+    assert [STATE_POOL_ENV in run for run in spark.runs] == [False, True]
+
+
+def test_warms_only_after_a_batch_and_an_idle_period(monkeypatch: pytest.MonkeyPatch):
+    now = [1000.0]
+    monkeypatch.setattr(warm.time, "monotonic", lambda: now[0])
+    warmer, spark = _warmer(idle_s=25.0)
+    now[0] += 100
+    assert not warmer.tick(0), "before the first batch the query's start has the cores"
+    assert warmer.tick(1) is False  # a batch completed: activity
+    now[0] += 24
+    assert not warmer.tick(1)
+    now[0] += 2
+    assert warmer.tick(1) and len(spark.runs) == 2
+    now[0] += 10
+    assert not warmer.tick(1), "a warm-up counts as activity"
+    now[0] += 20
+    assert warmer.tick(1) and len(spark.runs) == 4
+    now[0] += 20
+    assert not warmer.tick(2), "a new batch resets the idle time"
+    now[0] += 20
+    assert not warmer.tick(2)
+
+
+def test_a_failing_warm_up_is_logged_once_and_never_raised(monkeypatch, caplog):
+    now = [0.0]
+    monkeypatch.setattr(warm.time, "monotonic", lambda: now[0])
+    warmer, spark = _warmer(idle_s=1.0)
+    warmer.tick(1)
+    spark.fail = True
+    with caplog.at_level(logging.WARNING, logger="elrwatch.stream"):
+        for _ in range(3):
+            now[0] += 2
+            assert warmer.tick(1) is False
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["keeping the Python workers warm failed"]
+    spark.fail = False
+    now[0] += 2
+    assert warmer.tick(1), "it tries again at the next idle period"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_warm_ups_run_in_the_workers_the_job_s_tasks_get():
+    """Against a real local Spark: the default pool's warm-up keeps workers that a function defined in the
+    default environment (what the Python sources' read tasks are) then gets, the state pool's are other ones, and
+    each warmed worker has imported its pool's modules."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("elrwatch-test-warm")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    try:
+        warmer = WorkerWarmer(spark, {"source": {}, "state": {STATE_POOL_ENV: "state"}}, idle_s=0)
+        warmed = warmer.warm()
+        assert warmed["source"] and warmed["state"]
+        assert warmed["source"].isdisjoint(warmed["state"]), "the state function's pool is a separate one"
+
+        def probe(batches: Any, modules: tuple[str, ...]) -> Any:
+            import sys
+
+            import pyarrow as pa
+
+            for _ in batches:
+                pass
+            loaded = all(name in sys.modules for name in modules)
+            yield pa.RecordBatch.from_pydict({"pid": [os.getpid()], "loaded": [loaded]})
+
+        def run_probe(modules: tuple[str, ...]) -> list[Any]:
+            frame = spark.range(0, 1, 1, 1).mapInArrow(lambda b: probe(b, modules), "pid long, loaded boolean")
+            return frame.collect()
+
+        (source_row,) = run_probe(warm.SOURCE_MODULES)
+        env = spark.sparkContext.environment
+        env[STATE_POOL_ENV] = "state"
+        try:
+            (state_row,) = run_probe(warm.STATE_MODULES)
+        finally:
+            env.pop(STATE_POOL_ENV)
+        assert source_row["pid"] in warmed["source"] and source_row["loaded"]
+        assert state_row["pid"] in warmed["state"] and state_row["loaded"]
+        assert warmer.warm()["source"] & warmed["source"], "the next warm-up keeps the same workers"
+    finally:
+        spark.stop()
