@@ -332,6 +332,17 @@ def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
     assert job.state_tasks(job.JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
 
 
+def test_local_workers_run_this_interpreter_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert job.local_worker_python(job.JobConfig(), "local[2]") == sys.executable
+    assert job.local_worker_python(job.JobConfig(), "k8s://https://kubernetes.default.svc") is None
+    assert job.local_worker_python(job.JobConfig(), None) is None  # spark-submit's cluster decides
+    chosen = job.JobConfig(spark_conf={"spark.pyspark.python": "/opt/py/bin/python"})
+    assert job.local_worker_python(chosen, "local[2]") is None
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    assert job.local_worker_python(job.JobConfig(), "local[2]") is None
+
+
 def test_state_servers_by_default_in_local_mode_only(monkeypatch):
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     assert job.use_state_service(job.JobConfig())
