@@ -101,6 +101,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _write_last_row(state_dir: str, bucket: int, token: str, blob: bytes) -> None:
     """The row just returned (a restart hint, not a commit: no fsync; tmp + rename so it is whole or absent)."""
+    os.makedirs(state_dir, exist_ok=True)  # the first snapshot creates it, which may come after many batches
     path = last_row_path(state_dir, bucket)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
@@ -138,6 +139,7 @@ def serve(address: str, key: bytes, settings: StateSettings, lane: int, lanes: i
     import gc
 
     cache: dict[int, tuple[str, BucketState]] = {}
+    hint_warned = False
     with Listener(address, family="AF_UNIX", authkey=key) as listener:
         gc.disable()
         try:
@@ -172,8 +174,12 @@ def serve(address: str, key: bytes, settings: StateSettings, lane: int, lanes: i
                     token = None
                 if token is not None and settings.state_mode == "snapshot" and settings.state_dir:
                     # before the reply: once Spark can commit the row, a restart finds it
-                    with contextlib.suppress(OSError):
+                    try:
                         _write_last_row(settings.state_dir, bucket, token, blob)
+                    except OSError as exc:  # not fatal: a restart then rebuilds the bucket from Spark's row
+                        if not hint_warned:
+                            log.warning("lane %d: cannot write restart hints (%s); restarts will be slower", lane, exc)
+                        hint_warned = True
                 with contextlib.suppress(OSError):
                     conn.send_bytes(reply)
                 del reply

@@ -2,8 +2,8 @@
 
 Spark kills a Python worker that has been idle for one minute (``PythonWorkerFactory``, not configurable). The
 next micro-batch then forks new workers, which import pandas, pyarrow, kafka-python and the core again before
-they read a record: a 10-record batch after a quiet minute took 3.3–5.2 s instead of 1.0–1.5 s (measured,
-100k partitions), and the first batch of an incident is the one an operator waits for.
+they read a record: a 10-record batch after a quiet minute took 3.3–5.2 s instead of 1.0–1.6 s (measured on
+20k and 100k partitions), and the first batch of an incident is the one an operator waits for.
 
 While no batch has completed for ``idle_s`` seconds, the driver runs a tiny Spark job per worker pool (the
 source's and the state function's, `job.STATE_POOL_ENV`) with one task per core: each task takes an idle
@@ -22,8 +22,9 @@ from typing import Any
 log = logging.getLogger("elrwatch.stream")
 
 WARM_SCHEMA = "pid long"
-SPARK_IDLE_WORKER_TIMEOUT_S = 60.0  # PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS in Spark 4.x
-DEFAULT_WARM_AFTER_IDLE_S = 25.0  # twice per Spark's timeout: one late or failed warm-up costs nothing
+# Spark's timeout is 60 s (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS in Spark 4.x): warming twice per timeout,
+# one late or failed warm-up costs nothing.
+DEFAULT_WARM_AFTER_IDLE_S = 25.0
 # What each pool's tasks import before their first record (measured with -X importtime: ≈ 1 s together).
 SOURCE_MODULES = (
     "pyarrow",

@@ -106,6 +106,26 @@ def test_servers_give_what_the_worker_gives_and_a_restart_preloads(settings, tmp
     assert not os.path.exists(service.addresses[0])
 
 
+def test_a_restart_preloads_buckets_that_never_wrote_a_snapshot(tmp_path):
+    """The default state directory (<checkpoint>/bucket-snapshots) exists only once a bucket wrote its first
+    snapshot; a bucket below the snapshot bounds must still leave its restart hint (a 300k-partition restart
+    missed two of four buckets: 3.3 s of rebuild in its first batch)."""
+    settings = job.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path / "not-yet"))
+    keys = group_keys(3, 1)
+    bucket, batches = next(_batches(3))
+    service = _service(settings, lanes=1)
+    try:
+        token, blob, _bodies = service.client().call(bucket, keys[bucket], None, batches[0])
+        assert os.path.exists(last_row_path(settings.state_dir, bucket))
+        assert not [n for n in os.listdir(settings.state_dir) if n.endswith(job.SNAPSHOT_SUFFIX)]
+        service.stop()
+        service = _service(settings, lanes=1)
+        _token, _blob, bodies = service.client().call(bucket, keys[bucket], (token, blob), batches[1])
+        assert _payload(bodies)[1] == "hit"
+    finally:
+        service.stop()
+
+
 def test_an_uncommitted_row_is_not_used_and_a_killed_server_is_restarted(settings):
     keys = group_keys(3, 2)
     service = _service(settings)
