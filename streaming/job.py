@@ -1287,9 +1287,10 @@ def _run_query(
 
         warmer = None
         if config.keep_workers_warm and not config.available_now:
-            from elrwatch.streaming.warm import WorkerWarmer
+            from elrwatch.streaming.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
 
-            warmer = WorkerWarmer(spark, {"source": {}, "state": {STATE_POOL_ENV: "state"}})
+            pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
+            warmer = WorkerWarmer(spark, pools)
 
         try:
             while query.isActive and not stop_event.is_set():

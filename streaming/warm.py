@@ -54,16 +54,20 @@ def warm_worker(batches: Iterator[Any], modules: tuple[str, ...]) -> Iterator[An
 class WorkerWarmer:
     """Runs the warm-up jobs from the driver's loop (`tick`) while the stream is idle."""
 
-    def __init__(self, spark: Any, pools: dict[str, dict[str, str]], idle_s: float = DEFAULT_WARM_AFTER_IDLE_S):
-        """``pools``: name → the environment variables that select the pool (``{}``: the default pool, where the
-        Python sources' read tasks run; otherwise the state function's). A function runs in the pool of the
+    def __init__(
+        self,
+        spark: Any,
+        pools: dict[str, tuple[dict[str, str], tuple[str, ...]]],
+        idle_s: float = DEFAULT_WARM_AFTER_IDLE_S,
+    ):
+        """``pools``: name → (the environment variables that select the pool, ``{}`` for the default one where the
+        Python sources' read tasks run; the modules its tasks import). A function runs in the pool of the
         environment it was defined in, so each pool's job is defined once here, under its variables."""
         self.idle_s = idle_s
         tasks = max(1, int(spark.sparkContext.defaultParallelism))  # one per core: every worker a batch can use
         self.jobs: dict[str, Any] = {}
         env = spark.sparkContext.environment
-        for name, variables in pools.items():
-            modules = STATE_MODULES if variables else SOURCE_MODULES
+        for name, (variables, modules) in pools.items():
             saved = {key: env.get(key) for key in variables}
             env.update(variables)
             try:

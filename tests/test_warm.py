@@ -42,9 +42,12 @@ class _FakeSpark:
         return _FakeJob(self, dict(self.environment))
 
 
+_POOLS = {"source": ({}, warm.SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, warm.STATE_MODULES)}
+
+
 def _warmer(idle_s: float = 25.0) -> tuple[WorkerWarmer, _FakeSpark]:
     spark = _FakeSpark()
-    return WorkerWarmer(spark, {"source": {}, "state": {STATE_POOL_ENV: "state"}}, idle_s=idle_s), spark
+    return WorkerWarmer(spark, _POOLS, idle_s=idle_s), spark
 
 
 def test_each_pool_is_warmed_under_its_own_environment_which_is_then_restored():
@@ -107,7 +110,7 @@ def test_warm_ups_run_in_the_workers_the_job_s_tasks_get():
         .getOrCreate()
     )
     try:
-        warmer = WorkerWarmer(spark, {"source": {}, "state": {STATE_POOL_ENV: "state"}}, idle_s=0)
+        warmer = WorkerWarmer(spark, _POOLS, idle_s=0)
         warmed = warmer.warm()
         assert warmed["source"] and warmed["state"]
         assert warmed["source"].isdisjoint(warmed["state"]), "the state function's pool is a separate one"
