@@ -524,6 +524,15 @@ def stream(
             "first of an incident, then takes about 1 s instead of 3-5 s.",
         ),
     ] = True,
+    jvm_quick_start: Annotated[
+        bool,
+        _opt(
+            "--jvm-quick-start/--no-jvm-quick-start",
+            "Spark's driver JVM compiles with C1 only (-XX:TieredStopAtLevel=1): its start costs half the CPU, "
+            "a restart reaches its first batch about 5 s sooner on 2 cores, for a few per cent of sustained "
+            "throughput. A --spark-conf spark.driver.extraJavaOptions is appended (later flags win).",
+        ),
+    ] = True,
     state_mode: Annotated[
         str,
         _opt(
@@ -609,6 +618,7 @@ def stream(
         changelog_checkpointing=changelog_checkpointing,
         state_cache=state_cache,
         keep_workers_warm=keep_workers_warm,
+        jvm_quick_start=jvm_quick_start,
         state_mode=state_mode,
         state_dir=state_dir,
         state_delta_max_records=state_delta_max_records,

@@ -462,3 +462,36 @@ def test_health_takes_each_new_progress_of_the_query_once():
 
     health.progress_of(Stopped())  # ignored
     assert health.lag == 0
+
+
+def test_driver_java_options_put_the_user_s_own_last():
+    own = "-XX:TieredStopAtLevel=4 -Dcom.example=1"
+    quick = job.driver_java_options(job.JobConfig())
+    assert quick.split() == [*job.G1_RETURN_HEAP_OPTIONS.split(), job.QUICK_START_OPTIONS]
+    assert job.QUICK_START_OPTIONS not in job.driver_java_options(job.JobConfig(jvm_quick_start=False))
+    mine = job.driver_java_options(job.JobConfig(spark_conf={"spark.driver.extraJavaOptions": own}))
+    assert mine.endswith(own) and mine.startswith(quick), "later flags win in HotSpot: the user's come last"
+
+
+def test_the_driver_jvm_runs_with_the_job_s_options_and_the_user_s(tmp_path):
+    """A real local Spark started by build_spark (in a subprocess: a Python process launches one JVM for its
+    lifetime, whatever session another test started first): the JVM's arguments hold the quick-start and G1
+    options, then the user's --spark-conf value."""
+    checkpoint = str(tmp_path / "ck")
+    script = (
+        "import json\n"
+        "from elrwatch.streaming import job\n"
+        f"config = job.JobConfig(checkpoint={checkpoint!r}, "
+        "spark_conf={'spark.driver.extraJavaOptions': '-Delrwatch.probe=1'})\n"
+        "spark = job.build_spark(config)\n"
+        "bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()\n"
+        "print(json.dumps(list(bean.getInputArguments())))\n"
+        "spark.stop()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    arguments = json.loads(out.stdout.strip().splitlines()[-1])
+    assert job.QUICK_START_OPTIONS in arguments and "-XX:G1PeriodicGCInterval=15000" in arguments
+    assert arguments.index("-Delrwatch.probe=1") > arguments.index(job.QUICK_START_OPTIONS)
