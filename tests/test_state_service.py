@@ -187,3 +187,30 @@ def test_a_server_error_is_one_line_for_the_spark_task(settings, tmp_path):
             service.client().call(0, keys[0], bad_row, [])
     finally:
         service.stop()
+
+
+def test_the_preload_runs_at_a_lower_priority_than_the_serving_thread(monkeypatch, tmp_path):
+    """A restart's preload yields the CPU to the JVM and planners the first batch waits for; the thread that
+    then serves the batches keeps its priority, and a preload error still reaches the serving thread."""
+    from elrwatch.streaming import state_service
+
+    serving = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: dict[str, int] = {}
+
+    def fake_preload(settings, lane, lanes, keys, cache):
+        seen["preload"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        cache[lane] = ("token", None)
+
+    monkeypatch.setattr(state_service, "_preload", fake_preload)
+    cache: dict = {}
+    state_service.preload_at_low_priority(None, 3, 4, [], cache)
+    assert cache == {3: ("token", None)}
+    assert seen["preload"] == min(19, serving + state_service.PRELOAD_NICENESS)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == serving
+
+    def failing_preload(*_args):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(state_service, "_preload", failing_preload)
+    with pytest.raises(MemoryError, match="no room"):
+        state_service.preload_at_low_priority(None, 0, 1, [], {})
