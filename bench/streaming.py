@@ -16,6 +16,10 @@
 * restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
   restart to the first completed batch.
 
+The jobs map the JVM class archive a first clean stop writes (`streaming/jvm_archive.py`): before the phases,
+a short clean run writes it if this machine has none yet, as an operator's first stop (or the image) would.
+``--no-class-archive`` measures without it.
+
 The storm/restart phases also print the RSS by process kind (Python driver, JVM, Python workers, ...) and the
 job's batch log lines, which say where each batch's time went (Spark run incl. each bucket's state load with
 cache hit / catch-up / miss, apply + documents, state save; driver merge; store write). Job options can be
@@ -514,6 +518,36 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         producer.close()
 
 
+def ensure_class_archive(workdir: str) -> None:
+    """Write the JVM class archive with a short clean run if this machine has none (a killed job never writes
+    it); print what the jobs will use."""
+    import pyspark
+
+    from elrwatch.streaming import jvm_archive
+    from elrwatch.streaming.eventgen import scenario
+
+    java = jvm_archive.java_executable()
+    if java is None:
+        print("JVM class archive: none (no java found)", flush=True)
+        return
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    path = os.path.join(jvm_archive.default_archive_dir(), f"{jvm_archive.ARCHIVE_PREFIX}"
+                        f"{jvm_archive.fingerprint(java, jars)}.jsa")
+    if os.path.exists(path):
+        print(f"JVM class archive: present ({path})", flush=True)
+        return
+    events = os.path.join(workdir, "archive-events")
+    os.makedirs(events)
+    Path(events, "scenario.jsonl").write_bytes(b"\n".join(scenario()) + b"\n")
+    began = time.monotonic()
+    job = Job(workdir, "archive", "--source", "files", "--path", events, "--store", f"sqlite:///{workdir}/archive.db",
+              "--checkpoint", f"{workdir}/archive-ck", "--metrics-port", "0", "--available-now")
+    code = job.wait(600)
+    job.log.close()
+    state = "written" if os.path.exists(path) else f"NOT written (exit {code}; {job.log_path})"
+    print(f"JVM class archive: {state} by a first clean run in {time.monotonic() - began:.0f}s ({path})", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--phases", default="throughput,freshness,storm,restart")
@@ -526,11 +560,18 @@ def main() -> None:
     parser.add_argument("--fresh-buckets", type=int, default=2, help="freshness: --buckets of the job")
     parser.add_argument("--partitions", type=int, default=1_000_000, help="storm: cluster size")
     parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions touched")
+    parser.add_argument(
+        "--no-class-archive", action="store_true", help="jobs start without the JVM class archive (A/B runs)"
+    )
     args = parser.parse_args()
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
+    if args.no_class_archive:
+        EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
     phases = set(args.phases.split(","))
     workdir = tempfile.mkdtemp(prefix="elrwatch-bench-")
     print(f"elrwatch streaming benchmarks ({os.cpu_count()} cores; workdir {workdir})", flush=True)
+    if not args.no_class_archive:
+        ensure_class_archive(workdir)
     with KafkaServer() as kafka:
         if "throughput" in phases:
             phase_throughput(kafka, workdir, args.events)

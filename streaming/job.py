@@ -115,6 +115,8 @@ class JobConfig:
     state_cache: bool = True
     keep_workers_warm: bool = True  # warm.py: keep Python workers alive through idle periods
     jvm_quick_start: bool = True  # the driver JVM compiles with C1 only (driver_java_options)
+    jvm_class_archive: bool = True  # jvm_archive.py: local mode maps (or writes) an archive of Spark's classes
+    jvm_class_archive_dir: str | None = None  # None: jvm_archive.default_archive_dir()
     state_mode: str = "snapshot"  # snapshot: snapshot files + delta in the state row; blob: whole state in the row
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
@@ -896,16 +898,19 @@ G1_RETURN_HEAP_OPTIONS = "-XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10
 QUICK_START_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-def driver_java_options(config: JobConfig) -> str:
+def driver_java_options(config: JobConfig, archive_options: str = "") -> str:
     """``spark.driver.extraJavaOptions`` of the job: G1 returning idle heap, C1-only compilation with
     ``--jvm-quick-start``, then the user's own value from ``--spark-conf`` (later flags win in HotSpot).
 
     C1 only: a restart's JVM used 13.5 instead of 25.4 s of CPU before its first batch, on 2 cores the
     difference between a 22 s and a 27 s restart (20k partitions), for a few per cent of sustained throughput
-    (the job's hot code is Python; README). In local mode the driver JVM is the whole of Spark."""
+    (the job's hot code is Python; README). In local mode the driver JVM is the whole of Spark.
+    ``archive_options``: the class archive's (`class_archive_for`)."""
     parts = [G1_RETURN_HEAP_OPTIONS]
     if config.jvm_quick_start:
         parts.append(QUICK_START_OPTIONS)
+    if archive_options:  # jvm_archive.ClassArchive.java_options
+        parts.append(archive_options)
     own = config.spark_conf.get("spark.driver.extraJavaOptions")
     if own:
         parts.append(own)
@@ -956,8 +961,34 @@ def checkpoint_shuffle_partitions(checkpoint: str) -> int | None:
     return None
 
 
-def build_spark(config: JobConfig) -> Any:
-    """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow)."""
+def class_archive_for(config: JobConfig) -> Any:
+    """The JVM class archive (`jvm_archive.ClassArchive`) of the JVM `build_spark` is about to start, or None:
+    turned off, not local mode, or a JVM already running in this process (its options are set)."""
+    master = spark_master(config)
+    if not config.jvm_class_archive or master is None or not master.startswith("local"):
+        return None
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return None
+    import pyspark
+
+    from elrwatch.streaming import jvm_archive
+
+    directory = config.jvm_class_archive_dir or jvm_archive.default_archive_dir()
+    return jvm_archive.prepare(directory, os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+
+
+def launched_jvm() -> Any:
+    """The JVM process PySpark started for this process (its ``Popen``), or None."""
+    from pyspark import SparkContext
+
+    return getattr(SparkContext._gateway, "proc", None)
+
+
+def build_spark(config: JobConfig, archive: Any = None) -> Any:
+    """A local Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow); ``archive``:
+    the JVM class archive to map or write (`class_archive_for`)."""
     from pyspark.sql import SparkSession
 
     # Python workers (children of the JVM in local mode) import the installed elrwatch, the driver's, never an
@@ -987,7 +1018,10 @@ def build_spark(config: JobConfig) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.driver.memory", config.spark_driver_memory)
-        .config("spark.driver.extraJavaOptions", driver_java_options(config))
+        .config(
+            "spark.driver.extraJavaOptions",
+            driver_java_options(config, archive.java_options() if archive is not None else ""),
+        )
         .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
     )
     if config.spark_jars_packages:  # e.g. the Kafka connector for --source kafka-native
@@ -1282,7 +1316,12 @@ def _run_query(
     from elrwatch.streaming.sources import SourceError
 
     log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
-    spark = build_spark(config)
+    archive = class_archive_for(config)
+    if archive is not None:
+        log.info(
+            "JVM class archive: %s %s", "writing at the clean stop" if archive.writing else "mapping", archive.path
+        )
+    spark = build_spark(config, archive)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
     stop_event = stop_event or threading.Event()
@@ -1340,7 +1379,10 @@ def _run_query(
         health.up = 0
         if query is not None and query.isActive:
             query.stop()
+        jvm = launched_jvm()
         spark.stop()
+        if archive is not None:
+            archive.finish(jvm)
 
 
 def _one_line(message: str) -> str:

@@ -53,6 +53,8 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
         "ELRWATCH_STATE_CACHE": "false",
         "ELRWATCH_KEEP_WORKERS_WARM": "false",
         "ELRWATCH_JVM_QUICK_START": "false",
+        "ELRWATCH_JVM_CLASS_ARCHIVE": "false",
+        "ELRWATCH_JVM_CLASS_ARCHIVE_DIR": "/var/lib/elrwatch/jvm",
         "ELRWATCH_BUCKETS": "5",
     }
     args = ["stream", "--source", "files", "--path", "/nonexistent"]
@@ -66,6 +68,7 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert config.state_cache is False
     assert config.keep_workers_warm is False
     assert config.jvm_quick_start is False
+    assert config.jvm_class_archive is False and config.jvm_class_archive_dir == "/var/lib/elrwatch/jvm"
     assert config.buckets == 5
     # and the defaults when nothing is set
     result = CliRunner().invoke(app, args, env={k: "" for k in env} | {"ELRWATCH_BUCKETS": "2"})
@@ -73,4 +76,4 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     config = seen["config"]
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
     assert config.changelog_checkpointing is True and config.state_cache is True and config.keep_workers_warm
-    assert config.jvm_quick_start
+    assert config.jvm_quick_start and config.jvm_class_archive and config.jvm_class_archive_dir is None

@@ -495,3 +495,17 @@ def test_the_driver_jvm_runs_with_the_job_s_options_and_the_user_s(tmp_path):
     arguments = json.loads(out.stdout.strip().splitlines()[-1])
     assert job.QUICK_START_OPTIONS in arguments and "-XX:G1PeriodicGCInterval=15000" in arguments
     assert arguments.index("-Delrwatch.probe=1") > arguments.index(job.QUICK_START_OPTIONS)
+
+
+def test_a_class_archive_only_for_a_jvm_this_process_starts_in_local_mode(monkeypatch, tmp_path):
+    from pyspark import SparkContext
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    local = job.JobConfig(jvm_class_archive_dir=str(tmp_path / "jvm"))
+    archive = job.class_archive_for(local)
+    assert archive is not None and archive.path.startswith(str(tmp_path / "jvm"))
+    assert job.class_archive_for(job.JobConfig(jvm_class_archive=False)) is None
+    assert job.class_archive_for(job.JobConfig(spark_master="k8s://https://kubernetes.default.svc")) is None
+    monkeypatch.setattr(SparkContext, "_gateway", object())  # a JVM already runs: its options are set
+    assert job.class_archive_for(local) is None
