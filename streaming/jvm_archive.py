@@ -39,6 +39,9 @@ ARCHIVE_PREFIX = "spark-classes-"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 CHECK_TIMEOUT_S = 30.0
 DUMP_TIMEOUT_S = 60.0
+# Archives of other builds (an older image, another installation sharing the directory) not read for this long
+# are removed: each is ≈ 175 MB. One still in use is at worst written again at its job's next clean stop.
+UNUSED_FOR_S = 7 * 24 * 3600
 
 
 def default_archive_dir() -> str:
@@ -149,6 +152,10 @@ def prepare(directory: str, jars_dir: str, driver_pid: int | None = None) -> Cla
             suffix = stale.rsplit("-", 1)[-1]
             if not suffix.isdigit() or not _alive(int(suffix)):
                 os.remove(stale)
+        now = time.time()
+        for other in glob.glob(os.path.join(glob.escape(directory), f"{ARCHIVE_PREFIX}*.jsa*")):
+            if not other.startswith(path) and ".tmp-" not in other and now - os.stat(other).st_atime > UNUSED_FOR_S:
+                os.remove(other)
         if os.path.exists(path):
             if archive_usable(java, path):
                 return ClassArchive(path)

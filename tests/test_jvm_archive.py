@@ -98,3 +98,16 @@ def test_an_unwritable_directory_means_no_archive(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     assert jvm_archive.prepare(str(blocked / "archive"), _jars(tmp_path)) is None
+
+
+def test_archives_of_other_builds_unread_for_a_week_are_removed(tmp_path):
+    directory, jars = tmp_path / "archive", _jars(tmp_path)
+    directory.mkdir()
+    old, recent = directory / "spark-classes-0ld.jsa", directory / "spark-classes-recent.jsa"
+    for other in (old, recent):
+        other.write_bytes(b"archive")
+    week_ago = os.stat(old).st_mtime - jvm_archive.UNUSED_FOR_S - 60
+    os.utime(old, (week_ago, week_ago))
+    ours = jvm_archive.prepare(str(directory), jars)
+    assert not old.exists() and recent.exists()
+    assert ours.writing is not None
