@@ -531,8 +531,7 @@ def ensure_class_archive(workdir: str) -> None:
         print("JVM class archive: none (no java found)", flush=True)
         return
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
-    path = os.path.join(jvm_archive.default_archive_dir(), f"{jvm_archive.ARCHIVE_PREFIX}"
-                        f"{jvm_archive.fingerprint(java, jars)}.jsa")
+    path = jvm_archive.archive_path(jvm_archive.default_archive_dir(), java, jars)
     if os.path.exists(path):
         print(f"JVM class archive: present ({path})", flush=True)
         return

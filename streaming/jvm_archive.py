@@ -70,6 +70,11 @@ def fingerprint(java: str, jars_dir: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def archive_path(directory: str, java: str, jars_dir: str) -> str:
+    """The archive of this java and these jars in ``directory``."""
+    return os.path.join(directory, f"{ARCHIVE_PREFIX}{fingerprint(java, jars_dir)}.jsa")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -147,7 +152,7 @@ def prepare(directory: str, jars_dir: str, driver_pid: int | None = None) -> Cla
         return None
     try:
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"{ARCHIVE_PREFIX}{fingerprint(java, jars_dir)}.jsa")
+        path = archive_path(directory, java, jars_dir)
         for stale in glob.glob(f"{glob.escape(path)}.tmp-*"):  # left by a job killed while its JVM wrote
             suffix = stale.rsplit("-", 1)[-1]
             if not suffix.isdigit() or not _alive(int(suffix)):
