@@ -120,7 +120,8 @@ class ClassArchive:
         if self.writing is None or jvm is None:
             return False
         began = time.monotonic()
-        log.info("writing the JVM class archive (once per JDK and Spark build, ≈ 15 s on 2 cores)")
+        # a warning so that it shows wherever the stop does (`make demo` shows warnings only): the wait is the news
+        log.warning("writing the JVM class archive before exiting (once per JDK and Spark build, ≈ 15 s on 2 cores)")
         try:
             if jvm.stdin is not None:
                 jvm.stdin.close()
