@@ -538,7 +538,8 @@ def stream(
         _opt(
             "--jvm-class-archive/--no-jvm-class-archive",
             "Local mode: Spark's JVM maps an archive of the classes an earlier run loaded (AppCDS), written at the "
-            "first clean stop (once per JDK and Spark build): a restart's JVM then needs about half the CPU.",
+            "first stop after a completed batch (once per JDK and Spark build): a restart's JVM then needs about "
+            "half the CPU.",
         ),
     ] = True,
     jvm_class_archive_dir: Annotated[

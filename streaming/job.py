@@ -1318,9 +1318,8 @@ def _run_query(
     log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
     archive = class_archive_for(config)
     if archive is not None:
-        log.info(
-            "JVM class archive: %s %s", "writing at the clean stop" if archive.writing else "mapping", archive.path
-        )
+        doing = "to write at the stop (after a batch)" if archive.writing else "mapping"
+        log.info("JVM class archive: %s %s", doing, archive.path)
     spark = build_spark(config, archive)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
@@ -1382,7 +1381,7 @@ def _run_query(
         jvm = launched_jvm()
         spark.stop()
         if archive is not None:
-            archive.finish(jvm)
+            archive.finish(jvm, write=health.batches > 0)
 
 
 def _one_line(message: str) -> str:

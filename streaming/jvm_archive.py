@@ -8,9 +8,10 @@ instead of 6.6–8.3 s (README, session 10).
 
 Java 17 writes a dynamic archive only when the JVM exits normally (``-XX:ArchiveClassesAtExit``), so:
 
-* no archive yet: the JVM is started with ``-XX:ArchiveClassesAtExit=<archive>.tmp-<driver pid>``; at the job's
-  clean stop the driver ends the JVM and waits for it, and moves the file into place only if the JVM exited
-  with status 0 (a partial archive crashes a JVM that maps it: SIGBUS, checked);
+* no archive yet: the JVM is started with ``-XX:ArchiveClassesAtExit=<archive>.tmp-<driver pid>``; at the stop
+  of a job that completed a batch (its streaming classes loaded) the driver ends the JVM and waits for it, and
+  moves the file into place only if the JVM exited with status 0 (a partial archive crashes a JVM that maps it:
+  SIGBUS, checked);
 * an archive: the JVM maps it (``-XX:SharedArchiveFile``). Each start first checks it with a ``java -version``
   that maps it (≈ 0.2 s); one that fails is set aside as ``.bad`` and the job starts without, writing a new one.
 
@@ -113,11 +114,20 @@ class ClassArchive:
             return f"-XX:ArchiveClassesAtExit={self.writing} {QUIET}"
         return f"-XX:SharedArchiveFile={self.path} -Xshare:auto {QUIET}"
 
-    def finish(self, jvm: Any) -> bool:
-        """After the job's clean stop: end the JVM (``jvm``: its ``Popen``; Spark's gateway JVM exits when its
-        stdin closes), wait for it to write the archive, then move it into place. True if an archive was
-        written. The JVM is ended only when writing: the caller's process cannot start Spark again after that."""
+    def finish(self, jvm: Any, write: bool = True) -> bool:
+        """After the job's stop: end the JVM (``jvm``: its ``Popen``; Spark's gateway JVM exits when its stdin
+        closes), wait for it to write the archive, then move it into place. True if an archive was written.
+        ``write`` False (a job that never completed a batch has not loaded the streaming classes, and an archive
+        is never rewritten for the same build): the JVM is killed instead, before it writes. The JVM is ended
+        only when an archive was pending: the caller's process cannot start Spark again after that."""
         if self.writing is None or jvm is None:
+            return False
+        if not write:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                jvm.kill()
+                jvm.wait(DUMP_TIMEOUT_S)
+            with contextlib.suppress(OSError):
+                os.remove(self.writing)
             return False
         began = time.monotonic()
         # a warning so that it shows wherever the stop does (`make demo` shows warnings only): the wait is the news
@@ -145,7 +155,7 @@ class ClassArchive:
         return True
 
 
-def prepare(directory: str, jars_dir: str, driver_pid: int | None = None) -> ClassArchive | None:
+def prepare(directory: str, jars_dir: str) -> ClassArchive | None:
     """The archive to map or to write for a JVM this process is about to start; None when there is no java or
     the directory cannot be written (logged; the job starts without)."""
     java = java_executable()
@@ -174,4 +184,4 @@ def prepare(directory: str, jars_dir: str, driver_pid: int | None = None) -> Cla
     except OSError as exc:
         log.warning("no JVM class archive in %s (%s): Spark starts without", directory, exc)
         return None
-    return ClassArchive(path, writing=f"{path}.tmp-{driver_pid or os.getpid()}")
+    return ClassArchive(path, writing=f"{path}.tmp-{os.getpid()}")  # this process's JVM writes it

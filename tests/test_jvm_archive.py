@@ -60,6 +60,17 @@ def test_first_run_writes_at_a_clean_exit_and_the_next_maps_it(tmp_path):
     assert not second.finish(None), "nothing to write: the JVM is left alone"
 
 
+def test_a_job_that_completed_no_batch_writes_no_archive(tmp_path):
+    """Its JVM has not loaded the streaming classes: it is killed before it writes, the next run writes one."""
+    jars = _jars(tmp_path)
+    archive = jvm_archive.prepare(str(tmp_path / "archive"), jars)
+    jvm = _gateway_like(tmp_path, archive, 0)
+    assert not archive.finish(jvm, write=False)
+    assert jvm.returncode is not None and jvm.returncode != 0, "killed, not exited"
+    assert not os.path.exists(archive.path) and not os.path.exists(archive.writing)
+    assert jvm_archive.prepare(str(tmp_path / "archive"), jars).writing is not None
+
+
 def test_a_jvm_failing_at_exit_leaves_no_archive(tmp_path):
     archive = jvm_archive.prepare(str(tmp_path / "archive"), _jars(tmp_path))
     assert not archive.finish(_gateway_like(tmp_path, archive, 3))
