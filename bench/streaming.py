@@ -521,8 +521,6 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
 def ensure_class_archive(workdir: str) -> None:
     """Write the JVM class archive with a short clean run if this machine has none (a killed job never writes
     it); print what the jobs will use."""
-    import pyspark
-
     from elrwatch.streaming import jvm_archive
     from elrwatch.streaming.eventgen import scenario
 
@@ -530,8 +528,7 @@ def ensure_class_archive(workdir: str) -> None:
     if java is None:
         print("JVM class archive: none (no java found)", flush=True)
         return
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
-    path = jvm_archive.archive_path(jvm_archive.default_archive_dir(), java, jars)
+    path = jvm_archive.archive_path(jvm_archive.default_archive_dir(), java, jvm_archive.spark_jars_dir())
     if os.path.exists(path):
         print(f"JVM class archive: present ({path})", flush=True)
         return

@@ -971,12 +971,10 @@ def class_archive_for(config: JobConfig) -> Any:
 
     if SparkContext._gateway is not None:
         return None
-    import pyspark
-
     from elrwatch.streaming import jvm_archive
 
     directory = config.jvm_class_archive_dir or jvm_archive.default_archive_dir()
-    return jvm_archive.prepare(directory, os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+    return jvm_archive.prepare(directory, jvm_archive.spark_jars_dir())
 
 
 def launched_jvm() -> Any:

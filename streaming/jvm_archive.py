@@ -59,6 +59,13 @@ def java_executable() -> str | None:
     return shutil.which("java")
 
 
+def spark_jars_dir() -> str:
+    """The jars of the installed pyspark (its SPARK_HOME in local mode)."""
+    import pyspark
+
+    return os.path.join(os.path.dirname(pyspark.__file__), "jars")
+
+
 def fingerprint(java: str, jars_dir: str) -> str:
     """What the archive depends on: the JVM's binary and Spark's jars (names, sizes, times)."""
     digest = hashlib.sha256()
