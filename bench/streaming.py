@@ -413,8 +413,9 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         "--metrics-port",
         str(port),
     ]
-    # No --max-records-per-batch for the load: with several event-topic partitions a cap could apply a
-    # PARTITION_RECORD before its TOPIC_RECORD (they have different keys); the whole load is one batch.
+    # No --max-records-per-batch (the job's default): the whole load is one batch, as when a new checkpoint
+    # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but leaves more
+    # processes and a bigger JVM heap behind (docs/PERFORMANCE.md, session 12).
     job = Job(workdir, "storm", *args)
     peak = 0.0
     try:

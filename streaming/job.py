@@ -904,7 +904,7 @@ def driver_java_options(config: JobConfig, archive_options: str = "") -> str:
 
     C1 only: a restart's JVM used 13.5 instead of 25.4 s of CPU before its first batch, on 2 cores the
     difference between a 22 s and a 27 s restart (20k partitions), for a few per cent of sustained throughput
-    (the job's hot code is Python; README). In local mode the driver JVM is the whole of Spark.
+    (the job's hot code is Python; docs/PERFORMANCE.md, session 10). In local mode the driver JVM is the whole of Spark.
     ``archive_options``: the class archive's (`class_archive_for`)."""
     parts = [G1_RETURN_HEAP_OPTIONS]
     if config.jvm_quick_start:
