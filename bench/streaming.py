@@ -423,9 +423,16 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
 
         metrics_url = f"http://127.0.0.1:{port}/metrics"
 
+        load_parts: dict[str, float] = {}
+        load_processes: list[tuple[float, int, str]] = []
+
         def loaded() -> bool:
-            nonlocal peak
-            peak = max(peak, rss_tree_mb(job.proc.pid))
+            nonlocal peak, load_parts
+            processes: list[tuple[float, int, str]] = []
+            now = rss_tree_mb(job.proc.pid, processes)
+            if now > peak:
+                peak, load_parts = now, rss_breakdown(job.proc.pid)
+                load_processes[:] = sorted(processes, reverse=True)[:4]
             # The store shows the batch at its commit, but the driver is then still checkpointing SQLite's WAL
             # and freeing the batch: the load is over when the metrics count the batch as completed.
             if (meta(url).get("lastEventTimeMs") or 0) < boot_ms:
@@ -436,6 +443,10 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         load_s = time.monotonic() - job.started
         report(f"initial load of {partitions:,} partitions (startup incl.)", load_s, "s", "-", None)
         report("  RSS peak during the load (one 1M-record batch)", peak, "MB", "-", None)
+        if load_parts:
+            print_breakdown("at the load's peak", job.proc.pid, load_parts)
+            biggest = ", ".join(f"{comm} {mb:,.0f} MB" for mb, _pid, comm in load_processes)
+            print(f"  biggest processes at the load's peak: {biggest}", flush=True)
         time.sleep(5)
         peak = rss_tree_mb(job.proc.pid)
         report(f"  RSS after the load, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
