@@ -159,6 +159,31 @@ def rss_breakdown(root: int) -> dict[str, float]:
     return out
 
 
+class RssPeak:
+    """The highest RSS of a job's process tree over repeated samples, with its breakdown by process kind and the
+    biggest processes at that moment (sampled when the peak is reached, since a transient peak is gone after)."""
+
+    def __init__(self, root: int, baseline_mb: float = 0.0) -> None:
+        self.root = root
+        self.mb = baseline_mb
+        self.parts: dict[str, float] = {}
+        self.biggest: list[tuple[float, int, str]] = []
+
+    def sample(self) -> None:
+        processes: list[tuple[float, int, str]] = []
+        now = rss_tree_mb(self.root, processes)
+        if now > self.mb:
+            self.mb, self.parts = now, rss_breakdown(self.root)
+            self.biggest = sorted(processes, reverse=True)[:4]
+
+    def print_breakdown(self, label: str) -> None:
+        """The breakdown and the biggest processes at the peak, if a sample exceeded the baseline."""
+        if self.parts:
+            print_breakdown(f"at {label}", self.root, self.parts)
+            biggest = ", ".join(f"{comm} {mb:,.0f} MB" for mb, _pid, comm in self.biggest)
+            print(f"  biggest processes at {label}: {biggest}", flush=True)
+
+
 def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None) -> None:
     parts = parts or rss_breakdown(root)
     text = ", ".join(
@@ -417,22 +442,15 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
     # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but leaves more
     # processes and a bigger JVM heap behind (docs/PERFORMANCE.md, session 12).
     job = Job(workdir, "storm", *args)
-    peak = 0.0
     try:
         boot_ms = gen.now_ms
 
         metrics_url = f"http://127.0.0.1:{port}/metrics"
 
-        load_parts: dict[str, float] = {}
-        load_processes: list[tuple[float, int, str]] = []
+        load_peak = RssPeak(job.proc.pid)
 
         def loaded() -> bool:
-            nonlocal peak, load_parts
-            processes: list[tuple[float, int, str]] = []
-            now = rss_tree_mb(job.proc.pid, processes)
-            if now > peak:
-                peak, load_parts = now, rss_breakdown(job.proc.pid)
-                load_processes[:] = sorted(processes, reverse=True)[:4]
+            load_peak.sample()
             # The store shows the batch at its commit, but the driver is then still checkpointing SQLite's WAL
             # and freeing the batch: the load is over when the metrics count the batch as completed.
             if (meta(url).get("lastEventTimeMs") or 0) < boot_ms:
@@ -442,14 +460,11 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         poll(loaded, 1800, "initial load", job, every=1.0)
         load_s = time.monotonic() - job.started
         report(f"initial load of {partitions:,} partitions (startup incl.)", load_s, "s", "-", None)
-        report("  RSS peak during the load (one 1M-record batch)", peak, "MB", "-", None)
-        if load_parts:
-            print_breakdown("at the load's peak", job.proc.pid, load_parts)
-            biggest = ", ".join(f"{comm} {mb:,.0f} MB" for mb, _pid, comm in load_processes)
-            print(f"  biggest processes at the load's peak: {biggest}", flush=True)
+        report("  RSS peak during the load (one batch of every record)", load_peak.mb, "MB", "-", None)
+        load_peak.print_breakdown("the load's peak")
         time.sleep(5)
-        peak = rss_tree_mb(job.proc.pid)
-        report(f"  RSS after the load, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
+        after_load = rss_tree_mb(job.proc.pid)
+        report(f"  RSS after the load, {partitions:,} partitions", after_load, "MB", "<= 3,000", after_load <= 3000)
         print_breakdown("after the load", job.proc.pid)
         victim = 0
         storm_lines = list(gen.fence(victim))
@@ -458,17 +473,11 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         t_last = time.monotonic()
         last_ms = gen.now_ms
 
-        peak_parts: dict[str, float] = {}
-        peak_processes: list[tuple[float, int, str]] = []
+        storm_peak = RssPeak(job.proc.pid, baseline_mb=after_load)
         seen: dict[str, float] = {}  # "gauges" / "store" -> when the storm's last record showed there
 
         def reflected() -> bool:
-            nonlocal peak, peak_parts
-            processes: list[tuple[float, int, str]] = []
-            now = rss_tree_mb(job.proc.pid, processes)
-            if now > peak:
-                peak, peak_parts = now, rss_breakdown(job.proc.pid)
-                peak_processes[:] = sorted(processes, reverse=True)[:4]
+            storm_peak.sample()
             if "gauges" not in seen:
                 gauges = scrape(metrics_url)
                 if (
@@ -493,12 +502,10 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
             done - t_last <= 5,
         )
         report("  storm: first record produced -> reflected", done - t_first, "s", "-", None)
-        peak = max(peak, rss_tree_mb(job.proc.pid))
-        report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
-        if peak_parts:
-            print_breakdown("just after the storm's peak", job.proc.pid, peak_parts)
-            biggest = ", ".join(f"{comm} {mb:,.0f} MB" for mb, _pid, comm in peak_processes)
-            print(f"  biggest processes at the storm's peak: {biggest}", flush=True)
+        storm_peak.sample()
+        peak_mb = storm_peak.mb
+        report(f"RSS peak, job process tree, {partitions:,} partitions", peak_mb, "MB", "<= 3,000", peak_mb <= 3000)
+        storm_peak.print_breakdown("the storm's peak")
         print_breakdown("after the storm", job.proc.pid)
         if not restart:
             return
