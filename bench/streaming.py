@@ -14,7 +14,8 @@
   showing it; each of the two is printed too (the gauges, which alerts read, come before the store write).
   RSS: peak resident memory of the whole job (Python driver + JVM + Python workers) with that state.
 * restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
-  restart to the first completed batch.
+  restart to the first completed batch. ``--cold-restart`` drops the page cache first (root), as on a rebooted
+  node: every jar, module, archive and state file is read from disk again.
 
 The jobs map the JVM class archive a first clean stop writes (`streaming/jvm_archive.py`): before the phases,
 a short clean run writes it if this machine has none yet, as an operator's first stop (or the image) would.
@@ -404,7 +405,9 @@ def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: floa
     report(f"freshness p99 at {rate:g} events/s", p99, "s", "<= 2", p99 <= 2)
 
 
-def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm: int, restart: bool) -> None:
+def phase_storm_restart(
+    kafka: KafkaServer, workdir: str, partitions: int, storm: int, restart: bool, cold_restart: bool = False
+) -> None:
     brokers = max(4, round(3 * partitions / storm))  # RF 3: each broker holds ~3/brokers of the partitions
     topics = max(1, partitions // 10_000)
     gen = EventGenerator(topics=topics, partitions=partitions // topics, brokers=brokers, seed=3, wallclock=True)
@@ -519,6 +522,9 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         job.kill()
         job.print_batches("storm job")
         before = meta(url).get("lastBatchId")
+        if cold_restart:
+            drop_page_cache()
+            print("restart: page cache dropped (--cold-restart)", flush=True)
         job = Job(workdir, "restart", *args)
         produce_lines(opts, topic, gen.churn(10), out=None, producer=producer)
         poll(
@@ -536,6 +542,17 @@ def phase_storm_restart(kafka: KafkaServer, workdir: str, partitions: int, storm
         job.kill()
         job.print_batches(job.log_path.rsplit("/", 1)[-1].split("-")[0] + " job")
         producer.close()
+
+
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def drop_page_cache() -> None:
+    """Write dirty pages out and drop Linux's page cache (root only), so that the next start reads every file it
+    needs from disk: Spark's jars, the JVM class archive, Python's modules, the store, the bucket snapshots."""
+    os.sync()
+    with open(DROP_CACHES, "w") as handle:
+        handle.write("3\n")
 
 
 def ensure_class_archive(workdir: str) -> None:
@@ -585,7 +602,14 @@ def main() -> None:
         help="keep the work directory (job logs, store, checkpoint: ~0.8 GB at 1M partitions) after a run that "
         "succeeded; a failed run always keeps it",
     )
+    parser.add_argument(
+        "--cold-restart",
+        action="store_true",
+        help=f"restart: drop the page cache first (root; writes {DROP_CACHES}), as on a rebooted node",
+    )
     args = parser.parse_args()
+    if args.cold_restart and not os.access(DROP_CACHES, os.W_OK):
+        parser.error(f"--cold-restart needs write access to {DROP_CACHES} (root on Linux)")
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     if args.no_class_archive:
         EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
@@ -601,7 +625,14 @@ def main() -> None:
             if "freshness" in phases:
                 phase_freshness(kafka, workdir, args.rate, args.seconds, args.fresh_buckets)
             if "storm" in phases or "restart" in phases:
-                phase_storm_restart(kafka, workdir, args.partitions, args.storm_partitions, "restart" in phases)
+                phase_storm_restart(
+                    kafka,
+                    workdir,
+                    args.partitions,
+                    args.storm_partitions,
+                    "restart" in phases,
+                    cold_restart=args.cold_restart,
+                )
     except BaseException:
         print(f"work directory kept for inspection (job logs, store, checkpoint): {workdir}", flush=True)
         raise
