@@ -443,8 +443,8 @@ def phase_storm_restart(
         str(port),
     ]
     # No --max-records-per-batch (the job's default): the whole load is one batch, as when a new checkpoint
-    # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but leaves more
-    # processes and a bigger JVM heap behind (docs/PERFORMANCE.md, session 12).
+    # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but keeps more
+    # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md, session 12).
     job = Job(workdir, "storm", *args)
     try:
         boot_ms = gen.now_ms
