@@ -178,7 +178,7 @@ class RssPeak:
             self.mb, self.parts = now, rss_breakdown(self.root)
             self.biggest = sorted(processes, reverse=True)[:4]
 
-    def print_breakdown(self, label: str) -> None:
+    def print_at_peak(self, label: str) -> None:
         """The breakdown and the biggest processes at the peak, if a sample exceeded the baseline."""
         if self.parts:
             print_breakdown(f"at {label}", self.root, self.parts)
@@ -465,7 +465,7 @@ def phase_storm_restart(
         load_s = time.monotonic() - job.started
         report(f"initial load of {partitions:,} partitions (startup incl.)", load_s, "s", "-", None)
         report("  RSS peak during the load (one batch of every record)", load_peak.mb, "MB", "-", None)
-        load_peak.print_breakdown("the load's peak")
+        load_peak.print_at_peak("the load's peak")
         time.sleep(5)
         after_load = rss_tree_mb(job.proc.pid)
         report(f"  RSS after the load, {partitions:,} partitions", after_load, "MB", "<= 3,000", after_load <= 3000)
@@ -507,9 +507,9 @@ def phase_storm_restart(
         )
         report("  storm: first record produced -> reflected", done - t_first, "s", "-", None)
         storm_peak.sample()
-        peak_mb = storm_peak.mb
-        report(f"RSS peak, job process tree, {partitions:,} partitions", peak_mb, "MB", "<= 3,000", peak_mb <= 3000)
-        storm_peak.print_breakdown("the storm's peak")
+        peak = storm_peak.mb
+        report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
+        storm_peak.print_at_peak("the storm's peak")
         print_breakdown("after the storm", job.proc.pid)
         if not restart:
             return
@@ -608,12 +608,14 @@ def main() -> None:
         help=f"restart: drop the page cache first (root; writes {DROP_CACHES}), as on a rebooted node",
     )
     args = parser.parse_args()
-    if args.cold_restart and not os.access(DROP_CACHES, os.W_OK):
-        parser.error(f"--cold-restart needs write access to {DROP_CACHES} (root on Linux)")
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     if args.no_class_archive:
         EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
     phases = set(args.phases.split(","))
+    if args.cold_restart and "restart" not in phases:
+        parser.error("--cold-restart needs the restart phase (--phases storm,restart)")
+    if args.cold_restart and not os.access(DROP_CACHES, os.W_OK):
+        parser.error(f"--cold-restart needs write access to {DROP_CACHES} (root on Linux)")
     workdir = tempfile.mkdtemp(prefix="elrwatch-bench-")
     print(f"elrwatch streaming benchmarks ({os.cpu_count()} cores; workdir {workdir})", flush=True)
     try:
