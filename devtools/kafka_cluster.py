@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Where ``make kafka-jars`` puts Kafka's jars; ``ELRWATCH_KAFKA_LIBS`` overrides it.
@@ -98,8 +98,8 @@ def kafka_libs(libs: str | os.PathLike | None = None) -> Path:
     path = Path(libs or os.environ.get("ELRWATCH_KAFKA_LIBS") or DEFAULT_LIBS)
     for jar in (f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar"):
         if not (path / jar).is_file():
-            raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` (fetches Kafka {KAFKA_VERSION} "
-                               f"from Maven Central with tools/kafka/pom.xml)")
+            raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` "
+                               f"(fetches Kafka {KAFKA_VERSION} from Maven Central with tools/kafka/pom.xml)")
     return path
 
 
@@ -110,7 +110,8 @@ def java_executable() -> str:
         return os.path.join(home, "bin", "java")
     found = shutil.which("java")
     if not found:
-        raise ClusterError("no `java` on PATH and no JAVA_HOME: Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
+        raise ClusterError("no `java` on PATH and no JAVA_HOME: Kafka needs Java 17 "
+                           "(apt-get install openjdk-17-jre-headless)")
     return found
 
 
@@ -153,7 +154,7 @@ class Node:
 class KafkaCluster:
     """A KRaft cluster of one controller and ``brokers`` brokers on loopback; see the module docstring."""
 
-    _live: weakref.WeakSet[KafkaCluster] = weakref.WeakSet()
+    _live: ClassVar[weakref.WeakSet[KafkaCluster]] = weakref.WeakSet()
 
     def __init__(
         self,
@@ -503,7 +504,9 @@ class KafkaCluster:
     def fenced_brokers(self) -> set[int]:
         return {b for b, fenced in self.describe_cluster().items() if fenced}
 
-    def describe_topic_partitions(self, topics: list[str] | None = None, page_size: int = 2000) -> dict[tuple[str, int], dict]:
+    def describe_topic_partitions(
+        self, topics: list[str] | None = None, page_size: int = 2000
+    ) -> dict[tuple[str, int], dict]:
         """(topic, partition) → DescribeTopicPartitions' answer, every page followed. Empty ELRs come back as []."""
         if topics is None:
             topics = self.list_topics()
@@ -514,7 +517,8 @@ class KafkaCluster:
                                     "DescribeTopicPartitions")
             for topic in page["topics"]:
                 if topic.get("error_code", 0):
-                    raise ClusterError(f"DescribeTopicPartitions: topic {topic.get('name')} error {topic['error_code']}")
+                    raise ClusterError(
+                        f"DescribeTopicPartitions: topic {topic.get('name')} error {topic['error_code']}")
                 for p in topic["partitions"]:
                     out[(topic["name"], p["partition_index"])] = {
                         "topic_id": str(topic["topic_id"]),
@@ -536,7 +540,7 @@ class KafkaCluster:
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
                      configs: dict[str, str] | None = None, replica_assignment: dict[int, list[int]] | None = None,
                      wait: bool = True) -> None:
-        """Create a topic (optionally with an explicit assignment); by default wait until every partition has a leader."""
+        """Create a topic (optionally with an explicit assignment); by default wait for every partition's leader."""
         from kafka.admin import NewTopic
 
         if replica_assignment:
