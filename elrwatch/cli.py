@@ -44,9 +44,19 @@ DefaultMinIsr = Annotated[
 ]
 
 
+InputFiles = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Event files, replayed in order as one input (e.g. a snapshot's DumpLogSegments output, then its "
+        "segments'); '-' or none for stdin.",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def replay(
-    file: InputFile = "-",
+    files: InputFiles = None,
     default_min_isr: DefaultMinIsr = 1,
     pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
     advice: Annotated[
@@ -58,9 +68,11 @@ def replay(
     from elrwatch.state.report import dumps_document
 
     try:
-        document = replay_to_document(file, default_min_isr=default_min_isr, advice=advice)
+        document = replay_to_document(files or ["-"], default_min_isr=default_min_isr, advice=advice)
     except ReplayInputError as exc:
         _fail(str(exc))
+    if "partial" in document:
+        typer.echo(f"elrwatch: warning: {document['partial']['message']}", err=True)
     sys.stdout.write(dumps_document(document, pretty=pretty))
     sys.stdout.write("\n")
 
