@@ -295,3 +295,57 @@ def run(bridge: AdminBridge | LogBridge, interval_s: float, duration_s: float = 
         if deadline is not None and time.monotonic() >= deadline:
             return
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+def run_bridge(
+    *,
+    source: str,
+    options: dict[str, str],
+    topic: str,
+    admin_options: dict[str, str] | None = None,
+    log_dir: str | None = None,
+    state_file: str | None = None,
+    interval_s: float = 2.0,
+    page_size: int = 2000,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    duration_s: float = 0.0,
+) -> Metrics:
+    """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or
+    ``duration_s``. ``options`` are the event topic's Kafka settings; ``admin_options`` those of the cluster
+    polled (default: the same cluster)."""
+    import signal
+    import threading
+
+    from elrwatch.bridge.admin import KafkaClusterReader
+    from elrwatch.streaming.sources import kafka_python_config
+
+    metrics = Metrics()
+    if metrics_port is not None:
+        metrics.serve(metrics_port, metrics_host)
+    publisher = KafkaPublisher(options, topic)
+    state = StateFile(state_file)
+    bridge: AdminBridge | LogBridge
+    if source == "admin":
+        reader = KafkaClusterReader(kafka_python_config(admin_options or options))
+        bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
+    elif source == "metadata-log":
+        if not log_dir:
+            raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
+        if not Path(log_dir).is_dir():
+            raise ValueError(f"--log-dir {log_dir} is not a directory")
+        bridge = LogBridge(log_dir, publisher, state, metrics)
+    else:
+        raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
+    stopping = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+    log.warning("elrwatch bridge: --source %s → topic %s (state file: %s)", source, topic, state_file or "none")
+    try:
+        run(bridge, interval_s, duration_s, stopping.is_set)
+    finally:
+        publisher.close()
+        if source == "admin":
+            bridge.reader.close()  # type: ignore[union-attr]
+    return metrics
