@@ -77,6 +77,16 @@ class Outcome(enum.Enum):
     COVERED = "covered"  # a log record below the end offset of the snapshot applied before it (not applied)
 
 
+#: What a state built from polled records (``derived_from == "admin-poll"``) cannot know: the admin API shows
+#: neither epochs of partitions and brokers nor what happened between two polls.
+POLLED_UNKNOWN: Final = (
+    "partitionEpoch",
+    "brokerEpoch",
+    "transitionsBetweenPolls",
+    "leaderRecoveryState",
+    "addingRemovingReplicas",
+)
+
 #: How many of the most recent metadata offsets the state remembers the applied content of (conflict detection):
 #: a ring of this many slots, each an offset and a reference to the applied record's (type, version, data).
 #: About 0.2-1 KB a slot (the data dicts), so <= ~8 MB for a state, whatever the number of partitions.
@@ -196,6 +206,7 @@ PERSISTED_ATTRIBUTES: Final = frozenset(
         "snapshot_end_offset",
         "recent_offsets",
         "recent_records",
+        "derived_from",
     }
 )
 
@@ -243,6 +254,9 @@ class ClusterState:
         # record's (type, version, data) at that offset; -1 / None for an empty slot.
         self.recent_offsets: list[int] = []
         self.recent_records: list[tuple[str, int, dict[str, Any]] | None] = []
+        #: Where the records came from when not from Kafka's log itself: "admin-poll" once any record derived by
+        #: `elrwatch bridge --source admin` was applied (then `POLLED_UNKNOWN` cannot be known), else None.
+        self.derived_from: str | None = None
         self._reset_transient()
 
     # --- transient (not serialized) -------------------------------------------------------------------------
@@ -380,6 +394,10 @@ class ClusterState:
         if last is not None and record.seq <= last:
             return Outcome.DUPLICATE
         self.source_seq[source] = record.seq
+        if record.origin is not None and record.origin != self.derived_from:
+            self.derived_from = record.origin
+        if snapshot_end is None:
+            snapshot_end = record.snapshot_end
         offset = record.offset
         slot = -1
         if snapshot_end is not None:

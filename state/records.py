@@ -171,7 +171,18 @@ class RecordError:
 class Record:
     """One validated metadata record. ``data`` keeps Kafka's camelCase keys; int lists are tuples."""
 
-    __slots__ = ("_position", "data", "offset", "seq", "source", "timestamp_ms", "type", "version")
+    __slots__ = (
+        "_position",
+        "data",
+        "offset",
+        "origin",
+        "seq",
+        "snapshot_end",
+        "source",
+        "timestamp_ms",
+        "type",
+        "version",
+    )
 
     def __init__(
         self,
@@ -183,7 +194,11 @@ class Record:
         position: str | None = None,
         offset: int | None = None,
         timestamp_ms: int | None = None,
+        origin: str | None = None,
+        snapshot_end: int | None = None,
     ) -> None:
+        """``origin``: the envelope's ``"source"`` (``"admin-poll"``: derived by `elrwatch bridge --source admin`);
+        ``snapshot_end``: the envelope's ``"snapshotEnd"`` (a snapshot's record, see `ClusterState.apply`)."""
         self.type = type
         self.version = version
         self.data = data
@@ -192,12 +207,25 @@ class Record:
         self._position = position or None
         self.offset = offset
         self.timestamp_ms = timestamp_ms
+        self.origin = origin
+        self.snapshot_end = snapshot_end
 
     # Pickled as a call of the constructor, so that both builds (setup.py) read each other's pickles.
     def __reduce__(self) -> tuple[type[Record], tuple[object, ...]]:
         return (
             Record,
-            (self.type, self.version, self.data, self.source, self.seq, self._position, self.offset, self.timestamp_ms),
+            (
+                self.type,
+                self.version,
+                self.data,
+                self.source,
+                self.seq,
+                self._position,
+                self.offset,
+                self.timestamp_ms,
+                self.origin,
+                self.snapshot_end,
+            ),
         )
 
     @property
@@ -960,6 +988,7 @@ def parse_envelope(
                 extra_ts = get("timestamp")
                 if (
                     type(data) is dict
+                    and len(envelope) <= 5  # "source" / "snapshotEnd" (elrwatch bridge) take the checked path
                     and (extra_offset is None or (offset is None and type(extra_offset) is int and extra_offset >= 0))
                     and (extra_ts is None or (type(extra_ts) is int and extra_ts >= 0))
                 ):
@@ -1033,6 +1062,13 @@ def _parse_envelope_checked(
                 "invalid_envelope", "timestamp", f"timestamp must be epoch ms >= 0, got {extra_ts!r}", type_name
             )
         timestamp_ms = extra_ts
+    origin = envelope.get("source")
+    if origin is not None and (type(origin) is not str or not 0 < len(origin) <= 64):
+        return error("invalid_envelope", "source", f"source must be a short string, got {origin!r}", type_name)
+    snapshot_end = envelope.get("snapshotEnd")
+    if snapshot_end is not None and (type(snapshot_end) is not int or snapshot_end < 1):
+        message = f"snapshotEnd must be an int >= 1, got {snapshot_end!r}"
+        return error("invalid_envelope", "snapshotEnd", message, type_name)
     version = envelope.get("version")
     if type(version) is not int or version < 0:
         return error("invalid_envelope", "version", f"missing or malformed version {version!r}", type_name)
@@ -1055,7 +1091,18 @@ def _parse_envelope_checked(
         data = validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:
         return error(exc.reason, exc.field, exc.message, type_name)
-    return Record(type_name, version, data, source, seq, position, offset, timestamp_ms)  # type: ignore[arg-type]
+    return Record(
+        type_name,  # type: ignore[arg-type]
+        version,
+        data,
+        source,
+        seq,
+        position,
+        offset,
+        timestamp_ms,
+        origin,
+        snapshot_end,
+    )
 
 
 def is_known_kafka_type(type_name: str) -> bool:
