@@ -869,15 +869,16 @@ class DumpReader:
     * A snapshot's records (after ``Snapshot end offset: N, epoch: E``) have no log offset (their ``| offset:``
       counts from 0 inside the snapshot): they get N-1, the last offset the snapshot covers, and `snapshot_end` is
       N while they are read. A bootstrap snapshot's records (``KRaft bootstrap snapshot``) get no offset.
-    * `log_start` is where the first log section starts (``Log starting offset: N``, else its first batch's base
-      offset) when no snapshot came before it: past 0, what the input describes is partial.
+    * `gap` is ``(missing_from, log_start)`` when the first log section (``Log starting offset: N``, else its first
+      batch's base offset) starts past what came before it: past 0 without a snapshot, or past the end offset of
+      the snapshot read before it. What the input describes is then partial.
     """
 
     def __init__(self) -> None:
         self.section = SECTION_NONE
         self.snapshot_end: int | None = None  # the end offset of the snapshot being read
         self.snapshots: list[tuple[int, int]] = []  # (end offset, epoch) of every snapshot read
-        self.log_start: int | None = None
+        self.gap: tuple[int, int] | None = None
         self._seen_log = False
         self._next: int | None = None  # the offset of the current batch's next record line
         self._last: int | None = None  # the current batch's last offset
@@ -930,8 +931,9 @@ class DumpReader:
         self.snapshot_end = None
         if not self._seen_log:
             self._seen_log = True
-            if not self.snapshots:
-                self.log_start = offset
+            covered = self.snapshots[-1][0] if self.snapshots else 0
+            if offset > covered:
+                self.gap = (covered, offset)
 
     def _place(self, parsed: Record | RecordError | Ignored | Skipped) -> None:
         """Give the parse result the offset its place in the dump says."""

@@ -27,15 +27,17 @@ PARTIAL_NAME_LIMIT = 1000
 
 
 class PartialInput:
-    """The input starts at metadata offset ``log_start`` > 0 without a snapshot: what existed before is unknown.
+    """The input misses the metadata offsets ``missing_from`` .. ``log_start`` - 1: its log starts past offset 0
+    without a snapshot, or past the end offset of the snapshot before it. What was created there is unknown.
 
-    Records about partitions, topics and brokers created before that offset cannot be applied; they are counted
+    Records about partitions, topics and brokers created before ``log_start`` cannot be applied; they are counted
     and their entities named here (at most `PARTIAL_NAME_LIMIT` of each kind) instead of being quarantined one by
     one: on such an input they are expected, not bad records.
     """
 
-    def __init__(self, log_start: int) -> None:
+    def __init__(self, log_start: int, missing_from: int = 0) -> None:
         self.log_start = log_start
+        self.missing_from = missing_from
         self.records = 0
         self.partitions: set[tuple[str, int]] = set()
         self.topics: set[str] = set()
@@ -66,9 +68,16 @@ class PartialInput:
 
     def message(self) -> str:
         """One line for an operator (stderr)."""
+        if self.missing_from == 0:
+            where = f"the input starts at metadata offset {self.log_start} without a snapshot"
+        else:
+            where = (
+                f"the snapshot ends at metadata offset {self.missing_from} but the log after it starts at "
+                f"{self.log_start} (offsets {self.missing_from}-{self.log_start - 1} are missing)"
+            )
         return (
-            f"the input starts at metadata offset {self.log_start} without a snapshot: the state is partial "
-            f"(what was created before offset {self.log_start} is unknown); {self.records} record(s) referred to "
+            f"{where}: the state is partial (what was created before offset {self.log_start} is unknown); "
+            f"{self.records} record(s) referred to "
             f"{len(self.partitions)} partition(s), {len(self.topics)} topic(s) and {len(self.brokers)} broker(s) "
             "never seen created and were not applied (report: partial)"
         )
@@ -78,6 +87,7 @@ class PartialInput:
         return {
             "message": self.message(),
             "logStartOffset": self.log_start,
+            "missingFromOffset": self.missing_from,
             "unresolvedRecords": self.records,
             "partitions": [{"topicId": t, "partitionId": p} for t, p in sorted(self.partitions)],
             "topics": sorted(self.topics),
@@ -115,8 +125,8 @@ class Replayer:
         records of a partial input about what it never saw created)."""
         reader = self.reader
         parsed = reader.parse(line, source, seq, position)
-        if self.partial is None and reader.log_start:
-            self.partial = PartialInput(reader.log_start)
+        if self.partial is None and reader.gap is not None:
+            self.partial = PartialInput(reader.gap[1], reader.gap[0])
         return self.feed_parsed(parsed, reader.snapshot_end)
 
     def feed_parsed(
