@@ -169,6 +169,7 @@ class AdminBridge:
         self.view: View | None = View.from_json(doc["view"]) if doc.get("view") else None
         self.next_offset: int = int(doc.get("nextOffset", 0))
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+        self.steps = 0  # how many times `step` ran (tests wait for polls with it)
 
     def _save(self, pending: list[bytes]) -> None:
         self.state.save({"source": "admin", "nextOffset": self.next_offset,
@@ -177,6 +178,7 @@ class AdminBridge:
 
     def step(self) -> int:
         """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
+        self.steps += 1
         if self.pending:
             if not self._publish(self.pending):
                 return 0
@@ -232,6 +234,7 @@ class LogBridge:
         tail_state = TailState.from_json(doc["tail"]) if doc.get("tail") else TailState()
         self.tail = MetadataLogTail(log_dir, tail_state, metrics.error)
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+        self.steps = 0  # how many times `step` ran (tests wait for polls with it)
 
     def _save(self, pending: list[bytes]) -> None:
         self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(),
@@ -239,6 +242,7 @@ class LogBridge:
 
     def step(self) -> int:
         """Read what was appended and publish it; returns how many records were published."""
+        self.steps += 1
         if self.pending:
             if not self._publish(self.pending):
                 return 0
@@ -259,6 +263,8 @@ class LogBridge:
         events = []
         for rec in records:
             extra: dict[str, Any] = {}
+            if rec.from_snapshot:
+                extra["snapshotEnd"] = rec.offset + 1  # the core applies it as a snapshot's record
             if rec.diverged:
                 extra["diverged"] = True
                 self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
