@@ -378,29 +378,38 @@ class KafkaCluster:
         return self
 
     def _format_all(self) -> None:
-        procs = []
-        for node in [self.controller, *self.brokers.values()]:
+        """Format every node's storage in parallel; every port is checked first, and a failure (or Ctrl-C) kills the
+        formatting processes still running, so that nothing is left behind."""
+        nodes = [self.controller, *self.brokers.values()]
+        for node in nodes:
             self._check_ports_free(node)
-            self._write_props(node)
-            args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
-            if self.release_version:
-                args += ["--release-version", self.release_version]
-            args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
-            if self.listener_security is not None and node.role == "controller":
-                for cred in self.listener_security.get("scram_credentials", []):
-                    args += ["--add-scram", cred]
-            log = node.data_dir.parent / "format.log"
-            with open(log, "wb") as out:
-                procs.append((node, log, subprocess.Popen(self._java_cmd("kafka.tools.StorageTool", *args),
-                                                          stdout=out, stderr=subprocess.STDOUT)))
-        for node, log, proc in procs:
-            try:
-                rc = proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise ClusterError(f"formatting {node.role} {node.node_id} timed out:\n{tail(log)}") from None
-            if rc != 0:
-                raise ClusterError(f"formatting {node.role} {node.node_id} failed (exit {rc}):\n{tail(log)}")
+        procs: list[tuple[Node, Path, subprocess.Popen]] = []
+        try:
+            for node in nodes:
+                self._write_props(node)
+                args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
+                if self.release_version:
+                    args += ["--release-version", self.release_version]
+                args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
+                if self.listener_security is not None and node.role == "controller":
+                    for cred in self.listener_security.get("scram_credentials", []):
+                        args += ["--add-scram", cred]
+                log = node.data_dir.parent / "format.log"
+                with open(log, "wb") as out:
+                    procs.append((node, log, subprocess.Popen(self._java_cmd("kafka.tools.StorageTool", *args),
+                                                              stdout=out, stderr=subprocess.STDOUT)))
+            for node, log, proc in procs:
+                try:
+                    rc = proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    raise ClusterError(f"formatting {node.role} {node.node_id} timed out:\n{tail(log)}") from None
+                if rc != 0:
+                    raise ClusterError(f"formatting {node.role} {node.node_id} failed (exit {rc}):\n{tail(log)}")
+        finally:
+            for _node, _log, proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
 
     def _node_ports(self, node: Node) -> list[int]:
         """The ports ``node`` listens on (a broker's first one also serves the extra secure listener)."""
