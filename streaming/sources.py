@@ -22,7 +22,11 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
   mapped by :func:`native_kafka_options`.
 * ``files`` (:class:`FilesDataSource`, format ``elrwatch-files``): every file under ``path`` (sorted by name;
   appended lines and new files are picked up), envelope lines or kafka-dump-log output. Offset:
-  ``{"<file>": [<bytes consumed>, <lines consumed>]}``; only complete lines (ending in a newline) are read.
+  ``{"<file>": [<bytes consumed>, <lines consumed>, <dump position>]}``; only complete lines (ending in a newline)
+  are read. The dump position (``records.DumpReader.checkpoint``, absent from offsets of older versions) is where
+  the consumed lines leave a DumpLogSegments dump: the next split rewrites its ``--skip-record-metadata`` lines
+  with their batch's offsets and drops the in-snapshot offsets of a snapshot's records (applied without offsets:
+  ``elrwatch replay`` is what applies a snapshot and the segments after it).
 """
 
 from __future__ import annotations
@@ -550,11 +554,34 @@ class FileSplit(InputPartition):
     start_byte: int
     end_byte: int
     first_line: int
+    dump_position: list | None = None  # DumpReader.checkpoint() at start_byte (None: not in a dump, or unknown)
 
-    def __init__(self, path: str, name: str, start_byte: int, end_byte: int, first_line: int) -> None:
+    def __init__(
+        self, path: str, name: str, start_byte: int, end_byte: int, first_line: int, dump_position: list | None = None
+    ) -> None:
         super().__init__((name, start_byte, end_byte, first_line))
         self.path, self.name = path, name
         self.start_byte, self.end_byte, self.first_line = start_byte, end_byte, first_line
+        self.dump_position = dump_position
+
+
+#: Bytes that only DumpLogSegments output holds (file and batch headers, --skip-record-metadata lines): a chunk
+#: without them, read from no dump position, is not followed line by line.
+_DUMP_MARKERS = (b"baseOffset:", b"starting offset:", b"end offset:", b"KRaft bootstrap", b"payload:")
+
+
+def dump_position_after(position: list | None, chunk: bytes) -> list | None:
+    """Where the complete lines of ``chunk`` leave a DumpLogSegments dump read from ``position`` (None: no dump)."""
+    from elrwatch.state.records import DumpReader
+
+    if position is None and not any(marker in chunk for marker in _DUMP_MARKERS):
+        return None
+    reader = DumpReader.restore(position)
+    follow = reader.self_contained
+    for raw in chunk.split(b"\n")[:-1]:
+        if raw[:1] in b"|bLSKD p":
+            follow(raw.decode("utf-8", "replace").rstrip("\r"))
+    return reader.checkpoint()
 
 
 class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -598,7 +625,8 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             budget = self.max_rows  # AvailableNow: keep batches bounded
         end = dict(start)
         for name, size in sizes.items():
-            done_bytes, done_lines = start.get(name, [0, 0])
+            done = start.get(name, [0, 0])
+            done_bytes, done_lines = done[0], done[1]
             if size <= done_bytes:
                 continue
             with open(os.path.join(self.root, name), "rb") as fh:
@@ -616,7 +644,8 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for _ in range(budget):
                     pos = chunk.index(b"\n", pos + 1)
                 cut, lines = pos + 1, budget
-            end[name] = [done_bytes + cut, done_lines + lines]
+            position = dump_position_after(done[2] if len(done) > 2 else None, chunk[:cut])
+            end[name] = [done_bytes + cut, done_lines + lines, *([position] if position is not None else [])]
             if budget is not None:
                 budget -= lines
                 if budget <= 0:
@@ -625,10 +654,13 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[FileSplit]:
         splits = []
-        for name, (end_byte, _lines) in end.items():
-            start_byte, start_lines = start.get(name, [0, 0])
+        for name, ended in end.items():
+            end_byte = ended[0]
+            started = start.get(name, [0, 0])
+            start_byte, start_lines = started[0], started[1]
             if end_byte > start_byte:
-                splits.append(FileSplit(self.root, name, start_byte, end_byte, start_lines + 1))
+                position = started[2] if len(started) > 2 else None
+                splits.append(FileSplit(self.root, name, start_byte, end_byte, start_lines + 1, position))
         return splits
 
     def read(self, partition: FileSplit) -> Iterator[Any]:
@@ -643,11 +675,16 @@ def read_file_split(partition: FileSplit) -> Iterator[Any]:
     with open(os.path.join(partition.path, partition.name), "rb") as fh:
         fh.seek(partition.start_byte)
         data = fh.read(partition.end_byte - partition.start_byte)
-    lines = data.decode("utf-8", "replace").split("\n")[:-1]
+    lines = [line.rstrip("\r") for line in data.decode("utf-8", "replace").split("\n")[:-1]]
+    if partition.dump_position is not None or any(marker in data for marker in _DUMP_MARKERS):
+        from elrwatch.state.records import DumpReader
+
+        follow = DumpReader.restore(partition.dump_position).self_contained
+        lines = [follow(line) for line in lines]
     n = len(lines)
     yield pa.RecordBatch.from_arrays(
         [
-            pa.array([line.rstrip("\r") for line in lines], pa.string()),
+            pa.array(lines, pa.string()),
             pa.array([partition.name] * n, pa.string()),
             pa.array([-1] * n, pa.int32()),
             pa.array(range(partition.first_line, partition.first_line + n), pa.int64()),

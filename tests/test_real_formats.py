@@ -182,9 +182,7 @@ def test_snapshot_then_segments_applies_the_segments_from_the_snapshot_end_offse
     assert FIRST_SEGMENT < SNAPSHOT_END and covered  # the fixture has covered records
     snapshot = document["snapshot"]
     assert (snapshot["endOffset"], snapshot["coveredLogRecords"]) == (SNAPSHOT_END, len(covered))
-    assert snapshot["records"] == len(
-        [r for r in records_of("snapshot.dump") if r.type != "REGISTER_CONTROLLER_RECORD"]
-    )
+    assert snapshot["records"] == len(records_of("snapshot.dump"))  # every record a Record (not skipped) applied
     assert "partial" not in document and proc.stderr == ""
     assert document["quarantined"]["count"] == 0
     assert document["counts"]["duplicates"] == 0
@@ -376,3 +374,57 @@ def test_old_record_error_pickles_still_load() -> None:
     old_form = RecordError.__new__(RecordError)
     old_form.__setstate__(["f:1", "invalid_json", None, "m", "raw", None, None])  # 7 fields, before `applied`
     assert old_form.applied is None and "applied" not in old_form.to_dict()
+
+
+# --- the streaming job's files source ---------------------------------------------------------------------------------
+
+
+def _files_source_lines(directory: Path, per_trigger: int) -> list[str]:
+    """Every line the files source yields for ``directory``, read ``per_trigger`` lines a micro-batch."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from elrwatch.streaming.sources import FilesStreamReader, read_file_split
+
+    reader = FilesStreamReader({"path": str(directory)})
+    start, values = reader.initialOffset(), []
+    while True:
+        end = reader.latestOffset(start, ReadMaxRows(per_trigger))
+        if end == start:
+            return values
+        for split in reader.partitions(start, end):
+            for batch in read_file_split(split):
+                values += batch.column("value").to_pylist()
+        start = json.loads(json.dumps(end))  # as Spark keeps it in its checkpoint
+
+
+@pytest.mark.parametrize("per_trigger", [1000, 5, 1])
+def test_the_files_source_gives_skip_metadata_lines_their_offsets_across_micro_batches(
+    tmp_path: Path, per_trigger: int
+) -> None:
+    (tmp_path / "1-segments.dump").write_text(Path(fixture("segments-skip-metadata.dump")).read_text())
+    lines = _files_source_lines(tmp_path, per_trigger)
+    parsed = [parse_line(text, "f", n) for n, text in enumerate(lines, 1)]
+    assert [p.offset for p in parsed if isinstance(p, Record)] == printed_offsets("segments.dump")
+    assert not [p for p in parsed if isinstance(p, RecordError)]
+
+
+def test_the_files_source_drops_the_in_snapshot_offsets_of_a_snapshots_records(tmp_path: Path) -> None:
+    (tmp_path / "0-snapshot.dump").write_text(Path(fixture("snapshot.dump")).read_text())
+    lines = _files_source_lines(tmp_path, 4)
+    records = [p for p in (parse_line(t, "f", n) for n, t in enumerate(lines, 1)) if isinstance(p, Record)]
+    assert [(r.type, r.data) for r in records] == [(r.type, r.data) for r in records_of("snapshot.dump")]
+    assert {r.offset for r in records} == {None}
+
+
+def test_the_files_source_keeps_older_offsets_without_a_dump_position(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from elrwatch.streaming.sources import FilesStreamReader
+
+    (tmp_path / "a.jsonl").write_text('{"type":"NO_OP_RECORD","version":0,"data":{}}\n' * 3)
+    reader = FilesStreamReader({"path": str(tmp_path)})
+    assert reader.latestOffset({"a.jsonl": [0, 0]}, ReadAllAvailable()) == {
+        "a.jsonl": [138, 3]
+    }  # no third element: not a dump
