@@ -232,7 +232,8 @@ def test_a_dump_starting_past_zero_is_partial_and_names_what_it_never_saw_create
         if r.type == "PARTITION_CHANGE_RECORD" and r.data["topicId"] not in created
     }
     assert changed and {(p["topicId"], p["partitionId"]) for p in partial["partitions"]} == changed
-    assert partial["brokers"] == [2]  # fenced in the segment, registered before it
+    # broker 2 is fenced in the segment, broker 1 holds the replica of the partition it creates: both registered before
+    assert partial["brokers"] == [1, 2]
     assert partial["unresolvedRecords"] == len(changed) + 1
     assert document["quarantined"]["count"] == 0  # expected on such an input: not errors
     assert "starts at metadata offset" in proc.stderr and "partial" in proc.stderr
