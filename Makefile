@@ -11,7 +11,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 	demo bench clean
 
 help:
-	@echo "make demo   - run elrwatch on embedded defaults (local Kafka-wire server, simulator, Spark job, API)"
+	@echo "make demo   - run elrwatch on embedded defaults (a real 1-broker Kafka, simulator, Spark job, API)"
 	@echo "make test   - install what tests need (pip, apt, pinned helm) and run every test"
 	@echo "make bench  - run the benchmarks in bench/ and print their figures"
 	@echo "make compiled - build the mypyc-compiled core into build/compiled (see setup.py)"
@@ -121,10 +121,11 @@ test-helm: install
 test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
-demo: install-python
+# The demo's event topic lives on a real 1-broker Kafka cluster (devtools/kafka_cluster.py): Kafka's jars first.
+demo: install-python kafka-jars
 	$(PYTHON) -m elrwatch.cli demo
 
-bench: install-python compiled
+bench: install-python kafka-jars compiled
 	$(PYTHON) bench/replay.py
 	PYTHONPATH=$(COMPILED) $(PYTHON) -P bench/replay.py
 	$(PYTHON) bench/simulate.py
