@@ -414,8 +414,8 @@ def phase_storm_restart(
     gen = EventGenerator(topics=topics, partitions=partitions // topics, brokers=brokers, seed=3, wallclock=True)
     topic = "bench-storm"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
-    # One event-topic partition per 125k metadata partitions (at least 2): the layout of the figures measured
-    # before the bench ran on real Kafka (noida-db could not read back a partition of more than ~200k records).
+    # One event-topic partition per 125k metadata partitions (at least 2): the layout of the earlier figures in
+    # docs/PERFORMANCE.md (their Kafka stand-in could not read back a partition of more than ~200k records).
     create_topic(opts, topic, max(2, -(-partitions // 125_000)))
     producer = fast_producer(opts)
     t = time.monotonic()
