@@ -582,6 +582,8 @@ class KafkaCluster:
             except ClusterError:
                 raise
             except Exception as exc:  # kafka-python raises many kinds while brokers come and go
+                if _is_final_answer(exc):  # the cluster's answer (e.g. an invalid assignment): no retry
+                    raise ClusterError(f"{what} failed: {exc!r}") from exc
                 last = exc
                 self._close_admin()
                 time.sleep(0.2)
@@ -667,8 +669,17 @@ class KafkaCluster:
 
         op = (AlterConfigOp.DELETE, None) if value is None else (AlterConfigOp.SET, value)
         resource = ConfigResource(ConfigResourceType[resource_type], name, configs={key: op})
-        result = self._admin_call(lambda a: a.alter_configs([resource], raise_on_unknown=False, incremental=True),
-                                  f"IncrementalAlterConfigs {resource_type} {name!r} {key}")
+        def alter(admin: Any) -> Any:
+            if resource_type == "BROKER" and name == "":
+                # kafka-python sends BROKER resources to the broker of that id and refuses the cluster default's
+                # empty name: build the same IncrementalAlterConfigs request and send it to any broker.
+                async def send() -> Any:
+                    request = admin._alter_configs_request([resource], False, True)
+                    return admin._alter_configs_process_responses((await admin._manager.send(request)).responses)
+                return admin._manager.run(send)
+            return admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
+
+        result = self._admin_call(alter, f"IncrementalAlterConfigs {resource_type} {name!r} {key}")
         _raise_config_errors(result, f"{resource_type} {name!r} {key}={value}")
 
     def elect_leaders(self, topic: str, partitions: list[int], *, unclean: bool) -> Any:
@@ -742,6 +753,27 @@ class KafkaCluster:
                 return
         raise ClusterError(f"the metadata log kept growing for {timeout:.0f} s")
 
+    def metadata_log_size(self) -> int:
+        """Bytes in the controller's metadata log segments (grows with every record batch)."""
+        return sum(f.stat().st_size for f in self.metadata_log_files())
+
+    def settle(self, topics: list[str] | None = None, quiet_for: float = 1.0,
+               timeout: float = 45.0) -> tuple[dict[tuple[str, int], dict], dict[int, bool]]:
+        """Wait until the cluster is quiet and the brokers agree, then return (DescribeTopicPartitions,
+        DescribeCluster): the controller's metadata log has not grown for ``quiet_for`` s, and two answers to each
+        request taken around that quiet period (possibly from different brokers, whose metadata caches lag the
+        controller a little) are equal, with the log unchanged in between."""
+        deadline = time.monotonic() + timeout
+        while True:
+            size = self.metadata_log_size()
+            first = (self.describe_topic_partitions(topics), self.describe_cluster())
+            self.wait_metadata_quiet(quiet_for=quiet_for, timeout=max(1.0, deadline - time.monotonic()))
+            second = (self.describe_topic_partitions(topics), self.describe_cluster())
+            if first == second and self.metadata_log_size() == size:
+                return second
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"the cluster did not settle within {timeout:.0f} s")
+
     # ------------------------------------------------------------------ helpers
 
     def wait_for(self, condition: Callable[[], Any], what: str, timeout: float = 30.0, interval: float = 0.2) -> Any:
@@ -766,6 +798,15 @@ class KafkaCluster:
         return [n.proc.pid for n in [self.controller, *self.brokers.values()] if n.running]
 
 
+def _is_final_answer(exc: Exception) -> bool:
+    """A non-retriable error a broker answered with (kafka-python's BrokerResponseError with retriable False)."""
+    try:
+        from kafka.errors import BrokerResponseError
+    except ImportError:  # pragma: no cover - kafka-python is a dependency
+        return False
+    return isinstance(exc, BrokerResponseError) and not getattr(exc, "retriable", True)
+
+
 def _raise_config_errors(result: Any, what: str) -> None:
     """kafka-python returns errors per resource; raise on any that is not NoError."""
     def walk(value: Any) -> Iterator[Any]:
@@ -782,6 +823,8 @@ def _raise_config_errors(result: Any, what: str) -> None:
             raise ClusterError(f"altering config {what} failed: {item.__name__}")
         if isinstance(item, Exception):
             raise ClusterError(f"altering config {what} failed: {item!r}")
+        if isinstance(item, str) and item != "OK":  # kafka-python 3 answers "OK" or the error's text
+            raise ClusterError(f"altering config {what} failed: {item}")
 
 
 def _random_cluster_id() -> str:
