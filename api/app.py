@@ -353,6 +353,8 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
             "needingAction": sum(by_status[s] for s in ACTION_STATUSES),
             "brokersByState": {k: _int(v) for k, v in grouped.get("elrwatch_brokers", {}).items()},
             "elrEnabled": None if elr is None else bool(elr),
+            "derivedFrom": raw["cluster"].get("derivedFrom"),
+            "unknownFacts": raw["cluster"].get("unknown") or [],
             "quarantined": raw["quarantined"],
             "freshness": Freshness(
                 lastEventTimeMs=last_event,
