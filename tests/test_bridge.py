@@ -533,3 +533,31 @@ def test_cli_refuses_bad_options(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not a directory" in result.output
     result = runner.invoke(app, ["bridge", "--source", "admin"])
     assert result.exit_code == 2 and "--bootstrap-servers and --topic are required" in result.output
+
+
+def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: Path) -> None:
+    """`elrwatch replay` of admin-poll events, the status store and /v1/summary all carry derivedFrom/unknown."""
+    from fastapi.testclient import TestClient
+
+    from elrwatch.api.app import create_app
+    from elrwatch.api.settings import Settings
+    from elrwatch.state.replay import replay_lines
+    from elrwatch.streaming.store import StatusStore
+
+    bridge, pub, _ = admin_bridge(FakeReader())
+    bridge.step()
+    document = replay_lines([line.decode() for line in pub.lines], "events").document(advice=False)
+    assert document["cluster"]["derivedFrom"] == "admin-poll"
+    assert "transitionsBetweenPolls" in document["cluster"]["unknown"]
+    store = StatusStore(f"sqlite:///{tmp_path}/api.db")
+    try:
+        store.load_document(document, batch_id=1)
+        with TestClient(create_app(Settings(store=str(store.url)), store=store)) as client:
+            summary = client.get("/v1/summary").json()
+        assert summary["derivedFrom"] == "admin-poll" and "partitionEpoch" in summary["unknownFacts"]
+    finally:
+        store.dispose()
+    exact = replay_lines([orjson.dumps(d.envelope()).decode() for d in
+                          metadata_log.scan((FIXTURES / "controller.log").read_bytes()).records], "log")
+    doc = exact.document(advice=False)
+    assert doc["cluster"]["derivedFrom"] is None and doc["cluster"]["unknown"] == []
