@@ -31,8 +31,11 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -169,6 +172,62 @@ def kafka_python_config(options: Mapping[str, str]) -> dict[str, Any]:
         config["sasl_plain_username"] = options.get("sasl.username")
         config["sasl_plain_password"] = read_secret(options, "sasl.password")
     return config
+
+
+class _ConnectionFailureTap(logging.Handler):
+    """Keeps the most telling connection failure kafka-python logs (SASL authentication, TLS handshake, refused):
+    its exceptions only say that it could not bootstrap. The messages name hosts and causes, never credentials."""
+
+    #: Causes worth naming, most telling first; a plain "socket disconnected" is kept only when nothing else came.
+    SPECIFIC = ("Authentication", "SSL", "Handshake", "certificate", "refused", "UnsupportedVersion")
+    PREFIX = re.compile(r"^Bootstrap connection to \S+ failed: (.*?)(?: \(backoff [^)]*\))?$")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.specific: str | None = None
+        self.generic: str | None = None
+
+    @property
+    def last(self) -> str | None:
+        """The last specific cause seen, else the last failure seen (None when none was logged)."""
+        return self.specific or self.generic
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = " ".join(record.getMessage().split())
+        except Exception:  # a malformed log call must not break the client
+            return
+        match = self.PREFIX.match(message)
+        if match is None:
+            return
+        cause = match.group(1)[:300]
+        if any(marker in cause for marker in self.SPECIFIC):
+            self.specific = cause
+        else:
+            self.generic = cause
+
+
+@contextlib.contextmanager
+def connection_failures() -> Iterator[_ConnectionFailureTap]:
+    """While inside, ``.last`` holds the last connection failure kafka-python logged (None if none)."""
+    tap = _ConnectionFailureTap()
+    logger = logging.getLogger("kafka")
+    logger.addHandler(tap)
+    try:
+        yield tap
+    finally:
+        logger.removeHandler(tap)
+
+
+def unreachable_error(
+    servers: str | None, timeout_s: float, exc: BaseException, last: str | None, security_protocol: str = "PLAINTEXT"
+) -> SourceError:
+    """The one-line error for a Kafka client that could not connect, with the cause kafka-python logged. Over SASL,
+    kafka-python sometimes sees only the broker closing the connection after rejecting the credentials."""
+    cause = f"; last connection error: {last}" if last else ""
+    if security_protocol.upper().startswith("SASL") and (last is None or "disconnected" in last):
+        cause += " (with SASL, a broker that closes the connection has usually rejected the credentials or mechanism)"
+    return SourceError(f"cannot reach Kafka at {servers} within {timeout_s:g}s: {type(exc).__name__}{cause}")
 
 
 def _pem_blocks(path: str) -> set[str]:
@@ -322,15 +381,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from kafka import KafkaConsumer
             from kafka.errors import KafkaError
 
-            try:
-                self._consumer = KafkaConsumer(
-                    enable_auto_commit=False, group_id=None, **kafka_python_config(self.options)
-                )
-            except KafkaError as exc:
-                servers = self.options.get("bootstrap.servers")
-                raise SourceError(
-                    f"cannot reach Kafka at {servers} within {self.timeout_s:g}s: {type(exc).__name__}"
-                ) from None
+            with connection_failures() as failures:
+                try:
+                    self._consumer = KafkaConsumer(
+                        enable_auto_commit=False, group_id=None, **kafka_python_config(self.options)
+                    )
+                except KafkaError as exc:
+                    servers = self.options.get("bootstrap.servers")
+                    protocol = self.options.get("security.protocol", "PLAINTEXT")
+                    raise unreachable_error(servers, self.timeout_s, exc, failures.last, protocol) from None
         return self._consumer
 
     def _partitions(self) -> dict[str, list[int]]:
