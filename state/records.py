@@ -932,9 +932,10 @@ class DumpReader:
 
     def self_contained(self, line: str) -> str:
         """The line in a form `parse_line` alone reads right (for a reader that parses lines one by one, like the
-        streaming job): a ``--skip-record-metadata`` record line gets its ``| offset: N``; a snapshot's record line
-        loses the offset counted inside the snapshot (``| payload: {…}``: applied without an offset). Other lines
-        are returned as they are; every line moves the reader on."""
+        streaming job): a ``--skip-record-metadata`` record line gets its ``| offset: N``; a snapshot's record
+        becomes its envelope with ``"offset": N-1, "snapshotEnd": N`` (as `parse` places it; a bootstrap
+        snapshot's, or one whose payload is no JSON object, loses the offset counted inside the snapshot). Other
+        lines are returned as they are; every line moves the reader on."""
         first = line[:1]
         if first in _HEADER_FIRST_CHARS:
             self._header(line)
@@ -945,6 +946,12 @@ class DumpReader:
         if marker < 0:
             return line  # a control record
         if self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP:
+            payload = line[marker + len("payload:") :].strip()
+            end = self.snapshot_end
+            if self.section == SECTION_SNAPSHOT and end is not None and end > 0 and payload.startswith("{"):
+                created = _DUMP_TIME.search(line, 0, marker)
+                stamp = f'"timestamp":{created.group(1)},' if created and int(created.group(1)) >= 0 else ""
+                return f'{{"offset":{end - 1},"snapshotEnd":{end},{stamp}{payload[1:]}'
             return "| " + line[marker:]
         match = _DUMP_OFFSET.search(line, 0, marker)
         if match:
@@ -1044,7 +1051,8 @@ def parse_envelope(
                 extra_ts = get("timestamp")
                 if (
                     type(data) is dict
-                    and len(envelope) <= 5  # "source" / "snapshotEnd" (elrwatch bridge) take the checked path
+                    # any other key ("source", "snapshotEnd": elrwatch bridge, the files source) takes the checked path
+                    and len(envelope) == 3 + (extra_offset is not None) + (extra_ts is not None)
                     and (extra_offset is None or (offset is None and type(extra_offset) is int and extra_offset >= 0))
                     and (extra_ts is None or (type(extra_ts) is int and extra_ts >= 0))
                 ):

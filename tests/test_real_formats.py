@@ -415,12 +415,41 @@ def test_the_files_source_gives_skip_metadata_lines_their_offsets_across_micro_b
     assert not [p for p in parsed if isinstance(p, RecordError)]
 
 
-def test_the_files_source_drops_the_in_snapshot_offsets_of_a_snapshots_records(tmp_path: Path) -> None:
+def test_the_files_source_marks_a_snapshots_records_with_its_end_offset(tmp_path: Path) -> None:
     (tmp_path / "0-snapshot.dump").write_text(Path(fixture("snapshot.dump")).read_text())
     lines = _files_source_lines(tmp_path, 4)
     records = [p for p in (parse_line(t, "f", n) for n, t in enumerate(lines, 1)) if isinstance(p, Record)]
     assert [(r.type, r.data) for r in records] == [(r.type, r.data) for r in records_of("snapshot.dump")]
-    assert {r.offset for r in records} == {None}
+    assert {(r.offset, r.snapshot_end) for r in records} == {(SNAPSHOT_END - 1, SNAPSHOT_END)}
+
+
+def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tmp_path: Path) -> None:
+    """Read by the streaming job's stages (files source, route, bucket): the snapshot, then in a later micro-batch
+    the segments, give the partitions `elrwatch replay SNAPSHOT SEGMENTS` gives."""
+    from elrwatch.state.gauges import PipelineCounts
+    from elrwatch.streaming import job
+
+    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    for name in ("snapshot.dump", "segments-skip-metadata.dump"):
+        (tmp_path / name).write_text(Path(fixture(name)).read_text())
+        fresh = _files_source_lines(tmp_path, 1000)  # the only file in the directory now
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(fresh),
+                pa.array([name] * len(fresh)),
+                pa.array([-1] * len(fresh), pa.int32()),
+                pa.array(range(1, len(fresh) + 1), pa.int64()),
+                pa.array([None] * len(fresh), pa.timestamp("us", tz="UTC")),
+            ],
+            names=["value", "topic", "partition", "offset", "timestamp"],
+        )
+        routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
+        job.process_bucket(0, 1, job._ordered_rows(routed), state)
+        (tmp_path / name).unlink()
+    oracle = replay_file([fixture("snapshot.dump"), fixture("segments-skip-metadata.dump")]).document(advice=False)
+    streamed = Replayer(cluster=state.cluster).document(advice=False)
+    assert without_positions(streamed) == without_positions(oracle)
+    assert state.cluster.snapshot_end_offset == SNAPSHOT_END
 
 
 def test_the_files_source_keeps_older_offsets_without_a_dump_position(tmp_path: Path) -> None:
@@ -434,3 +463,35 @@ def test_the_files_source_keeps_older_offsets_without_a_dump_position(tmp_path: 
     assert reader.latestOffset({"a.jsonl": [0, 0]}, ReadAllAvailable()) == {
         "a.jsonl": [138, 3]
     }  # no third element: not a dump
+
+
+def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> None:
+    """Envelopes with ``snapshotEnd`` (elrwatch bridge) share one offset: routed to a bucket, they stay a snapshot's
+    records (not offset conflicts with each other), and a log record below the snapshot end is covered."""
+    from elrwatch.state.gauges import PipelineCounts
+    from elrwatch.streaming import job
+    from elrwatch.streaming.route import decode_record, encode_record
+
+    snapshot = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
+    lines = [json.dumps({**envelope(*rec, offset=41), "snapshotEnd": 42, "source": "t"}) for rec in snapshot]
+    lines.append(json.dumps(envelope(*change(isr=[0]), offset=40)))  # covered by the snapshot
+    record = parse_line(lines[0], "f", 1)
+    assert isinstance(record, Record) and record.snapshot_end == 42
+    decoded = decode_record(encode_record(record))
+    assert (decoded.snapshot_end, decoded.origin, decoded.offset) == (42, "t", 41)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(lines),
+            pa.array(["ev"] * len(lines)),
+            pa.array([0] * len(lines), pa.int32()),
+            pa.array(range(len(lines)), pa.int64()),
+            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
+        ],
+        names=["value", "topic", "partition", "offset", "timestamp"],
+    )
+    routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
+    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
+    assert payload["quarantined"] == [] and state.counts.applied == len(snapshot)
+    assert state.cluster.snapshot_end_offset == 42
+    assert state.cluster.partition(TOPIC_ID, 0).isr == (0, 1, 2)
