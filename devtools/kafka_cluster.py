@@ -160,8 +160,14 @@ def _listening(port: int) -> bool:
 
 
 def kafka_libs(libs: str | os.PathLike | None = None) -> Path:
-    """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete."""
-    path = Path(libs or os.environ.get("ELRWATCH_KAFKA_LIBS") or DEFAULT_LIBS)
+    """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete.
+
+    Without ``libs`` or ``ELRWATCH_KAFKA_LIBS``: the checkout's ``.tools/kafka/libs``, or, when this module runs from
+    an installed copy (the compiled build in ``build/compiled``), the one under the current directory."""
+    chosen = libs or os.environ.get("ELRWATCH_KAFKA_LIBS")
+    path = Path(chosen) if chosen else DEFAULT_LIBS
+    if not chosen and not path.is_dir() and (Path.cwd() / ".tools" / "kafka" / "libs").is_dir():
+        path = Path.cwd() / ".tools" / "kafka" / "libs"
     for jar in (f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar"):
         if not (path / jar).is_file():
             raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` "
