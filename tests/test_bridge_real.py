@@ -273,3 +273,52 @@ def test_decoder_equals_dump_log_segments(live: tuple[Any, Bridges]) -> None:
             compared += compare_with_dump(path, cluster.dump_log_segments([path]))
             files += 1
     assert files >= 4 and compared >= 100, (files, compared)
+
+
+def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp_path: Path) -> None:
+    """`elrwatch bridge` as an operator runs it (a process per mode, SIGTERM to stop, --state-file, --metrics-port):
+    its events replay to the cluster's state."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from elrwatch.devtools.kafka_cluster import free_port
+
+    cluster, _ = live
+    for topic in ("ev-cli-admin", "ev-cli-log"):
+        cluster.create_topic(topic, replica_assignment={0: [1]})
+    procs = []
+    ports = {}
+    try:
+        for mode, topic, extra in (("admin", "ev-cli-admin", []),
+                                   ("metadata-log", "ev-cli-log", ["--log-dir", str(cluster.controller.metadata_dir)])):
+            ports[mode] = free_port()
+            cmd = [sys.executable, "-m", "elrwatch.cli", "bridge", "--source", mode, "--bootstrap-servers",
+                   cluster.bootstrap, "--topic", topic, "--interval", "0.5", "--state-file",
+                   str(tmp_path / f"{mode}.json"), "--metrics-port", str(ports[mode]), *extra]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+        _kill_and_wait(cluster, 3)
+        cluster.wait_metadata_quiet(quiet_for=1.0)
+
+        def caught_up() -> bool:
+            return all(not mismatches(cluster, replay(consume_lines(cluster.bootstrap, t))[0])
+                       for t in ("ev-cli-admin", "ev-cli-log"))
+
+        cluster.wait_for(caught_up, "the CLI bridges caught up", timeout=60, interval=1.0)
+        for mode, port in ports.items():
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            assert "elrwatch_bridge_published_records_total" in text, mode
+            published = [line for line in text.splitlines()
+                         if line.startswith("elrwatch_bridge_published_records_total ")]
+            assert float(published[0].split()[1]) > 0, mode
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        outputs = [proc.communicate(timeout=30)[0] for proc in procs]
+        cluster.start_broker(3)
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    assert all("--source" in out for out in outputs), outputs  # the start line names the mode
+    assert all(orjson.loads((tmp_path / f"{mode}.json").read_bytes())["pending"] == [] for mode in ports)
