@@ -77,6 +77,11 @@ class ClusterError(RuntimeError):
     """A node failed to start or a cluster operation failed; the message holds the node's last log lines."""
 
 
+class AdminCallError(ClusterError):
+    """An admin request found no broker to answer it within its timeout (brokers coming and going): ``wait_for``
+    polls on through it, unlike other cluster errors (a node that died)."""
+
+
 #: SASL mechanisms the harness's SCRAM listener can enable (credentials added at format time).
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -593,7 +598,7 @@ class KafkaCluster:
                 last = exc
                 self._close_admin()
                 time.sleep(0.2)
-        raise ClusterError(f"{what} failed for {timeout:.0f} s: {last!r}")
+        raise AdminCallError(f"{what} failed for {timeout:.0f} s: {last!r}")
 
     def describe_cluster(self) -> dict[int, bool]:
         """Broker id → fenced, from DescribeCluster v2 (fenced brokers included)."""
@@ -791,6 +796,8 @@ class KafkaCluster:
                 value = condition()
                 if value:
                     return value
+            except AdminCallError as exc:  # no broker answered this time: poll on
+                last_exc = exc
             except ClusterError:
                 raise
             except Exception as exc:
@@ -834,10 +841,14 @@ def _raise_config_errors(result: Any, what: str) -> None:
 
 
 def _random_cluster_id() -> str:
-    """A random cluster id in Kafka's form (a base64url Uuid without padding)."""
+    """A random cluster id in Kafka's form (a base64url Uuid without padding). Like Kafka's Uuid.randomUuid, never
+    one that starts with '-': StorageTool would read ``-t -xyz`` as an option (1 start in 64 failed)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @atexit.register
