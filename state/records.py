@@ -3,6 +3,8 @@
 Input lines are either the dump-log JSON envelope ``{"type":…,"version":…,"data":{…}}`` (optionally with
 elrwatch's ``"offset"`` and ``"timestamp"`` keys) or whole lines of ``kafka-dump-log.sh
 --cluster-metadata-decoder`` output (``| offset: 412 CreateTime: … payload: {…}``); see json-format.md.
+`parse_line` reads one line on its own; `DumpReader` reads a whole dump in order and adds what only the lines
+before tell (the offsets of ``--skip-record-metadata`` lines, a snapshot's records, where the log starts).
 
 Validation is driven by Kafka's own record specs (``kafka_schemas/*.json``, copied from Kafka trunk): which fields
 exist in which version, which are tagged (absent = default = unchanged), which are nullable, and their types.
