@@ -322,3 +322,34 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
     assert [proc.returncode for proc in procs] == [0, 0], outputs
     assert all("--source" in out for out in outputs), outputs  # the start line names the mode
     assert all(orjson.loads((tmp_path / f"{mode}.json").read_bytes())["pending"] == [] for mode in ports)
+
+
+def test_spark_stream_of_the_bridges_events_equals_the_cluster(live: tuple[Any, Bridges], tmp_path: Path) -> None:
+    """The full pipeline once: bridge → event topic → `elrwatch stream` (Spark, --available-now) → status store;
+    the store's partitions and brokers equal DescribeTopicPartitions / DescribeCluster, for both modes."""
+    import json
+    import subprocess
+    import sys
+
+    cluster, _ = live
+    _wait_caught_up(cluster, "before the stream jobs")
+    for topic in EVENT_TOPICS:
+        url = f"sqlite:///{tmp_path}/{topic}.db"
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "elrwatch.cli", "stream", "--bootstrap-servers", cluster.bootstrap,
+             "--topic", topic, "--store", url, "--checkpoint", str(tmp_path / f"ck-{topic}"), "--buckets", "2",
+             "--available-now", "--starting-offsets", "earliest"],
+            capture_output=True, text=True, timeout=420)
+        assert done.returncode == 0, done.stderr[-3000:]
+        status = subprocess.run([sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", url],
+                                capture_output=True, text=True, timeout=120)
+        assert status.returncode == 0, status.stderr[-3000:]
+        doc = json.loads(status.stdout)
+        stored = {(p["topic"], p["partitionId"]): (p["leader"], p["isr"], p.get("elr", []), p.get("lastKnownElr", []))
+                  for p in doc["partitions"]}
+        described = {k: (d["leader"], d["isr"], d["elr"], d["last_known_elr"])
+                     for k, d in cluster.describe_topic_partitions().items()}
+        assert {k: stored.get(k) for k in described} == described, topic
+        fenced = {b["brokerId"]: b["fenced"] for b in doc["brokers"] if b.get("registered", True)}
+        assert fenced == cluster.describe_cluster(), topic
+        assert doc["cluster"]["derivedFrom"] == ("admin-poll" if topic == "ev-admin" else None)
