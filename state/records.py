@@ -915,6 +915,13 @@ class DumpReader:
     @classmethod
     def restore(cls, values: list[Any] | None) -> DumpReader:
         """A reader at a `checkpoint` (a fresh one for None or a malformed checkpoint)."""
+        try:
+            return cls._restored(values)
+        except (TypeError, ValueError, IndexError):  # a damaged checkpoint: read on as from a fresh dump
+            return cls()
+
+    @classmethod
+    def _restored(cls, values: list[Any] | None) -> DumpReader:
         reader = cls()
         if not isinstance(values, list) or len(values) != 7:
             return reader

@@ -495,3 +495,12 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
     assert payload["quarantined"] == [] and state.counts.applied == len(snapshot)
     assert state.cluster.snapshot_end_offset == 42
     assert state.cluster.partition(TOPIC_ID, 0).isr == (0, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [None, [], "x", ["x"] * 7, ["log", 1, 2, 3, True, ["a", "b"], []], ["log", 1, 2, 3, True, None, [["x", 1]]]],
+)
+def test_a_damaged_dump_position_reads_on_as_a_fresh_dump(checkpoint: Any) -> None:
+    reader = DumpReader.restore(checkpoint)
+    assert reader.checkpoint() == DumpReader().checkpoint()
