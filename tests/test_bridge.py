@@ -561,3 +561,35 @@ def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: 
                           metadata_log.scan((FIXTURES / "controller.log").read_bytes()).records], "log")
     doc = exact.document(advice=False)
     assert doc["cluster"]["derivedFrom"] is None and doc["cluster"]["unknown"] == []
+
+
+def test_tail_resumes_from_a_snapshot_when_its_segments_were_deleted(tmp_path: Path) -> None:
+    """The bridge was down while Kafka snapshotted and deleted the segments it was reading: it publishes the
+    newest snapshot (snapshotEnd) and goes on from the log; the core ends where a full replay ends."""
+    log_bytes = (FIXTURES / "controller.log").read_bytes()
+    end = 66  # broker1.checkpoint's end offset
+    pos = 0
+    while struct.unpack_from(">q", log_bytes, pos)[0] < end:
+        pos += 12 + struct.unpack_from(">i", log_bytes, pos + 8)[0]
+    base = struct.unpack_from(">q", log_bytes, pos)[0]
+    log_dir, state_file = tmp_path / "log", StateFile(tmp_path / "state.json")
+    log_dir.mkdir()
+    cut = 0
+    while struct.unpack_from(">q", log_bytes, cut)[0] < 20:
+        cut += 12 + struct.unpack_from(">i", log_bytes, cut + 8)[0]
+    write_segment(log_dir, 0, log_bytes[:cut])  # the bridge read the first batches (offsets < 20)...
+    metrics, pub = Metrics(), MemoryPublisher()
+    assert LogBridge(log_dir, pub, state_file, metrics).step() > 0
+    (log_dir / f"{0:020d}.log").unlink()  # ... then was down: snapshot at 66, older segments deleted
+    shutil.copy(FIXTURES / "broker1.checkpoint", log_dir / f"{end:020d}-0000000001.checkpoint")
+    write_segment(log_dir, base, log_bytes[pos:])
+    restarted = LogBridge(log_dir, pub, state_file, metrics)
+    assert restarted.step() > 0
+    assert restarted.step() == 0
+    events = [orjson.loads(line) for line in pub.lines]
+    assert any(e.get("snapshotEnd") == end for e in events)
+    state, quarantined, _ = replay(pub.lines)
+    whole, _, _ = replay([orjson.dumps(d.envelope()) for d in metadata_log.scan(log_bytes).records])
+    key = lambda s: [(t.name, p.partition_id, p.leader, p.isr, p.elr, p.last_known_elr)  # noqa: E731
+                     for t, p in s.iter_partitions()]
+    assert not quarantined and key(state) == key(whole) and not metrics.counts
