@@ -8,7 +8,8 @@ metadata log with Kafka's DumpLogSegments, replays it through elrwatch and asser
 * every partition's leader, leader epoch, replicas, ISR, ELR and LastKnownELR equal DescribeTopicPartitions';
 * every broker's fenced state equals DescribeCluster v2's;
 * the controller model predicts exactly the PartitionChangeRecords Kafka wrote for every fence, unfence,
-  controlled shutdown and re-registration, and explains every other one.
+  controlled shutdown and re-registration, and explains every other one;
+* the advice's outlook of every returning broker names the leader Kafka elected once it was back.
 
 The scenario's last dump and every checkpoint's answers are saved under tests/data/real-kafka/<scenario>/ when
 ``ELRWATCH_REGEN_REAL_KAFKA=1`` (tests/test_real_kafka_golden.py replays them without a JVM).
