@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts
-from elrwatch.state.records import DumpReader, Ignored, Record, RecordError, Skipped
+from elrwatch.state.records import DumpReader, Ignored, Record, RecordError, Skipped, parse_envelope
 from elrwatch.state.report import build_document, load_advice
 
 GC_FREEZE_EVERY = 100_000
@@ -134,6 +134,8 @@ class Replayer:
         """Parse and apply one input line; returns the outcome (None for ignored and skipped lines, and for the
         records of a partial input about what it never saw created)."""
         reader = self.reader
+        if reader.plain and type(line) is bytes and line[:1] == b"{":  # the hot path: an envelope, nothing to place
+            return self.feed_parsed(parse_envelope(line, source=source, seq=seq, position=position))
         parsed = reader.parse(line, source, seq, position)
         if self.partial is None and reader.gap is not None:
             self.partial = PartialInput(reader.gap[1], reader.gap[0])
