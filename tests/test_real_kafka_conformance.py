@@ -359,6 +359,27 @@ def test_last_isr_member_controlled_shutdown(scenario: Scenario) -> None:
     assert p["leader"] == 2 and p["isr"] == [2] and p["elr"] == [1] and p["leaderRecoveryState"] == 0, p
 
 
+def test_unclean_enabled_topic(scenario: Scenario) -> None:
+    """unclean.leader.election.enable=true on a topic whose replicas all died: the first one back after kill -9
+    leaves the ELR at registration and is elected uncleanly (RECOVERING) as soon as it is unfenced."""
+    c = scenario.cluster
+    topic = scenario.topic("unclean-on")
+    c.create_topic(topic, replica_assignment={0: [1, 2], 1: [2, 1]})
+    c.set_topic_config(topic, "unclean.leader.election.enable", "true")
+    c.kill_broker(2)
+    wait_fenced(c, 2)
+    c.kill_broker(1)
+    wait_fenced(c, 1)
+    doc = scenario.checkpoint("leaderless")
+    assert all(p["leader"] == -1 and set(p["elr"]) == {1, 2} for p in doc["partitions"] if p["topic"] == topic)
+    c.start_broker(2)
+    for partition in (0, 1):
+        wait_partition(c, topic, partition, "led by 2", lambda d: d["leader"] == 2)
+    doc = scenario.checkpoint("broker-2-back-unclean")
+    for p in (p for p in doc["partitions"] if p["topic"] == topic):
+        assert p["leader"] == 2 and p["isr"] == [2] and p["elr"] == [] and p["lastKnownElr"] == [], p
+
+
 def test_stale_elr_index_after_min_isr_change(scenario: Scenario) -> None:
     """Kafka's broker → ELR index goes stale: min.insync.replicas changes clear broker 2's ELR seat (the index
     keeps it), 2 rejoins and leaves again (the index lists the partition twice), and its unclean restart then

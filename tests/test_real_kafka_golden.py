@@ -48,7 +48,7 @@ def test_every_conformance_scenario_has_a_fixture() -> None:
     expected = {"one_broker_killed", "killed_until_leaderless", "elr_member_unclean_restart",
                 "last_replica_standing_returns", "min_isr_raised_and_lowered", "unclean_election_admin",
                 "reassignment", "controlled_shutdown", "paused_broker", "last_isr_member_controlled_shutdown",
-                "stale_elr_index_after_min_isr_change"}
+                "stale_elr_index_after_min_isr_change", "unclean_enabled_topic"}
     assert expected <= set(SCENARIOS)
 
 
