@@ -3,7 +3,8 @@
 The lines go through one `DumpReader` for the whole input (several files are read as one stream, in order), so
 DumpLogSegments output works as Kafka prints it: a snapshot's dump first, then the dumps of the segments after it
 (their records below the snapshot's end offset are covered and counted, not applied), with or without
-``--skip-record-metadata``. An input that starts past offset 0 without a snapshot is partial (`PartialInput`).
+``--skip-record-metadata``. An input whose log starts past offset 0 without a snapshot, or past the end of the
+snapshot before it, is partial (`PartialInput`).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Replayer:
             outcome = self.cluster.apply(parsed, snapshot_end)
             if outcome is Outcome.APPLIED:
                 counts.applied += 1
-                if snapshot_end is not None:
+                if snapshot_end is not None or parsed.snapshot_end is not None:
                     self.snapshot_records += 1
             elif outcome is Outcome.DUPLICATE:
                 counts.duplicates += 1
@@ -215,8 +216,12 @@ class Replayer:
         """The report document of the current state (DESIGN.md §5), with what the input itself was: ``snapshot``
         when it began with a snapshot, ``partial`` when it starts past offset 0 without one (both only then)."""
         document = build_document(self.cluster, self.counts, self.quarantined, load_advice() if advice else None)
-        if self.reader.snapshots:
-            end, epoch = self.reader.snapshots[-1]
+        if self.reader.snapshots or self.cluster.snapshot_end_offset is not None:
+            # a dump's snapshot header, else the end offset of the snapshot envelopes ("snapshotEnd") applied
+            end: int | None = self.cluster.snapshot_end_offset
+            epoch: int | None = None
+            if self.reader.snapshots:
+                end, epoch = self.reader.snapshots[-1]
             document["snapshot"] = {
                 "endOffset": end,
                 "epoch": epoch,
