@@ -919,7 +919,7 @@ class DumpReader:
         return [self.section, self.snapshot_end, self._next, self._last, self._seen_log, gap, snapshots]
 
     @classmethod
-    def restore(cls, values: list[Any] | None) -> DumpReader:
+    def restore(cls, values: object) -> DumpReader:
         """A reader at a `checkpoint` (a fresh one for None or a malformed checkpoint)."""
         try:
             return cls._restored(values)
@@ -927,7 +927,7 @@ class DumpReader:
             return cls()
 
     @classmethod
-    def _restored(cls, values: list[Any] | None) -> DumpReader:
+    def _restored(cls, values: object) -> DumpReader:
         reader = cls()
         if not isinstance(values, list) or len(values) != 7:
             return reader
