@@ -38,6 +38,23 @@ def _kill_and_wait(cluster: Any, broker: int) -> None:
     cluster.wait_for(lambda: broker in cluster.fenced_brokers(), f"broker {broker} fenced")
 
 
+def set_cluster_config(cluster: Any, key: str, value: str | None) -> None:
+    """Set (None: delete) a cluster-wide default (BROKER resource ""). kafka-python's alter_configs refuses a broker
+    resource without an id, so the IncrementalAlterConfigs request is sent as is."""
+    from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+    admin = cluster.admin()
+    op = (AlterConfigOp.DELETE, None) if value is None else (AlterConfigOp.SET, value)
+    request = admin._alter_configs_request([ConfigResource(ConfigResourceType.BROKER, "", configs={key: op})],
+                                           incremental=True)
+
+    async def send() -> Any:
+        return await admin._manager.send(request)
+
+    response = admin._manager.run(send)
+    assert [r.error_code for r in response.responses] == [0], response
+
+
 #: The scenario: (name, step). "orders" has 3 partitions on brokers 1..3 with min ISR 2; "solo" lives on 2 and 3.
 SCENARIO: list[tuple[str, Callable[[Any], None]]] = [
     ("create topics", lambda c: (
@@ -51,6 +68,11 @@ SCENARIO: list[tuple[str, Callable[[Any], None]]] = [
     ("restart broker 3 (not in solo's ELR)", lambda c: c.start_broker(3)),
     ("unclean election of solo", lambda c: c.elect_leaders("solo", [0], unclean=True)),
     ("restart broker 2", lambda c: c.start_broker(2)),
+    ("cluster min ISR 2", lambda c: set_cluster_config(c, "min.insync.replicas", "2")),
+    # (Kafka refuses to delete the cluster-level min ISR while ELR is on: "cannot be removed while ELR is enabled")
+    ("cluster unclean election on, min ISR 1", lambda c: (
+        set_cluster_config(c, "unclean.leader.election.enable", "true"),
+        set_cluster_config(c, "min.insync.replicas", "1"))),
 ]
 
 
@@ -237,6 +259,14 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
     log_state, _ = replay(consume_lines(cluster.bootstrap, "ev-log"))
     from elrwatch.state.report import cluster_doc
 
+    # The configs that matter to elrwatch, polled (DescribeConfigs, the cluster default included) and logged, agree.
+    keys = ("min.insync.replicas", "unclean.leader.election.enable")
+    assert {k: admin_state.cluster_configs.get(k) for k in keys} == {
+        k: log_state.cluster_configs.get(k) for k in keys} == {"min.insync.replicas": "1",
+                                                               "unclean.leader.election.enable": "true"}
+    for topic in ("orders", "solo"):
+        assert {k: admin_state.topic_configs.get(topic, {}).get(k) for k in keys} == {
+            k: log_state.topic_configs.get(topic, {}).get(k) for k in keys}, topic
     assert cluster_doc(admin_state)["derivedFrom"] == "admin-poll"
     assert "partitionEpoch" in cluster_doc(admin_state)["unknown"]
     assert cluster_doc(log_state)["derivedFrom"] is None and cluster_doc(log_state)["unknown"] == []
