@@ -391,6 +391,26 @@ def test_unclean_enabled_topic(scenario: Scenario) -> None:
         assert p["leader"] == 2 and p["isr"] == [2] and p["elr"] == [] and p["lastKnownElr"] == [], p
 
 
+def test_unregistered_broker(scenario: Scenario) -> None:
+    """A dead broker unregistered (UnregisterBroker): it leaves DescribeCluster, keeps its ELR seats (Kafka's ELR
+    pass does not treat it as an unclean shutdown), and registers afresh when it starts again."""
+    c = scenario.cluster
+    topic = scenario.topic("unregistered")
+    c.create_topic(topic, replica_assignment={0: [1, 3], 1: [3, 1]})
+    c.kill_broker(3)
+    wait_fenced(c, 3)
+    c.unregister_broker(3)
+    c.wait_for(lambda: 3 not in c.describe_cluster(), "broker 3 unregistered")
+    doc = scenario.checkpoint("broker-3-unregistered")
+    assert next(b for b in doc["brokers"] if b["brokerId"] == 3)["state"] == "unregistered"
+    for p in (p for p in doc["partitions"] if p["topic"] == topic):
+        assert p["leader"] == 1 and p["isr"] == [1] and p["elr"] == [3], p
+    c.start_broker(3)
+    for partition in (0, 1):
+        wait_partition(c, topic, partition, "3 back in the ISR", lambda d: 3 in d["isr"])
+    scenario.checkpoint("broker-3-back")
+
+
 def test_stale_elr_index_after_min_isr_change(scenario: Scenario) -> None:
     """Kafka's broker → ELR index goes stale: min.insync.replicas changes clear broker 2's ELR seat (the index
     keeps it), 2 rejoins and leaves again (the index lists the partition twice), and its unclean restart then
