@@ -282,8 +282,8 @@ def run_demo(
     except KeyboardInterrupt:
         _say("interrupted: stopping.")
         return where
-    except DemoError:
-        failed = True  # its message names logs in the work dir: kept
+    except DemoError as exc:
+        failed = workdir in str(exc)  # its message names logs in the work dir: kept
         raise
     finally:
         stop.set()
