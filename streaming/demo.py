@@ -163,7 +163,7 @@ def run_demo(
         raise DemoError(f"the demo needs elrwatch's developer tools (a source checkout): {exc}") from None
     for port, option in ((api_port, "--api-port"), (metrics_port, "--metrics-port")):
         if port and not port_is_free(port):
-            raise DemoError(f"port {port} ({option}) is taken: pick another with {option} PORT (0: any)")
+            raise DemoError(f"port {port} ({option}) is taken: pick another with {option} PORT")
 
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="elrwatch-demo-")
