@@ -649,10 +649,10 @@ class KafkaCluster:
         ``replication_factor`` defaults to 3, or to the number of brokers when the cluster has fewer."""
         from kafka.admin import NewTopic
 
-        if replica_assignment:
-            topic = NewTopic(name, -1, -1, replica_assignments=replica_assignment, topic_configs=configs or {})
         if replication_factor is None:
             replication_factor = min(3, len(self.brokers))
+        if replica_assignment:
+            topic = NewTopic(name, -1, -1, replica_assignments=replica_assignment, topic_configs=configs or {})
         else:
             topic = NewTopic(name, partitions, replication_factor, topic_configs=configs or {})
         self._admin_call(lambda a: a.create_topics([topic]), f"CreateTopics {name}")
