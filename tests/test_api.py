@@ -14,7 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from elrwatch.api.app import create_app, decode_cursor, encode_cursor, whatif_available
+from elrwatch.api.app import create_app
+from elrwatch.api.params import decode_cursor, encode_cursor
+from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines
