@@ -27,7 +27,7 @@ from elrwatch.api.openapi import install_openapi
 from elrwatch.api.routers import ROUTERS
 from elrwatch.api.routers.page import STATIC
 from elrwatch.api.settings import Settings
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 log = logging.getLogger("elrwatch.api")
 

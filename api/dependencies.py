@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
 from elrwatch.api.settings import Settings
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 
 @dataclass

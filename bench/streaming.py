@@ -47,11 +47,11 @@ sys.path.insert(0, str(HERE))
 
 from consume_raw import consume_all  # noqa: E402
 
+from elrwatch.store import StatusStore  # noqa: E402
 from elrwatch.streaming.eventgen import EventGenerator  # noqa: E402
 from elrwatch.streaming.local_kafka import KafkaServer, free_port  # noqa: E402
 from elrwatch.streaming.metrics import scrape  # noqa: E402
 from elrwatch.streaming.produce import create_topic, make_producer, produce_lines  # noqa: E402
-from elrwatch.streaming.store import StatusStore  # noqa: E402
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
 

@@ -207,7 +207,7 @@ def _open_store(store: str, store_password_file: Path | None, must_exist: bool =
     """Open a status store (an existing one if ``must_exist``) or fail with a one-line error (password masked)."""
     from sqlalchemy.engine import make_url
 
-    from elrwatch.streaming.store import StatusStore, mask_url
+    from elrwatch.store import StatusStore, mask_url
 
     try:
         url = make_url(store)

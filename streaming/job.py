@@ -481,12 +481,12 @@ def process_bucket(
     bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState
 ) -> dict[str, Any]:
     """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
-    partitions as ready store rows, ``store.partition_state_row``: no documents, the store rebuilds those on read)."""
+    partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
     from elrwatch.state import report
     from elrwatch.state.cluster import PARTITION_TYPES, Outcome
     from elrwatch.state.gauges import partition_gauges, shared_gauges
+    from elrwatch.state.partition_row import partition_row
     from elrwatch.state.routing import bucket_of
-    from elrwatch.streaming.store import partition_state_row
 
     cluster, counts = bs.cluster, bs.counts
     quarantined: list[dict[str, Any]] = []
@@ -538,7 +538,7 @@ def process_bucket(
     stored_partition, min_isr_of = report.stored_partition, cluster.effective_min_isr
     for topic, partition in changes.partitions:
         stored = stored_partition(cluster, topic, partition)
-        rows_out.append(partition_state_row(topic.name, partition, min_isr_of(topic), stored))
+        rows_out.append(partition_row(topic.name, partition, min_isr_of(topic), stored))
         for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
             violations.append(
                 {"topic": topic.name, "topicId": topic.topic_id, "partitionId": partition.partition_id, **v.to_dict()}
@@ -586,7 +586,7 @@ ROWS_PER_CHUNK = 5_000
 
 def encode_payload(payload: dict[str, Any]) -> list[bytes]:
     """A bucket's output as rows: the head (everything but the partition rows, ``partitionCount``) and the
-    changed partitions' ready store rows (``store.partition_state_row``) in chunks. The driver merges the heads
+    changed partitions' rows (``state.partition_row``) in chunks. The driver merges the heads
     and streams the chunks into the store one at a time: it never holds all the rows (1M in the initial load)."""
     import orjson
 
@@ -607,7 +607,7 @@ def decode_payloads(bodies: list[bytes]) -> tuple[list[dict[str, Any]], list[byt
 
 
 def iter_partition_rows(chunks: list[bytes]) -> Iterator[list[Any]]:
-    """The store rows of the chunks, one chunk decoded at a time (each chunk is dropped once read)."""
+    """The partition rows of the chunks, one chunk decoded at a time (each chunk is dropped once read)."""
     import orjson
 
     while chunks:
@@ -1185,8 +1185,8 @@ def run(
     handle_signals: bool = False,
 ) -> int:
     """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
+    from elrwatch.store import StatusStore
     from elrwatch.streaming.metrics import Health, start_exporter
-    from elrwatch.streaming.store import StatusStore
 
     began = time.monotonic()
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -1436,7 +1436,7 @@ def options_summary(config: JobConfig) -> Mapping[str, Any]:
 
 def _mask(url: str) -> str:
     try:
-        from elrwatch.streaming.store import mask_url
+        from elrwatch.store import mask_url
 
         return mask_url(url)
     except Exception:

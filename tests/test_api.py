@@ -20,7 +20,9 @@ from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines
-from elrwatch.streaming.store import SEVERITY, UPDATED_AT_MS, StatusStore
+from elrwatch.state.status import SEVERITY
+from elrwatch.store import StatusStore
+from elrwatch.store.schema import UPDATED_AT_MS
 
 PROBLEM = "application/problem+json"
 T0 = 1732100000000
@@ -419,7 +421,7 @@ def test_api_on_postgresql(document: dict) -> None:
     """The same queries on PostgreSQL (thread-pool path, boolean/tuple filters, cursors)."""
     from test_store import PostgresServer
 
-    from elrwatch.streaming.store import metadata
+    from elrwatch.store.schema import metadata
 
     server = PostgresServer().start()
     try:

@@ -13,7 +13,7 @@ from schemathesis import checks
 from elrwatch.api.app import create_app
 from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 CHECKS = [
     checks.not_a_server_error,

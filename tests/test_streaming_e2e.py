@@ -94,7 +94,7 @@ def _produce(kafka, path: Path, topic: str, partitions: int) -> None:
 
 
 def _store_doc(url: str, password_file: str | None = None) -> dict | None:
-    from elrwatch.streaming.store import StatusStore
+    from elrwatch.store import StatusStore
 
     store = StatusStore(url, password_file=password_file)
     try:
@@ -141,7 +141,7 @@ def _oracle_history(path: Path) -> dict[tuple[str, int], list[dict]]:
 
 def assert_history_as_oracle(url: str, events: Path, password_file: str | None = None) -> None:
     """The store's status history of every partition equals the replay's transitions: none lost, none twice."""
-    from elrwatch.streaming.store import StatusStore
+    from elrwatch.store import StatusStore
 
     want = _oracle_history(events)
     assert sum(map(len, want.values())) > len(want) > 0  # partitions moved between statuses

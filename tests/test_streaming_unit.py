@@ -15,9 +15,9 @@ import pytest
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.replay import replay_lines
+from elrwatch.store import StatusStore
 from elrwatch.streaming import job
 from elrwatch.streaming.eventgen import scenario
-from elrwatch.streaming.store import StatusStore
 
 
 def _batch(lines: list[str]) -> pa.RecordBatch:
@@ -53,7 +53,7 @@ def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
     oracle = replay_lines(lines, "ev").document()
-    # the buckets emit store rows; the store rebuilds the documents (and their advice) from them
+    # the buckets emit partition rows; the store rebuilds the documents (and their advice) from them
     store = StatusStore(f"sqlite:///{tmp_path}/s.db")
     store.create_schema()
     for batch_id, args in enumerate((first, second)):

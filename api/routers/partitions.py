@@ -19,7 +19,7 @@ from elrwatch.api.params import (
     decode_cursor,
     encode_cursor,
 )
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 router = APIRouter(tags=["partitions"])
 ERRORS_404: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown topic or partition"}}

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from elrwatch.api.dependencies import StoreDep
 from elrwatch.api.models import RecommendationPage
 from elrwatch.api.params import CursorParam, decode_cursor, encode_cursor
-from elrwatch.streaming.store import SEVERITY, STATUS_ORDER
+from elrwatch.state.status import SEVERITY, STATUSES
 
 router = APIRouter(tags=["partitions"])
 
@@ -28,5 +28,5 @@ def recommendations(
     recommendation with commands), ordered by severity (monitor-spec §3), then topic and partition."""
     after = decode_cursor(cursor, (int, str, int)) if cursor else None
     docs, nxt = store.recommendations(after=after, limit=limit)
-    items = [{**d, "severity": SEVERITY.get(d.get("status", ""), len(STATUS_ORDER))} for d in docs]
+    items = [{**d, "severity": SEVERITY.get(d.get("status", ""), len(STATUSES))} for d in docs]
     return {"items": items, "nextCursor": encode_cursor(nxt) if nxt else None, "limit": limit}

@@ -11,7 +11,8 @@ from fastapi.responses import Response
 
 from elrwatch.api.dependencies import SettingsDep, StoreDep, SummaryCacheDep, read_store
 from elrwatch.api.models import Freshness, Summary
-from elrwatch.streaming.store import ACTION_STATUSES, STATUS_ORDER, StatusStore
+from elrwatch.state.status import NEEDS_ATTENTION, STATUSES
+from elrwatch.store import StatusStore
 
 router = APIRouter(tags=["cluster"])
 
@@ -37,7 +38,7 @@ def build_summary(store: StatusStore) -> dict[str, Any]:
     raw = store.summary()
     gauges = raw["gauges"]
     grouped = _split_gauges(gauges)
-    by_status = {s: _int(grouped.get("elrwatch_partitions", {}).get(s)) for s in STATUS_ORDER}
+    by_status = {s: _int(grouped.get("elrwatch_partitions", {}).get(s)) for s in STATUSES}
     now = time.time()
     last_event, updated = raw["lastEventTimeMs"], raw["updatedAtMs"]
     elr = gauges.get("elrwatch_elr_enabled", raw["cluster"].get("elrEnabled"))
@@ -48,7 +49,7 @@ def build_summary(store: StatusStore) -> dict[str, Any]:
         "underMinIsr": _int(gauges.get("elrwatch_global_under_min_isr_partitions")),
         "atMinIsr": _int(gauges.get("elrwatch_at_min_isr_partitions")),
         "offline": _int(gauges.get("elrwatch_offline_partitions")),
-        "needingAction": sum(by_status[s] for s in ACTION_STATUSES),
+        "needingAction": sum(by_status[s] for s in NEEDS_ATTENTION),
         "brokersByState": {k: _int(v) for k, v in grouped.get("elrwatch_brokers", {}).items()},
         "elrEnabled": None if elr is None else bool(elr),
         "quarantined": raw["quarantined"],
