@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from elrwatch.api.errors import problem
+from elrwatch.state.gauges import METRICS
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -59,15 +60,10 @@ class RequestMetrics:
 
     def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
         self.app = app
-        self.requests = Counter(
-            "elrwatch_api_requests", "API requests", ["method", "route", "status"], registry=registry
-        )
+        requests, latency = METRICS["elrwatch_api_requests"], METRICS["elrwatch_api_request_duration_seconds"]
+        self.requests = Counter(requests.name, requests.help, requests.labels, registry=registry)
         self.latency = Histogram(
-            "elrwatch_api_request_duration_seconds",
-            "API request latency",
-            ["method", "route"],
-            registry=registry,
-            buckets=_LATENCY_BUCKETS,
+            latency.name, latency.help, latency.labels, registry=registry, buckets=_LATENCY_BUCKETS
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -44,7 +44,7 @@ import uuid
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elrwatch.streaming.memory import ARROW_POOL_ENV, TRIM_AFTER_ROWS, release_memory
 from elrwatch.streaming.route import (  # noqa: F401 - re-exported: the job's stages in one namespace
@@ -58,6 +58,9 @@ from elrwatch.streaming.route import (  # noqa: F401 - re-exported: the job's st
     group_keys,
     route_batches,
 )
+
+if TYPE_CHECKING:
+    from elrwatch.state.gauges import Gauges
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -484,7 +487,7 @@ def process_bucket(
     partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
     from elrwatch.state import report
     from elrwatch.state.cluster import PARTITION_TYPES, Outcome
-    from elrwatch.state.gauges import partition_gauges, shared_gauges
+    from elrwatch.state.gauges import encode_gauges, partition_gauges, shared_gauges
     from elrwatch.state.partition_row import partition_row
     from elrwatch.state.routing import bucket_of
 
@@ -562,7 +565,7 @@ def process_bucket(
         "violations": violations,
         "topics": topics,
         "removedTopics": removed_topics,
-        "gauges": partition_gauges(cluster),
+        "gauges": encode_gauges(partition_gauges(cluster)),
         "counts": {
             "eventsByType": dict(counts.events_by_type),
             "quarantinedByReason": dict(counts.quarantined_by_reason),
@@ -574,7 +577,7 @@ def process_bucket(
         },
     }
     if bucket == 0:
-        payload["shared"] = shared_gauges(cluster)
+        payload["shared"] = encode_gauges(shared_gauges(cluster))
         payload["brokers"] = [report.broker_doc(b) for b in changes.brokers]
         payload["cluster"] = report.cluster_doc(cluster)
     return payload
@@ -735,30 +738,33 @@ class Aggregator:
     def __init__(self, buckets: int, path: str | None = None) -> None:
         self.buckets = buckets
         self.path = path
-        self.bucket_gauges: dict[int, dict[str, float]] = {}
+        self.bucket_gauges: dict[int, Gauges] = {}
         self.bucket_counts: dict[int, dict[str, Any]] = {}
-        self.shared: dict[str, float] = {}
+        self.shared: Gauges = {}
         self.topic_docs: dict[int, dict[str, dict[str, Any]]] = {}
         self.cluster: dict[str, Any] | None = None
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as fh:
                 saved = json.load(fh)
             if saved.get("buckets") == buckets:
-                self.bucket_gauges = {int(k): v for k, v in saved["bucketGauges"].items()}
+
+                self.bucket_gauges = {int(k): _saved_gauges(v) for k, v in saved["bucketGauges"].items()}
                 self.bucket_counts = {int(k): v for k, v in saved["bucketCounts"].items()}
-                self.shared = saved["shared"]
+                self.shared = _saved_gauges(saved["shared"])
                 self.topic_docs = {int(k): v for k, v in saved["topicDocs"].items()}
                 self.cluster = saved.get("cluster")
 
     def save(self, batch_id: int) -> None:
+        from elrwatch.state.gauges import encode_gauges
+
         if not self.path:
             return
         data = {
             "batchId": batch_id,
             "buckets": self.buckets,
-            "bucketGauges": self.bucket_gauges,
+            "bucketGauges": {b: encode_gauges(g) for b, g in self.bucket_gauges.items()},
             "bucketCounts": self.bucket_counts,
-            "shared": self.shared,
+            "shared": encode_gauges(self.shared),
             "topicDocs": self.topic_docs,
             "cluster": self.cluster,
         }
@@ -771,6 +777,8 @@ class Aggregator:
 
     def absorb(self, payloads: list[dict[str, Any]]) -> dict[str, Any]:
         """Merge one micro-batch's bucket payloads; return the `StatusStore.write_batch` arguments."""
+        from elrwatch.state.gauges import as_samples, decode_gauges
+
         partitions: list[dict[str, Any]] = []
         removed: list[list[Any]] = []
         transitions: list[dict[str, Any]] = []
@@ -786,7 +794,7 @@ class Aggregator:
             transitions.extend(p["transitions"])
             quarantined.extend(p["quarantined"])
             violations.extend(p["violations"])
-            self.bucket_gauges[b] = p["gauges"]
+            self.bucket_gauges[b] = decode_gauges(p["gauges"])
             self.bucket_counts[b] = p["counts"]
             docs = self.topic_docs.setdefault(b, {})
             docs.update(p["topics"])
@@ -794,7 +802,7 @@ class Aggregator:
             for tid in p["removedTopics"]:
                 removed_topics.add(tid)
             if b == 0:
-                self.shared = p["shared"]
+                self.shared = decode_gauges(p["shared"])
                 brokers.extend(p["brokers"])
                 self.cluster = p["cluster"]
         for tid in removed_topics:
@@ -810,7 +818,7 @@ class Aggregator:
             "transitions": transitions,
             "quarantined": quarantined,
             "violations": violations,
-            "gauges": self.gauges(),
+            "gauges": as_samples(self.gauges()),
             "meta": self.meta(),
         }
 
@@ -843,7 +851,7 @@ class Aggregator:
                 total.last_event_ms = max(total.last_event_ms or 0, c["lastEventMs"])
         return total
 
-    def gauges(self) -> dict[str, float]:
+    def gauges(self) -> Gauges:
         """The cluster's gauges: partition gauges summed over buckets, shared ones from bucket 0, pipeline."""
         from elrwatch.state.gauges import pipeline_gauges, sum_gauges
 
@@ -862,6 +870,21 @@ class Aggregator:
         if self.cluster is not None:
             meta["cluster"] = self.cluster
         return meta
+
+
+def _saved_gauges(saved: Any) -> Gauges:
+    """Gauges of the driver file: ``encode_gauges`` rows, or (a file written before gauges were keyed by
+    (name, labels)) a map of sample names, whose labels hold no ``,`` or ``"``."""
+    from elrwatch.state.gauges import decode_gauges, key
+
+    if not isinstance(saved, dict):
+        return decode_gauges(saved)
+    out: Gauges = {}
+    for name, value in saved.items():
+        metric, _, inner = name.partition("{")
+        pairs = (pair.split("=", 1) for pair in inner.rstrip("}").split(",")) if inner else ()
+        out[key(metric, **{label: text.strip('"') for label, text in pairs})] = value
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the job

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.gauges import PipelineCounts
+from elrwatch.state.gauges import PipelineCounts, as_samples, key
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
 from elrwatch.streaming import job
@@ -84,12 +84,12 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     bodies = job.encode_payload(payload)
     aggregator = job.Aggregator(1)
     health = Health(aggregator)
-    assert "elrwatch_partition_count" not in health.gauges
+    assert key("elrwatch_partition_count") not in health.gauges
     seen_by_the_store_write: list[tuple[dict[str, float], int]] = []
 
     class WatchedStore(StatusStore):
         def write_batch(self, batch_id, **kwargs):
-            seen_by_the_store_write.append((dict(health.gauges), health.batches))
+            seen_by_the_store_write.append((as_samples(health.gauges), health.batches))
             return super().write_batch(batch_id, **kwargs)
 
     class Batch:
@@ -106,7 +106,7 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     [(gauges_during_write, batches_during_write)] = seen_by_the_store_write
     assert gauges_during_write == oracle and oracle["elrwatch_partition_count"] > 0
     assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
-    assert health.gauges == gauges_during_write
+    assert as_samples(health.gauges) == gauges_during_write
 
 
 def test_trigger_parsing():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -11,22 +10,19 @@ from fastapi.responses import Response
 
 from elrwatch.api.dependencies import SettingsDep, StoreDep, SummaryCacheDep, read_store
 from elrwatch.api.models import Freshness, Summary
+from elrwatch.state.gauges import METRICS, sample
 from elrwatch.state.status import NEEDS_ATTENTION, STATUSES
 from elrwatch.store import StatusStore
 
 router = APIRouter(tags=["cluster"])
 
-_LABEL = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<key>[a-zA-Z_]+)="(?P<value>[^"]*)"\})?$')
-
-
-def _split_gauges(gauges: dict[str, float]) -> dict[str, dict[str, float]]:
-    """``name{key="v"}`` samples grouped as name -> {v: value} (unlabelled samples under key "")."""
-    out: dict[str, dict[str, float]] = {}
-    for sample, value in gauges.items():
-        m = _LABEL.match(sample)
-        if m:
-            out.setdefault(m["name"], {})[m["value"] or ""] = value
-    return out
+def by_label(gauges: dict[str, float], name: str) -> dict[str, float]:
+    """The stored samples of metric ``name`` by the value of its one label, over the label values the metric
+    table names (sorted; values without a sample are left out)."""
+    metric = METRICS[name]
+    (label,) = metric.labels
+    samples = ((value, gauges.get(sample(name, **{label: value}))) for value in sorted(metric.values))
+    return {value: found for value, found in samples if found is not None}
 
 
 def _int(value: Any) -> int:
@@ -37,8 +33,8 @@ def build_summary(store: StatusStore) -> dict[str, Any]:
     """The /v1/summary document from the store's gauges and meta tables."""
     raw = store.summary()
     gauges = raw["gauges"]
-    grouped = _split_gauges(gauges)
-    by_status = {s: _int(grouped.get("elrwatch_partitions", {}).get(s)) for s in STATUSES}
+    statuses = by_label(gauges, "elrwatch_partitions")
+    by_status = {s: _int(statuses.get(s)) for s in STATUSES}
     now = time.time()
     last_event, updated = raw["lastEventTimeMs"], raw["updatedAtMs"]
     elr = gauges.get("elrwatch_elr_enabled", raw["cluster"].get("elrEnabled"))
@@ -50,7 +46,7 @@ def build_summary(store: StatusStore) -> dict[str, Any]:
         "atMinIsr": _int(gauges.get("elrwatch_at_min_isr_partitions")),
         "offline": _int(gauges.get("elrwatch_offline_partitions")),
         "needingAction": sum(by_status[s] for s in NEEDS_ATTENTION),
-        "brokersByState": {k: _int(v) for k, v in grouped.get("elrwatch_brokers", {}).items()},
+        "brokersByState": {k: _int(v) for k, v in by_label(gauges, "elrwatch_brokers").items()},
         "elrEnabled": None if elr is None else bool(elr),
         "quarantined": raw["quarantined"],
         "freshness": Freshness(
