@@ -56,7 +56,7 @@ class DecodeError(ValueError):
         self.reason = reason
 
 
-class Truncated(Exception):  # noqa: N818 - a condition, not a failure: the writer has not finished the batch
+class Truncated(Exception):
     """The bytes end inside a batch: a segment being written (read again later)."""
 
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -48,6 +48,8 @@ KAFKA_VERSION = "4.4.0"
 DEFAULT_JVM_OPTS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
                     "-Djava.awt.headless=true")
 TOOL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+#: The name of the extra client listener that ``listener_security`` adds on the first broker.
+SECURE_LISTENER = "SECURE"
 
 _LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 <Configuration status="WARN">
@@ -75,6 +77,63 @@ class ClusterError(RuntimeError):
     """A node failed to start or a cluster operation failed; the message holds the node's last log lines."""
 
 
+#: SASL mechanisms the harness's SCRAM listener can enable (credentials added at format time).
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def sasl_ssl_listener(
+    keystore_pem: str | os.PathLike,
+    users: Mapping[str, str],
+    *,
+    mechanism: str = "SCRAM-SHA-512",
+    port: int | None = None,
+    client_truststore_pem: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """The ``listener_security`` of a SASL_SSL listener with SCRAM users, for :class:`KafkaCluster`.
+
+    ``keystore_pem``: the broker's unencrypted PKCS#8 private key followed by its certificate chain in one PEM file
+    (``devtools/tls.py`` writes one); Kafka reads it as ``ssl.keystore.type=PEM``. ``users``: name → password,
+    added to the metadata at format time (``StorageTool format --add-scram``; names and passwords of letters,
+    digits, ``-`` and ``_`` only, as that option's syntax has no escaping). ``client_truststore_pem``: require
+    client certificates signed by that CA (mutual TLS on top of SASL). The props are prefixed with the listener's
+    name, so the PLAINTEXT listeners (inter-broker, the harness's admin client) are unchanged.
+    """
+    mechanism = mechanism.upper()
+    if mechanism not in SCRAM_MECHANISMS:
+        raise ClusterError(f"mechanism {mechanism} is not one of {', '.join(SCRAM_MECHANISMS)}")
+    if not users:
+        raise ClusterError("a SCRAM listener needs at least one user")
+    for name, password in users.items():
+        if not (_plain_token(name) and _plain_token(password)):
+            raise ClusterError(f"SCRAM user {name!r}: use letters, digits, '-' and '_' only (--add-scram syntax)")
+    if not Path(keystore_pem).is_file():
+        raise ClusterError(f"keystore {keystore_pem} does not exist")
+    prefix = f"listener.name.{SECURE_LISTENER.lower()}."
+    props = {
+        f"{prefix}ssl.keystore.type": "PEM",
+        f"{prefix}ssl.keystore.location": str(keystore_pem),
+        f"{prefix}sasl.enabled.mechanisms": mechanism,
+        f"{prefix}{mechanism.lower()}.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    }
+    if client_truststore_pem is not None:
+        props[f"{prefix}ssl.truststore.type"] = "PEM"
+        props[f"{prefix}ssl.truststore.location"] = str(client_truststore_pem)
+        props[f"{prefix}ssl.client.auth"] = "required"
+    listener: dict[str, Any] = {
+        "protocol": "SASL_SSL",
+        "props": props,
+        "scram_credentials": [f"{mechanism}=[name={n},password={p}]" for n, p in users.items()],
+    }
+    if port is not None:
+        listener["port"] = port
+    return listener
+
+
+def _plain_token(value: str) -> bool:
+    return bool(value) and all(c.isascii() and (c.isalnum() or c in "-_") for c in value)
+
+
 def free_port() -> int:
     """A TCP port that is free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -91,6 +150,13 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def _listening(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def kafka_libs(libs: str | os.PathLike | None = None) -> Path:
@@ -183,7 +249,8 @@ class KafkaCluster:
         self.release_version = release_version
         self.start_timeout = start_timeout
         self.broker_props = dict(broker_props or {})
-        #: Optional extra listener for clients: {"protocol": "SASL_SSL", "props": {...}, "port": int}
+        #: Optional extra listener for clients on the first broker: {"protocol": "SASL_SSL", "props": {...},
+        #: "port": int, "scram_credentials": ["SCRAM-SHA-512=[name=..,password=..]", ...]}; see sasl_ssl_listener().
         self.listener_security = listener_security
         self.log4j_path = self.base_dir / "log4j2.xml"
         self.log4j_path.write_text(_LOG4J2_XML)
@@ -273,8 +340,8 @@ class KafkaCluster:
             first_broker = next(iter(self.brokers.values()), None)
             if self.listener_security is not None and (first_broker is None or first_broker is node):
                 sec = self.listener_security
-                listeners.append(f"SECURE://127.0.0.1:{sec['port']}")
-                protocol_map.append(f"SECURE:{sec['protocol']}")
+                listeners.append(f"{SECURE_LISTENER}://127.0.0.1:{sec['port']}")
+                protocol_map.append(f"{SECURE_LISTENER}:{sec['protocol']}")
                 props.update(sec.get("props", {}))
             props["listeners"] = ",".join(listeners)
             props["advertised.listeners"] = ",".join(listeners)
@@ -313,9 +380,7 @@ class KafkaCluster:
     def _format_all(self) -> None:
         procs = []
         for node in [self.controller, *self.brokers.values()]:
-            for port_node in [node]:
-                if not port_is_free(port_node.port):
-                    raise ClusterError(f"port {port_node.port} of {node.role} {node.node_id} is taken")
+            self._check_ports_free(node)
             self._write_props(node)
             args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
             if self.release_version:
@@ -337,11 +402,23 @@ class KafkaCluster:
             if rc != 0:
                 raise ClusterError(f"formatting {node.role} {node.node_id} failed (exit {rc}):\n{tail(log)}")
 
+    def _node_ports(self, node: Node) -> list[int]:
+        """The ports ``node`` listens on (a broker's first one also serves the extra secure listener)."""
+        ports = [node.port]
+        if (self.listener_security is not None and node.role == "broker"
+                and node is next(iter(self.brokers.values()))):
+            ports.append(int(self.listener_security["port"]))
+        return ports
+
+    def _check_ports_free(self, node: Node) -> None:
+        for port in self._node_ports(node):
+            if not port_is_free(port):
+                raise ClusterError(f"port {port} of {node.role} {node.node_id} is taken")
+
     def _spawn(self, node: Node) -> None:
         if node.running:
             return
-        if not port_is_free(node.port):
-            raise ClusterError(f"port {node.port} of {node.role} {node.node_id} is taken")
+        self._check_ports_free(node)
         self._write_props(node)
         log = open(node.log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
         try:
@@ -354,9 +431,7 @@ class KafkaCluster:
     def _wait_port(self, node: Node, timeout: float = 30.0) -> None:
         def listening() -> bool:
             self._check_alive(node)
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.settimeout(0.2)
-                return s.connect_ex(("127.0.0.1", node.port)) == 0
+            return _listening(node.port)
         self.wait_for(listening, f"{node.role} {node.node_id} listening on {node.port}", timeout=timeout)
 
     def _check_alive(self, node: Node) -> None:
@@ -372,6 +447,10 @@ class KafkaCluster:
 
     def _all_brokers_unfenced(self) -> bool:
         self._check_all_alive()
+        # A cheap connect first: an admin call to a broker that is not listening yet blocks for its bootstrap
+        # timeout, and a JVM that exits meanwhile would be noticed only after it.
+        if not all(_listening(n.port) for n in self.brokers.values() if n.running):
+            return False
         try:
             brokers = self.describe_cluster()
         except Exception:
@@ -470,8 +549,11 @@ class KafkaCluster:
         if self._admin is not None and self._admin[0] == live:
             return self._admin[1]
         self._close_admin()
+        # A bounded bootstrap (kafka-python's default waits 30 s for a broker that is down); older kafka-python
+        # versions have no such setting.
+        bounded = {"bootstrap_timeout_ms": 5000} if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG else {}
         client = KafkaAdminClient(bootstrap_servers=list(live), request_timeout_ms=5000,
-                                  reconnect_backoff_max_ms=500)
+                                  reconnect_backoff_max_ms=500, **bounded)
         self._admin = (live, client)
         return client
 
@@ -537,14 +619,18 @@ class KafkaCluster:
     def list_topics(self) -> list[str]:
         return sorted(t for t in self._admin_call(lambda a: a.list_topics(), "ListTopics") if not t.startswith("__"))
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int | None = None,
                      configs: dict[str, str] | None = None, replica_assignment: dict[int, list[int]] | None = None,
                      wait: bool = True) -> None:
-        """Create a topic (optionally with an explicit assignment); by default wait for every partition's leader."""
+        """Create a topic (optionally with an explicit assignment); by default wait for every partition's leader.
+
+        ``replication_factor`` defaults to 3, or to the number of brokers when the cluster has fewer."""
         from kafka.admin import NewTopic
 
         if replica_assignment:
             topic = NewTopic(name, -1, -1, replica_assignments=replica_assignment, topic_configs=configs or {})
+        if replication_factor is None:
+            replication_factor = min(3, len(self.brokers))
         else:
             topic = NewTopic(name, partitions, replication_factor, topic_configs=configs or {})
         self._admin_call(lambda a: a.create_topics([topic]), f"CreateTopics {name}")

@@ -44,9 +44,19 @@ DefaultMinIsr = Annotated[
 ]
 
 
+InputFiles = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Event files, replayed in order as one input (e.g. a snapshot's DumpLogSegments output, then its "
+        "segments'); '-' or none for stdin.",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def replay(
-    file: InputFile = "-",
+    files: InputFiles = None,
     default_min_isr: DefaultMinIsr = 1,
     pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
     advice: Annotated[
@@ -58,9 +68,11 @@ def replay(
     from elrwatch.state.report import dumps_document
 
     try:
-        document = replay_to_document(file, default_min_isr=default_min_isr, advice=advice)
+        document = replay_to_document(files or ["-"], default_min_isr=default_min_isr, advice=advice)
     except ReplayInputError as exc:
         _fail(str(exc))
+    if "partial" in document:
+        typer.echo(f"elrwatch: warning: {document['partial']['message']}", err=True)
     sys.stdout.write(dumps_document(document, pretty=pretty))
     sys.stdout.write("\n")
 
@@ -650,6 +662,84 @@ def stream(
         job.run(config, stop_event=threading.Event(), handle_signals=True)
     except (job.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
+
+
+@app.command()
+def bridge(
+    source: Annotated[
+        str,
+        typer.Option("--source", envvar="ELRWATCH_BRIDGE_SOURCE",
+                     help="admin (poll a cluster's admin API) or metadata-log (follow a node's metadata log)."),
+    ] = "admin",
+    bootstrap_servers: BootstrapServers = None,
+    topic: EventTopic = None,
+    log_dir: Annotated[
+        str | None,
+        typer.Option("--log-dir", envvar="ELRWATCH_BRIDGE_LOG_DIR",
+                     help="--source metadata-log: the node's __cluster_metadata-0 directory."),
+    ] = None,
+    admin_bootstrap_servers: Annotated[
+        str | None,
+        typer.Option("--admin-bootstrap-servers", envvar="ELRWATCH_BRIDGE_ADMIN_BOOTSTRAP_SERVERS",
+                     help="--source admin: the cluster to poll (default: --bootstrap-servers; same TLS/SASL)."),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option("--interval", envvar="ELRWATCH_BRIDGE_INTERVAL", min=0.05,
+                            help="Seconds between two polls (admin) or reads (metadata log).")
+    ] = 2.0,
+    page_size: Annotated[
+        int, typer.Option("--page-size", envvar="ELRWATCH_BRIDGE_PAGE_SIZE", min=1,
+                          help="--source admin: partitions per DescribeTopicPartitions page.")
+    ] = 2000,
+    state_file: Annotated[
+        str | None,
+        typer.Option("--state-file", envvar="ELRWATCH_BRIDGE_STATE_FILE",
+                     help="What was published (restart without duplicates or losses); default: none (in memory)."),
+    ] = None,
+    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)] = None,
+    metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
+    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
+    security_protocol: SecurityProtocol = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
+    ssl_password_file: SslPasswordFile = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password_file: SaslPasswordFile = None,
+) -> None:
+    """Publish a live cluster's metadata to the event topic: polled from its admin API, or read from a node's
+    metadata log (exact records and offsets)."""
+    import logging
+
+    from elrwatch.bridge.runner import run_bridge
+    from elrwatch.streaming.sources import SourceError
+
+    opts = _kafka_options(
+        bootstrap_servers,
+        topic,
+        security_protocol,
+        ssl_cafile,
+        ssl_certfile,
+        ssl_keyfile,
+        ssl_password_file,
+        sasl_mechanism,
+        sasl_username,
+        sasl_password_file,
+    )
+    if source not in ("admin", "metadata-log"):
+        _fail("--source must be admin or metadata-log")
+    admin_opts = {**opts, "bootstrap.servers": admin_bootstrap_servers} if admin_bootstrap_servers else opts
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the bridge logs and counts connection failures itself
+    try:
+        run_bridge(source=source, options=opts, topic=topic, admin_options=admin_opts, log_dir=log_dir,
+                   state_file=state_file, interval_s=interval, page_size=page_size, metrics_port=metrics_port,
+                   metrics_host=metrics_host, duration_s=duration)
+    except (ValueError, SourceError) as exc:
+        _fail(str(exc))
+    except Exception as exc:  # kafka-python errors at start: one line, no traceback
+        _fail(f"bridge failed: {type(exc).__name__}: {exc}", code=1)
 
 
 def _key_values(items: list[str], option: str) -> dict[str, str]:

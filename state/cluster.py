@@ -8,6 +8,15 @@ Exactly-once (DESIGN.md §2): an event at or below the last applied position of 
 an event carrying a metadata-log offset at or below the last offset applied to its entity (partition, broker,
 topic, config key, feature) is a duplicate too. Duplicates and quarantined records never change state.
 
+Conflicts: the state keeps what it applied at each of the last `RECENT_OFFSETS` metadata offsets (a ring indexed
+by offset, persisted with the state). A record at one of those offsets is a duplicate when its content (type,
+version, data) is the same, a ``conflict`` (quarantined, with both versions) when it differs: the metadata log
+diverged there (records above the high watermark are truncated when the quorum leader changes). Further back only
+the per-entity offsets decide (a duplicate). Each bucket of a bucketed state sees only its own records.
+
+Snapshots: records applied with ``snapshot_end=N`` (a snapshot's records, `records.DumpReader`) carry offset N-1;
+afterwards a log record below N is `Outcome.COVERED` (the snapshot holds its effect) and is not applied.
+
 Buckets (DESIGN.md §4): with ``bucket=(i, n)`` the state owns only the partitions that hash to bucket ``i``;
 partition 0 of every topic is kept as a shadow (its replica count sets the effective min ISR).
 """
@@ -22,6 +31,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import orjson
 
 from elrwatch.state import audit, records
 from elrwatch.state.audit import Violation
@@ -63,6 +74,23 @@ class Outcome(enum.Enum):
     DUPLICATE = "duplicate"
     QUARANTINED = "quarantined"
     NOT_OWNED = "not_owned"  # a partition record routed to a bucket that does not own it (ignored)
+    COVERED = "covered"  # a log record below the end offset of the snapshot applied before it (not applied)
+
+
+#: What a state built from polled records (``derived_from == "admin-poll"``) cannot know: the admin API shows
+#: neither epochs of partitions and brokers nor what happened between two polls.
+POLLED_UNKNOWN: Final = (
+    "partitionEpoch",
+    "brokerEpoch",
+    "transitionsBetweenPolls",
+    "leaderRecoveryState",
+    "addingRemovingReplicas",
+)
+
+#: How many of the most recent metadata offsets the state remembers the applied content of (conflict detection):
+#: a ring of this many slots, each an offset and a reference to the applied record's (type, version, data).
+#: About 0.2-1 KB a slot (the data dicts), so <= ~8 MB for a state, whatever the number of partitions.
+RECENT_OFFSETS = 8192
 
 
 #: Transition's fields in order (its pickled form).
@@ -175,6 +203,10 @@ PERSISTED_ATTRIBUTES: Final = frozenset(
         "status_counts",
         "flag_histogram",
         "violation_counts",
+        "snapshot_end_offset",
+        "recent_offsets",
+        "recent_records",
+        "derived_from",
     }
 )
 
@@ -216,6 +248,15 @@ class ClusterState:
         self.status_counts: Counter[str] = Counter()
         self.flag_histogram: Counter[int] = Counter()  # flags value -> partitions (at most 512 distinct values)
         self.violation_counts: Counter[str] = Counter()
+        #: The end offset of the snapshot the state was loaded from (None: none); log records below it are covered.
+        self.snapshot_end_offset: int | None = None
+        # The ring of RECENT_OFFSETS slots (allocated at the first record with an offset): offset, and the applied
+        # record's (type, version, data) at that offset; -1 / None for an empty slot.
+        self.recent_offsets: list[int] = []
+        self.recent_records: list[tuple[str, int, dict[str, Any]] | None] = []
+        #: Where the records came from when not from Kafka's log itself: "admin-poll" once any record derived by
+        #: `elrwatch bridge --source admin` was applied (then `POLLED_UNKNOWN` cannot be known), else None.
+        self.derived_from: str | None = None
         self._reset_transient()
 
     # --- transient (not serialized) -------------------------------------------------------------------------
@@ -343,20 +384,67 @@ class ClusterState:
 
     # --- apply ----------------------------------------------------------------------------------------------
 
-    def apply(self, record: Record) -> Outcome:
-        """Apply one validated record exactly once. Never raises on bad data: quarantines it instead."""
+    def apply(self, record: Record, snapshot_end: int | None = None) -> Outcome:
+        """Apply one validated record exactly once. Never raises on bad data: quarantines it instead.
+
+        ``snapshot_end``: the record is one of a snapshot with that end offset (see the module docstring).
+        """
         source = record.source
         last = self.source_seq.get(source)
         if last is not None and record.seq <= last:
             return Outcome.DUPLICATE
         self.source_seq[source] = record.seq
+        if record.origin is not None and record.origin != self.derived_from:
+            self.derived_from = record.origin
+        if snapshot_end is None:
+            snapshot_end = record.snapshot_end
+        offset = record.offset
+        slot = -1
+        if snapshot_end is not None:
+            if self.snapshot_end_offset is None or snapshot_end > self.snapshot_end_offset:
+                self.snapshot_end_offset = snapshot_end
+        elif offset is not None:
+            covered = self.snapshot_end_offset
+            if covered is not None and offset < covered:
+                return Outcome.COVERED
+            if not self.recent_offsets:
+                self.recent_offsets = [-1] * RECENT_OFFSETS
+                self.recent_records = [None] * RECENT_OFFSETS
+            slot = offset % RECENT_OFFSETS
+            if self.recent_offsets[slot] == offset:
+                applied = self.recent_records[slot]
+                if applied is not None and applied == (record.type, record.version, record.data):
+                    return Outcome.DUPLICATE
+                return self._quarantine(record, self._offset_conflict(record, applied))
         result = _HANDLERS[record.type](self, record)
         if isinstance(result, RecordError):
-            self.last_error = result
-            if self._reports(record):
-                self._quarantined.append(result)
-            return Outcome.QUARANTINED
+            return self._quarantine(record, result)
+        if slot >= 0 and result is Outcome.APPLIED:
+            self.recent_offsets[slot] = offset  # type: ignore[assignment]
+            self.recent_records[slot] = (record.type, record.version, record.data)
         return result
+
+    def _quarantine(self, record: Record, error: RecordError) -> Outcome:
+        self.last_error = error
+        if self._reports(record):
+            self._quarantined.append(error)
+        return Outcome.QUARANTINED
+
+    def _offset_conflict(self, record: Record, applied: tuple[str, int, dict[str, Any]] | None) -> RecordError:
+        """A record whose offset was applied with other content: the log diverged (both versions reported)."""
+        error = self._error(
+            record,
+            "conflict",
+            "offset",
+            f"metadata offset {record.offset} was already applied with other content: the metadata log diverged "
+            "(records above the high watermark are truncated when the quorum leader changes); the state may "
+            "hold records of the abandoned branch",
+        )
+        if applied is not None:
+            type_name, version, data = applied
+            envelope = Record(type_name, version, data, offset=record.offset).envelope()
+            error.applied = orjson.dumps(envelope).decode()
+        return error
 
     def _reports(self, record: Record) -> bool:
         """Whether this state reports (quarantine) for the record: owner bucket, or bucket 0 for broadcasts."""

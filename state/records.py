@@ -104,6 +104,7 @@ QUARANTINE_REASONS = (
     "unknown_partition",
     "unknown_broker",
     "conflict",
+    "undecodable_record",
 )
 
 
@@ -116,6 +117,7 @@ RECORD_ERROR_FIELDS: Final = (
     "raw",
     "type",
     "offset",
+    "applied",
 )
 
 
@@ -130,6 +132,8 @@ class RecordError:
     raw: str
     type: str | None = None
     offset: int | None = None
+    #: A ``conflict`` at an applied offset: the record that was applied there (envelope JSON); ``raw`` is the new one.
+    applied: str | None = None
 
     # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
     # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
@@ -137,12 +141,13 @@ class RecordError:
         return [getattr(self, name) for name in RECORD_ERROR_FIELDS]
 
     def __setstate__(self, state: list[object]) -> None:
-        for name, value in zip(RECORD_ERROR_FIELDS, state, strict=True):
+        self.applied = None  # absent from the pickles of older versions (7 fields)
+        for name, value in zip(RECORD_ERROR_FIELDS, state, strict=False):
             setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (as in the report's ``quarantined.records``)."""
-        return {
+        """JSON-able form (as in the report's ``quarantined.records``; ``applied`` only for an offset conflict)."""
+        out: dict[str, Any] = {
             "position": self.position,
             "offset": self.offset,
             "type": self.type,
@@ -151,6 +156,9 @@ class RecordError:
             "message": self.message,
             "raw": self.raw[:2000],
         }
+        if self.applied is not None:
+            out["applied"] = self.applied[:2000]
+        return out
 
     def __str__(self) -> str:
         where = f" field {self.field!r}" if self.field else ""
@@ -163,7 +171,18 @@ class RecordError:
 class Record:
     """One validated metadata record. ``data`` keeps Kafka's camelCase keys; int lists are tuples."""
 
-    __slots__ = ("_position", "data", "offset", "seq", "source", "timestamp_ms", "type", "version")
+    __slots__ = (
+        "_position",
+        "data",
+        "offset",
+        "origin",
+        "seq",
+        "snapshot_end",
+        "source",
+        "timestamp_ms",
+        "type",
+        "version",
+    )
 
     def __init__(
         self,
@@ -175,7 +194,11 @@ class Record:
         position: str | None = None,
         offset: int | None = None,
         timestamp_ms: int | None = None,
+        origin: str | None = None,
+        snapshot_end: int | None = None,
     ) -> None:
+        """``origin``: the envelope's ``"source"`` (``"admin-poll"``: derived by `elrwatch bridge --source admin`);
+        ``snapshot_end``: the envelope's ``"snapshotEnd"`` (a snapshot's record, see `ClusterState.apply`)."""
         self.type = type
         self.version = version
         self.data = data
@@ -184,12 +207,25 @@ class Record:
         self._position = position or None
         self.offset = offset
         self.timestamp_ms = timestamp_ms
+        self.origin = origin
+        self.snapshot_end = snapshot_end
 
     # Pickled as a call of the constructor, so that both builds (setup.py) read each other's pickles.
     def __reduce__(self) -> tuple[type[Record], tuple[object, ...]]:
         return (
             Record,
-            (self.type, self.version, self.data, self.source, self.seq, self._position, self.offset, self.timestamp_ms),
+            (
+                self.type,
+                self.version,
+                self.data,
+                self.source,
+                self.seq,
+                self._position,
+                self.offset,
+                self.timestamp_ms,
+                self.origin,
+                self.snapshot_end,
+            ),
         )
 
     @property
@@ -703,25 +739,57 @@ def _check_semantics(type_name: str, data: dict[str, Any]) -> None:
 
 _DUMP_OFFSET = re.compile(r"offset:\s*(-?\d+)")
 _DUMP_TIME = re.compile(r"(?:CreateTime|LogAppendTime):\s*(-?\d+)")
+#: Lines DumpLogSegments prints about a file or a batch, not about a record (ignored).
 _HEADER_PREFIXES = (
     "baseOffset:",
     "Log starting offset",
     "Snapshot end offset",
+    "KRaft bootstrap snapshot",
     "Dumping ",
     "Starting offset",
     "Found ",
     "Skipping ",
+    "Ignoring unknown file",
+    "Non-consecutive offsets",
 )
-_ERROR_LINE = re.compile(r"^Error at (-?\d+), skipping\.\s*(.*)$")
+#: Control records, which DumpLogSegments prints instead of a payload (ignored); after ``| offset: …`` or alone.
+_CONTROL_PREFIXES = (
+    "SnapshotHeader",
+    "SnapshotFooter",
+    "KRaftVersion",
+    "KRaftVoters",
+    "LeaderChange:",
+    "controlType:",
+    "endTxnMarker:",
+)
+#: What DumpLogSegments prints as the payload of a record it cannot decode (``Error at offset N`` in other parsers).
+_ERROR_LINE = re.compile(r"^Error at (?:offset )?(-?\d+), skipping\.\s*(.*)$", re.DOTALL)
+
+
+def _undecodable(
+    match: re.Match[str], text: str, position: str | None, source: str, seq: int, offset: int | None
+) -> RecordError:
+    """A record DumpLogSegments could not decode: quarantined with its offset and Kafka's own message."""
+    at = int(match.group(1)) if offset is None else offset
+    detail = match.group(2).strip() or "no message"
+    return RecordError(
+        position or f"{source}:{seq}",
+        "undecodable_record",
+        None,
+        f"DumpLogSegments could not decode the record at offset {at}: {detail}",
+        text,
+        offset=at,
+    )
 
 
 def parse_line(
     line: str | bytes, source: str = "-", seq: int = 0, position: str | None = None
 ) -> Record | RecordError | Ignored | Skipped:
-    """Parse one input line; never raises.
+    """Parse one input line on its own; never raises.
 
     ``source``/``seq`` identify where the line was read (file + line number, or event-topic partition + offset);
-    ``position`` is their printable form (default ``source:seq``).
+    ``position`` is their printable form (default ``source:seq``). A ``--skip-record-metadata`` line has no offset
+    here: `DumpReader` gives it one from its batch header.
     """
     if isinstance(line, bytes):
         if line[:1] == b"{" or line.lstrip()[:1] == b"{":
@@ -744,7 +812,7 @@ def parse_line(
     timestamp: int | None = None
     payload = stripped
     if stripped[0] not in "{[":
-        if stripped.startswith("|"):
+        if stripped.startswith("|") or stripped.startswith("payload:"):
             marker = stripped.find("payload:")
             head_text = stripped if marker < 0 else stripped[:marker]
             match = _DUMP_OFFSET.search(head_text)
@@ -754,19 +822,18 @@ def parse_line(
             match = _DUMP_TIME.search(head_text)
             timestamp = int(match.group(1)) if match else None
             payload = stripped[marker + len("payload:") :].strip()
+            if payload.startswith("Error at"):
+                error = _ERROR_LINE.match(payload)
+                if error:
+                    return _undecodable(error, text, pos, source, seq, offset)
         elif stripped.startswith(_HEADER_PREFIXES):
             return Ignored("dump-log header")
+        elif stripped.startswith(_CONTROL_PREFIXES):
+            return Ignored("control record")
         else:
             error = _ERROR_LINE.match(stripped)
             if error:
-                return RecordError(
-                    pos or f"{source}:{seq}",
-                    "invalid_envelope",
-                    None,
-                    f"kafka-dump-log could not decode: {error.group(2)}",
-                    text,
-                    offset=int(error.group(1)),
-                )
+                return _undecodable(error, text, pos, source, seq, None)
             return RecordError(
                 pos or f"{source}:{seq}",
                 "invalid_json",
@@ -777,6 +844,117 @@ def parse_line(
     return parse_envelope(
         payload, source=source, seq=seq, position=pos, offset=offset, timestamp_ms=timestamp, raw=text
     )
+
+
+# --- reading a whole dump -------------------------------------------------------------------------------------
+
+#: Which part of a DumpLogSegments output a `DumpReader` is in.
+SECTION_NONE = ""  # no file header seen (envelope lines, or a dump without its headers): offsets as printed
+SECTION_LOG = "log"  # after ``Log starting offset: N`` (or a first batch header): log offsets
+SECTION_SNAPSHOT = "snapshot"  # after ``Snapshot end offset: N, epoch: E``
+SECTION_BOOTSTRAP = "bootstrap"  # after ``KRaft bootstrap snapshot``
+
+_LOG_HEADER = re.compile(r"^Log starting offset:\s*(-?\d+)")
+_SNAPSHOT_HEADER = re.compile(r"^Snapshot end offset:\s*(-?\d+),\s*epoch:\s*(-?\d+)")
+_BATCH_HEADER = re.compile(r"^baseOffset:\s*(-?\d+)\s+lastOffset:\s*(-?\d+)")
+#: First characters of the header lines `DumpReader` reads (baseOffset, Log…, Snapshot…, KRaft…, Dumping).
+_HEADER_FIRST_CHARS = frozenset("bLSKD")
+
+
+class DumpReader:
+    """Parses lines in order with what one line alone cannot tell (one reader for the whole input, files in order).
+
+    * A ``--skip-record-metadata`` line (``| payload: {…}``) gets its offset from the batch header before it: the
+      i-th record line after ``baseOffset: N lastOffset: M …`` has offset N+i (none past M).
+    * A snapshot's records (after ``Snapshot end offset: N, epoch: E``) have no log offset (their ``| offset:``
+      counts from 0 inside the snapshot): they get N-1, the last offset the snapshot covers, and `snapshot_end` is
+      N while they are read. A bootstrap snapshot's records (``KRaft bootstrap snapshot``) get no offset.
+    * `gap` is ``(missing_from, log_start)`` when the first log section (``Log starting offset: N``, else its first
+      batch's base offset) starts past what came before it: past 0 without a snapshot, or past the end offset of
+      the snapshot read before it. What the input describes is then partial.
+    """
+
+    def __init__(self) -> None:
+        self.section = SECTION_NONE
+        self.snapshot_end: int | None = None  # the end offset of the snapshot being read
+        self.snapshots: list[tuple[int, int]] = []  # (end offset, epoch) of every snapshot read
+        self.gap: tuple[int, int] | None = None
+        self._seen_log = False
+        self._next: int | None = None  # the offset of the current batch's next record line
+        self._last: int | None = None  # the current batch's last offset
+
+    def parse(
+        self, line: str | bytes, source: str = "-", seq: int = 0, position: str | None = None
+    ) -> Record | RecordError | Ignored | Skipped:
+        """Parse one line (as `parse_line`) and place it in the dump: offsets, snapshot, log start."""
+        if isinstance(line, str):
+            first = line[:1]
+            if first in _HEADER_FIRST_CHARS:
+                self._header(line)
+            record_line = first == "|" or line.lstrip().startswith(("|", "payload:"))
+        else:
+            first = chr(line[0]) if line else ""
+            if first in _HEADER_FIRST_CHARS:
+                self._header(bytes(line).decode("utf-8", "replace"))
+            record_line = first == "|" or bytes(line).lstrip().startswith((b"|", b"payload:"))
+        parsed = parse_line(line, source, seq, position)
+        if record_line or self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP:
+            self._place(parsed)
+        return parsed
+
+    def _header(self, text: str) -> None:
+        if text.startswith("Dumping "):
+            self._next = self._last = None
+            return
+        match = _BATCH_HEADER.match(text)
+        if match:
+            self._next, self._last = int(match.group(1)), int(match.group(2))
+            if self.section == SECTION_NONE:
+                self._start_log(self._next)
+            return
+        match = _LOG_HEADER.match(text)
+        if match:
+            self._start_log(int(match.group(1)))
+            return
+        match = _SNAPSHOT_HEADER.match(text)
+        if match:
+            self.section = SECTION_SNAPSHOT
+            self.snapshot_end = int(match.group(1))
+            self.snapshots.append((self.snapshot_end, int(match.group(2))))
+            return
+        if text.startswith("KRaft bootstrap snapshot"):
+            self.section = SECTION_BOOTSTRAP
+            self.snapshot_end = None
+
+    def _start_log(self, offset: int) -> None:
+        self.section = SECTION_LOG
+        self.snapshot_end = None
+        if not self._seen_log:
+            self._seen_log = True
+            covered = self.snapshots[-1][0] if self.snapshots else 0
+            if offset > covered:
+                self.gap = (covered, offset)
+
+    def _place(self, parsed: Record | RecordError | Ignored | Skipped) -> None:
+        """Give the parse result the offset its place in the dump says."""
+        if isinstance(parsed, Ignored):
+            return
+        section = self.section
+        if section == SECTION_SNAPSHOT:
+            end = self.snapshot_end
+            parsed.offset = end - 1 if end is not None and end > 0 else None
+            return
+        if section == SECTION_BOOTSTRAP:
+            parsed.offset = None
+            return
+        offset = parsed.offset
+        if offset is None:
+            following = self._next
+            if following is not None and (self._last is None or following <= self._last):
+                parsed.offset = following
+                self._next = following + 1
+        else:
+            self._next = offset + 1
 
 
 #: (type, version) → compiled validator, filled as (type, version) pairs are first seen: `parse_envelope`'s hot path.
@@ -812,6 +990,7 @@ def parse_envelope(
                 extra_ts = get("timestamp")
                 if (
                     type(data) is dict
+                    and len(envelope) <= 5  # "source" / "snapshotEnd" (elrwatch bridge) take the checked path
                     and (extra_offset is None or (offset is None and type(extra_offset) is int and extra_offset >= 0))
                     and (extra_ts is None or (type(extra_ts) is int and extra_ts >= 0))
                 ):
@@ -885,6 +1064,13 @@ def _parse_envelope_checked(
                 "invalid_envelope", "timestamp", f"timestamp must be epoch ms >= 0, got {extra_ts!r}", type_name
             )
         timestamp_ms = extra_ts
+    origin = envelope.get("source")
+    if origin is not None and (type(origin) is not str or not 0 < len(origin) <= 64):
+        return error("invalid_envelope", "source", f"source must be a short string, got {origin!r}", type_name)
+    snapshot_end = envelope.get("snapshotEnd")
+    if snapshot_end is not None and (type(snapshot_end) is not int or snapshot_end < 1):
+        message = f"snapshotEnd must be an int >= 1, got {snapshot_end!r}"
+        return error("invalid_envelope", "snapshotEnd", message, type_name)
     version = envelope.get("version")
     if type(version) is not int or version < 0:
         return error("invalid_envelope", "version", f"missing or malformed version {version!r}", type_name)
@@ -907,7 +1093,18 @@ def _parse_envelope_checked(
         data = validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:
         return error(exc.reason, exc.field, exc.message, type_name)
-    return Record(type_name, version, data, source, seq, position, offset, timestamp_ms)  # type: ignore[arg-type]
+    return Record(
+        type_name,  # type: ignore[arg-type]
+        version,
+        data,
+        source,
+        seq,
+        position,
+        offset,
+        timestamp_ms,
+        origin,
+        snapshot_end,
+    )
 
 
 def is_known_kafka_type(type_name: str) -> bool:

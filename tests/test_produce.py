@@ -1,4 +1,4 @@
-"""`elrwatch produce`: keys that keep per-partition and per-broker order; publishing to a real noida-db."""
+"""`elrwatch produce`: keys that keep per-partition and per-broker order; publishing to a real Kafka broker."""
 
 from __future__ import annotations
 
@@ -55,29 +55,33 @@ def test_keys_keep_partition_and_broker_order():
 
 
 @pytest.mark.e2e
-def test_produce_cli_publishes_keyed_lines(kafka_server, tmp_path):
+def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     from kafka import KafkaConsumer, TopicPartition
 
     from elrwatch.streaming.eventgen import scenario
+
+    topic = fresh_topic("produce-t")
 
     lines = scenario(2, 4, 3, steps=4, churn=20)
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n\n")
     done = subprocess.run(
         [sys.executable, "-P", "-m", "elrwatch.cli", "produce", str(path), "--bootstrap-servers", kafka_server.bootstrap,
-         "--topic", "produce-t", "--create-topic", "--partitions", "3"],
+         "--topic", topic, "--create-topic", "--partitions", "3"],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert f"done, {len(lines)} events sent" in done.stderr
     consumer = KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, enable_auto_commit=False)
     try:
-        tps = [TopicPartition("produce-t", p) for p in range(3)]
+        tps = [TopicPartition(topic, p) for p in range(3)]
         assert sum(consumer.end_offsets(tps).values()) == len(lines)
         consumer.assign(tps)
         consumer.seek_to_beginning()
         got = []
+        deadline = time.monotonic() + 60
         while len(got) < len(lines):
+            assert time.monotonic() < deadline, f"{len(got)} of {len(lines)} records consumed"
             for records in consumer.poll(1000).values():
                 got.extend(records)
     finally:
@@ -149,14 +153,15 @@ def _check_simulated_records(got: list, expected: list[bytes]) -> dict:
 
 
 @pytest.mark.e2e
-def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_server):
-    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", "produce-sim", "--simulate",
+def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_server, fresh_topic):
+    topic = fresh_topic("produce-sim")
+    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", topic, "--simulate",
                 "--sim-topics", "2", "--sim-partitions", "4", "--sim-brokers", "3", "--sim-steps", "12",
                 "--sim-churn", "40", "--seed", "11", "--create-topic", "--partitions", "3")
     assert done.returncode == 0, done.stderr.decode()
     expected = list(simulated_lines(2, 4, 3, 12, 40, 11))
-    assert f"done, {len(expected)} events sent to produce-sim" in done.stderr.decode()
-    got = _consume(kafka_server.bootstrap, "produce-sim", 3)
+    assert f"done, {len(expected)} events sent to {topic}" in done.stderr.decode()
+    got = _consume(kafka_server.bootstrap, topic, 3)
     assert sorted(r.value for r in got) == sorted(expected)  # exactly the generator's events, each once
     assert len({r.partition for r in got}) > 1  # the keys spread the events: order is kept by key, not by luck
     doc = _check_simulated_records(got, expected)
@@ -164,16 +169,17 @@ def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_serv
 
 
 @pytest.mark.e2e
-def test_produce_simulate_loop_stops_after_duration(kafka_server):
+def test_produce_simulate_loop_stops_after_duration(kafka_server, fresh_topic):
+    topic = fresh_topic("produce-sim-loop")
     started = time.monotonic()
-    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", "produce-sim-loop", "--simulate",
+    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", topic, "--simulate",
                 "--sim-topics", "1", "--sim-partitions", "3", "--sim-brokers", "3", "--sim-steps", "4",
                 "--sim-churn", "10", "--sim-loop", "--duration", "2", "--rate", "300", "--create-topic",
                 "--partitions", "2")
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr.decode()
     assert elapsed < 20  # --sim-loop alone never ends: --duration stopped it
-    got = _consume(kafka_server.bootstrap, "produce-sim-loop", 2)
+    got = _consume(kafka_server.bootstrap, topic, 2)
     # a bounded prefix of the endless stream, paced by --rate (300/s for 2 s; generous bounds for a busy machine)
     assert 100 <= len(got) <= 700, len(got)
     assert f"done, {len(got)} events sent" in done.stderr.decode()

@@ -1,7 +1,8 @@
-"""Event sources against a real Kafka-wire server (noida-db) and real files; reader driven directly (fast)."""
+"""Event sources against a real Kafka broker (devtools/kafka_cluster.py) and real files; reader driven directly (fast)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import time
 
@@ -43,54 +44,56 @@ def _read_all(reader, start, end) -> list[tuple]:
     return rows
 
 
-def test_kafka_reader_offsets_cap_new_partitions(kafka_server):
+def test_kafka_reader_offsets_cap_new_partitions(kafka_server, fresh_topic):
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
 
-    kafka_server.create_topic("src-a", partitions=2)
-    _produce(kafka_server.bootstrap, "src-a", 10, 2)
-    opts = {"bootstrap.servers": kafka_server.bootstrap, "topic": "src-a", "maxOffsetsPerTrigger": "4"}
+    topic = fresh_topic("src-a")
+    kafka_server.create_topic(topic, partitions=2)
+    _produce(kafka_server.bootstrap, topic, 10, 2)
+    opts = {"bootstrap.servers": kafka_server.bootstrap, "topic": topic, "maxOffsetsPerTrigger": "4"}
     reader = KafkaStreamReader(opts)
     start = reader.initialOffset()
-    assert start == {"src-a": {"0": 0, "1": 0}}
+    assert start == {topic: {"0": 0, "1": 0}}
     assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    assert sum(end["src-a"].values()) == 4  # the cap, shared over partitions
+    assert sum(end[topic].values()) == 4  # the cap, shared over partitions
     rows = _read_all(reader, start, end)
-    assert len(rows) == 4 and {r[1] for r in rows} == {"src-a"}
+    assert len(rows) == 4 and {r[1] for r in rows} == {topic}
     assert all(r[4] is not None for r in rows)  # Kafka timestamp
     end2 = reader.latestOffset(end, ReadAllAvailable())
-    assert end2 == {"src-a": {"0": 5, "1": 5}}
+    assert end2 == {topic: {"0": 5, "1": 5}}
     rows += _read_all(reader, end, end2)
     assert sorted(r[0] for r in rows) == sorted(f"v{i}" for i in range(10))
     assert sorted((r[2], r[3]) for r in rows) == [(p, o) for p in (0, 1) for o in range(5)]
     assert reader.reportLatestOffset() == end2
     # a new partition of the event topic is picked up from its earliest offset
     admin = KafkaAdminClient(bootstrap_servers=kafka_server.bootstrap)
-    admin.create_partitions({"src-a": NewPartitions(3)})
+    admin.create_partitions({topic: NewPartitions(3)})
     admin.close()
-    _produce(kafka_server.bootstrap, "src-a", 3, 3, prefix="w")
+    _produce(kafka_server.bootstrap, topic, 3, 3, prefix="w")
     reader._refreshed_at = 0.0
     deadline = time.monotonic() + 10
     end3 = reader.latestOffset(end2, ReadAllAvailable())
-    while "2" not in end3["src-a"] and time.monotonic() < deadline:
+    while "2" not in end3[topic] and time.monotonic() < deadline:
         reader._refreshed_at = 0.0
         end3 = reader.latestOffset(end2, ReadAllAvailable())
-    assert end3 == {"src-a": {"0": 6, "1": 6, "2": 1}}
+    assert end3 == {topic: {"0": 6, "1": 6, "2": 1}}
     assert sorted(r[0] for r in _read_all(reader, end2, end3)) == ["w0", "w1", "w2"]
     reader.stop()
 
 
-def test_kafka_reader_starting_offsets(kafka_server):
-    kafka_server.create_topic("src-b", partitions=2)
-    _produce(kafka_server.bootstrap, "src-b", 6, 2)
-    base = {"bootstrap.servers": kafka_server.bootstrap, "topic": "src-b"}
+def test_kafka_reader_starting_offsets(kafka_server, fresh_topic):
+    topic = fresh_topic("src-b")
+    kafka_server.create_topic(topic, partitions=2)
+    _produce(kafka_server.bootstrap, topic, 6, 2)
+    base = {"bootstrap.servers": kafka_server.bootstrap, "topic": topic}
     latest = KafkaStreamReader({**base, "startingOffsets": "latest"})
-    assert latest.initialOffset() == {"src-b": {"0": 3, "1": 3}}
+    assert latest.initialOffset() == {topic: {"0": 3, "1": 3}}
     latest.stop()
-    spec = KafkaStreamReader({**base, "startingOffsets": '{"src-b": {"0": 2, "1": -2}}'})
+    spec = KafkaStreamReader({**base, "startingOffsets": json.dumps({topic: {"0": 2, "1": -2}})})
     start = spec.initialOffset()
-    assert start == {"src-b": {"0": 2, "1": 0}}
+    assert start == {topic: {"0": 2, "1": 0}}
     assert len(_read_all(spec, start, spec.latestOffset(start, ReadAllAvailable()))) == 4
     spec.stop()
     with pytest.raises(SourceError, match="not subscribed"):
@@ -100,7 +103,7 @@ def test_kafka_reader_starting_offsets(kafka_server):
 def test_kafka_reader_clear_errors_within_bound(kafka_server):
     t0 = time.monotonic()
     missing = KafkaStreamReader({"bootstrap.servers": kafka_server.bootstrap, "topic": "nope", "timeout.ms": "2000"})
-    with pytest.raises(SourceError, match="topic nope does not exist"):
+    with pytest.raises(SourceError, match="topic nope does not exist"):  # the harness never auto-creates topics
         missing.initialOffset()
     missing.stop()
     unreachable = KafkaStreamReader({"bootstrap.servers": "127.0.0.1:1", "topic": "t", "timeout.ms": "2000"})

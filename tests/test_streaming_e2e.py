@@ -1,8 +1,9 @@
-"""End to end: simulator records → Kafka (noida-db) → `elrwatch stream` (Spark) → status store + metrics.
+"""End to end: simulator records → Apache Kafka → `elrwatch stream` (Spark) → status store + metrics.
 
 The oracle is `elrwatch replay` of the same lines: the store's document must equal it field by field (except the
 transport-specific `lastPosition`), and the gauges on the metrics port must equal the replay's gauges.
-Real components only: noida-db, Spark local mode, SQLite and a real PostgreSQL server. One Spark job at a time.
+Real components only: a real Kafka 4.4 KRaft broker (the session's ``kafka_server``, devtools/kafka_cluster.py; each
+test on fresh topics), Spark local mode, SQLite and a real PostgreSQL server. One Spark job at a time.
 """
 
 from __future__ import annotations
@@ -77,12 +78,13 @@ def _replay(path: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def _produce(kafka, path: Path, topic: str, partitions: int) -> None:
+def _produce(kafka, path: Path, topic: str, partitions: int, *connection: str) -> subprocess.CompletedProcess:
+    """`elrwatch produce` of ``path`` to ``topic`` (created); ``connection``: options replacing the PLAINTEXT
+    bootstrap (e.g. a SASL_SSL listener's)."""
     done = _cli(
         "produce",
         str(path),
-        "--bootstrap-servers",
-        kafka.bootstrap,
+        *(connection or ("--bootstrap-servers", kafka.bootstrap)),
         "--topic",
         topic,
         "--create-topic",
@@ -91,6 +93,7 @@ def _produce(kafka, path: Path, topic: str, partitions: int) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "done," in done.stderr
+    return done
 
 
 def _store_doc(url: str, password_file: str | None = None) -> dict | None:
@@ -205,15 +208,16 @@ def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
     pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
 
 
-def test_kafka_to_store_and_metrics_equal_replay(kafka_server, tmp_path):
+def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_path):
     """3-partition event topic, malformed + duplicate records mixed in, continuous trigger, metrics scraped."""
-    from elrwatch.streaming.local_kafka import free_port
+    from elrwatch.devtools.kafka_cluster import free_port
     from elrwatch.streaming.metrics import scrape
 
     events = _events(tmp_path)
     oracle = _replay(events)
     assert oracle["quarantined"]["count"] >= len(MALFORMED) and oracle["counts"]["duplicates"] >= 3
-    _produce(kafka_server, events, "meta-e2e", 3)
+    topic = fresh_topic("meta-e2e")
+    _produce(kafka_server, events, topic, 3)
     url = f"sqlite:///{tmp_path}/store.db"
     port = free_port()
     job = StreamJob(
@@ -221,7 +225,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, tmp_path):
         "--bootstrap-servers",
         kafka_server.bootstrap,
         "--topic",
-        "meta-e2e",
+        topic,
         "--store",
         url,
         "--checkpoint",
@@ -261,10 +265,11 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, tmp_path):
     assert_same_as_oracle(_store_doc(url), oracle)
 
 
-def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server, tmp_path):
+def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server, fresh_topic, tmp_path):
     events = _events(tmp_path, records=3000, seed=11)
     oracle = _replay(events)
-    _produce(kafka_server, events, "meta-restart", 1)
+    topic = fresh_topic("meta-restart")
+    _produce(kafka_server, events, topic, 1)
     url = f"sqlite:///{tmp_path}/store.db"
     # snapshot state mode (the default) with a small delta bound: bucket snapshots are written and rotated
     # throughout, so the kill lands between snapshot writes and the restart rebuilds buckets from snapshot + delta
@@ -272,7 +277,7 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
         "--bootstrap-servers",
         kafka_server.bootstrap,
         "--topic",
-        "meta-restart",
+        topic,
         "--store",
         url,
         "--checkpoint",
@@ -313,7 +318,7 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
         os.remove(tmp_path / "ck" / "bucket-snapshots" / name)
     more = tmp_path / "more.jsonl"
     more.write_text(events.read_text().splitlines()[-1] + "\n")
-    _produce(kafka_server, more, "meta-restart", 1)
+    _produce(kafka_server, more, topic, 1)
     done = _cli("stream", *common, "--available-now", timeout=240)
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
@@ -321,12 +326,13 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     assert "Traceback" not in done.stderr
 
 
-def test_postgresql_store_equals_replay(kafka_server, tmp_path):
+def test_postgresql_store_equals_replay(kafka_server, fresh_topic, tmp_path):
     from test_store import PostgresServer
 
     events = _events(tmp_path, records=1500, seed=5)
     oracle = _replay(events)
-    _produce(kafka_server, events, "meta-pg", 2)
+    topic = fresh_topic("meta-pg")
+    _produce(kafka_server, events, topic, 2)
     pg = PostgresServer().start()
     try:
         # blob state mode (no shared filesystem needed) stays covered end to end here
@@ -335,7 +341,7 @@ def test_postgresql_store_equals_replay(kafka_server, tmp_path):
             "--bootstrap-servers",
             kafka_server.bootstrap,
             "--topic",
-            "meta-pg",
+            topic,
             "--checkpoint",
             str(tmp_path / "ck"),
             "--buckets",
@@ -354,6 +360,65 @@ def test_postgresql_store_equals_replay(kafka_server, tmp_path):
         assert_history_as_oracle(pg.url, events, str(pg.password_file))
     finally:
         pg.stop()
+
+
+def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl_ssl, fresh_topic, tmp_path):
+    """`elrwatch produce` and `elrwatch stream` over SASL_SSL (SCRAM-SHA-512; a CA and broker certificate made by
+    the session, hostname verification on) against a real broker: the store equals the replay. The password reaches
+    `produce` by file and the job by env var (ELRWATCH_SASL_PASSWORD), and appears in neither one's output."""
+    password = kafka_sasl_ssl.password()
+    events = _events(tmp_path, records=1800, seed=13)
+    oracle = _replay(events)
+    topic = fresh_topic("meta-sasl")
+    produced = _produce(kafka_server, events, topic, 2, *kafka_sasl_ssl.cli_options())
+    assert password not in produced.stdout + produced.stderr
+    options = kafka_sasl_ssl.cli_options()
+    options = options[: options.index("--sasl-password-file")]  # the job: the password from the environment
+    assert kafka_server.bootstrap not in options and "--sasl-password-file" not in options
+    url = f"sqlite:///{tmp_path}/store.db"
+    job = StreamJob(
+        tmp_path,
+        *options,
+        "--topic",
+        topic,
+        "--store",
+        url,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--buckets",
+        "2",
+        "--available-now",
+        env={"ELRWATCH_SASL_PASSWORD": password},
+    )
+    try:
+        assert job.wait(240) == 0, job.output()[-3000:]
+    finally:
+        job.kill()
+    assert password not in job.output()
+    doc = _store_doc(url)
+    assert_same_as_oracle(doc, oracle)
+    assert {p["lastPosition"].split("/")[0] for p in doc["partitions"]} == {topic}  # read from the event topic
+    # without the password the job cannot read the topic: a one-line error within the bound, no traceback
+    started = time.monotonic()
+    done = _cli(
+        "stream",
+        *options,
+        "--topic",
+        topic,
+        "--store",
+        f"sqlite:///{tmp_path}/denied.db",
+        "--checkpoint",
+        str(tmp_path / "ck-denied"),
+        "--source-timeout-ms",
+        "3000",
+        timeout=180,
+        env={k: v for k, v in os.environ.items() if k != "ELRWATCH_SASL_PASSWORD"} | {"ELRWATCH_SASL_PASSWORD": "wrong"},
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
+    assert len(errors) == 1 and kafka_sasl_ssl.bootstrap in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and password not in done.stderr + done.stdout
+    assert time.monotonic() - started < 90
 
 
 def test_files_source_replays_a_metadata_log(tmp_path):

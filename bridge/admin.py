@@ -1,0 +1,440 @@
+"""``elrwatch bridge --source admin``: poll a live cluster through the admin API and derive metadata records.
+
+One poll reads (``ClusterReader``): DescribeFeatures (ApiVersions' finalized ``metadata.version`` and
+``eligible.leader.replicas.version``), DescribeCluster v2 with fenced brokers, DescribeTopicPartitions for every
+topic (paged by cursor) and DescribeConfigs for ``min.insync.replicas`` and ``unclean.leader.election.enable`` of
+every topic and of the cluster default. `diff` compares it with the previous poll's `View` and returns the records
+Kafka's controller would have written to get from one to the other, in elrwatch's envelope with offsets of the
+bridge's own and ``"source": "admin-poll"``.
+
+What this mode cannot know (and the core reports as unknown, see ``POLLED_UNKNOWN`` in state/cluster.py):
+
+* **broker epochs**: a derived REGISTER_BROKER_RECORD uses its own offset as the broker epoch (Kafka's rule for
+  real epochs), and every later record about that broker repeats it, so the core's broker-epoch checks pass; a
+  broker restarted between two polls keeps its derived epoch;
+* **partition epochs**: counted by the bridge as the core counts them (one per derived change record);
+* **transitions between two polls**: only the net change is published (an ISR shrink and re-expansion within one
+  interval is invisible); a leader epoch that moved by more than one election is published as a PARTITION_RECORD
+  that replaces the registration, so the leader epoch stays exact;
+* adding/removing replicas of a reassignment, the leader recovery state, log directories and broker endpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger("elrwatch.bridge")
+
+SOURCE_ADMIN = "admin-poll"
+MIN_ISR = "min.insync.replicas"
+UNCLEAN = "unclean.leader.election.enable"
+CONFIG_KEYS = (MIN_ISR, UNCLEAN)
+FEATURES = ("metadata.version", "eligible.leader.replicas.version")
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+#: DirectoryId.UNASSIGNED: the log directory of a derived partition's replicas is not known.
+UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
+UNKNOWN_TOPIC_OR_PARTITION = 3
+#: DescribeConfigs sources that mean "set on this resource" (DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG).
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_CLUSTER_DEFAULT = 4
+
+
+class PollError(Exception):
+    """A poll that could not see the whole cluster: nothing of it is published. ``reason`` labels the counter."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Partition:
+    """One partition as DescribeTopicPartitions shows it, plus the bridge's own partition epoch."""
+
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    elr: list[int]
+    last_known_elr: list[int]
+    partition_epoch: int = 0
+
+    def same(self, other: Partition) -> bool:
+        """Equal in everything DescribeTopicPartitions shows."""
+        return (self.leader, self.leader_epoch, self.replicas, self.isr, self.elr, self.last_known_elr) == (
+            other.leader, other.leader_epoch, other.replicas, other.isr, other.elr, other.last_known_elr)
+
+
+@dataclass
+class Topic:
+    topic_id: str  # Kafka's base64url form
+    partitions: dict[int, Partition] = field(default_factory=dict)
+
+
+@dataclass
+class Broker:
+    fenced: bool
+    rack: str | None = None
+    epoch: int = -1  # the derived epoch (offset of its derived registration); -1 before it is published
+
+
+@dataclass
+class View:
+    """What one poll saw (and, for epochs, what the bridge published)."""
+
+    features: dict[str, int] = field(default_factory=dict)
+    brokers: dict[int, Broker] = field(default_factory=dict)
+    cluster_configs: dict[str, str] = field(default_factory=dict)
+    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topics: dict[str, Topic] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form (the bridge's state file)."""
+        return {
+            "features": self.features,
+            "brokers": {str(b): [v.fenced, v.rack, v.epoch] for b, v in self.brokers.items()},
+            "clusterConfigs": self.cluster_configs,
+            "topicConfigs": self.topic_configs,
+            "topics": {name: [t.topic_id, {str(p): [v.leader, v.leader_epoch, v.replicas, v.isr, v.elr,
+                                                    v.last_known_elr, v.partition_epoch]
+                                           for p, v in t.partitions.items()}]
+                       for name, t in self.topics.items()},
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> View:
+        """Inverse of `to_json`."""
+        view = cls(features=dict(doc["features"]), cluster_configs=dict(doc["clusterConfigs"]),
+                   topic_configs={k: dict(v) for k, v in doc["topicConfigs"].items()})
+        view.brokers = {int(b): Broker(f, r, e) for b, (f, r, e) in doc["brokers"].items()}
+        view.topics = {name: Topic(tid, {int(p): Partition(*v) for p, v in parts.items()})
+                       for name, (tid, parts) in doc["topics"].items()}
+        return view
+
+
+def kafka_uuid(value: Any) -> str:
+    """A topic id from kafka-python (uuid.UUID or its text) in Kafka's base64url form."""
+    if isinstance(value, uuid.UUID):
+        raw = value.bytes
+    else:
+        text = str(value)
+        if len(text) == 22:
+            return text
+        raw = uuid.UUID(text).bytes
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+# --- reading a cluster ---------------------------------------------------------------------------------------------
+
+
+class ClusterReader(Protocol):
+    """The four admin calls one poll makes (`KafkaClusterReader`; tests use fakes)."""
+
+    def features(self) -> dict[str, int]: ...
+
+    def brokers(self) -> dict[int, Broker]: ...
+
+    def partitions_page(self, cursor: tuple[str, int] | None, limit: int) -> dict[str, Any]:
+        """``{"topics": [{"name", "topic_id", "error_code", "partitions": [...]}], "next_cursor": (t, p) | None}``
+        with kafka-python's partition dicts (``partition_index``, ``leader_id``, ``isr_nodes``, …)."""
+        ...
+
+    def configs(self, topics: list[str]) -> dict[tuple[int, str], tuple[int, dict[str, str]]]:
+        """(resource type, name) → (error code, {key: value set on that resource}); name "" = cluster default."""
+        ...
+
+
+class KafkaClusterReader:
+    """`ClusterReader` over kafka-python's KafkaAdminClient (one client, re-created after a failure)."""
+
+    def __init__(self, config: dict[str, Any], config_batch: int = 1000) -> None:
+        self.config = {k: v for k, v in config.items() if k != "bootstrap_timeout_ms"}
+        self.config_batch = config_batch
+        self._admin: Any = None
+
+    def admin(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            self._admin = KafkaAdminClient(**self.config)
+        return self._admin
+
+    def reset(self) -> None:
+        """Drop the client (after an error: the next call reconnects)."""
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except Exception:
+                log.debug("closing the admin client failed", exc_info=True)
+            self._admin = None
+
+    def close(self) -> None:
+        self.reset()
+
+    def features(self) -> dict[str, int]:
+        found = self.admin().describe_features()
+        return {name: int(info["finalized"][1]) for name, info in found.items() if "finalized" in info}
+
+    def brokers(self) -> dict[int, Broker]:
+        result = self.admin().describe_cluster()
+        return {int(b["broker_id"]): Broker(bool(b.get("is_fenced", False)), b.get("rack"))
+                for b in result["brokers"]}
+
+    def partitions_page(self, cursor: tuple[str, int] | None, limit: int) -> dict[str, Any]:
+        cur = {"topic_name": cursor[0], "partition_index": cursor[1]} if cursor else None
+        page = self.admin().describe_topic_partitions([], limit, cur)
+        nxt = page.get("next_cursor")
+        return {"topics": page["topics"], "next_cursor": (nxt["topic_name"], nxt["partition_index"]) if nxt else None}
+
+    def configs(self, topics: list[str]) -> dict[tuple[int, str], tuple[int, dict[str, str]]]:
+        from kafka.protocol.admin import DescribeConfigsRequest
+
+        admin = self.admin()
+        resources = [(RESOURCE_BROKER, "")] + [(RESOURCE_TOPIC, t) for t in topics]
+        out: dict[tuple[int, str], tuple[int, dict[str, str]]] = {}
+        for start in range(0, len(resources), self.config_batch):
+            chunk = resources[start : start + self.config_batch]
+            request = DescribeConfigsRequest(resources=[(rt, name, list(CONFIG_KEYS)) for rt, name in chunk],
+                                             include_synonyms=False, min_version=1)
+
+            async def send(req: Any = request) -> Any:
+                return await admin._manager.send(req)
+
+            response = admin._manager.run(send)
+            for result in response.results:
+                topic_level = result.resource_type == RESOURCE_TOPIC
+                wanted = CONFIG_SOURCE_TOPIC if topic_level else CONFIG_SOURCE_CLUSTER_DEFAULT
+                values = {c.name: c.value for c in result.configs
+                          if c.config_source == wanted and c.value is not None and c.name in CONFIG_KEYS}
+                out[(result.resource_type, result.resource_name)] = (result.error_code, values)
+        return out
+
+
+def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
+              on_error: Callable[[str, str], None]) -> View:
+    """Read the whole cluster once. Raises PollError when the view would be incomplete as a whole (a broker
+    unreachable, paging broken off); a topic that is incomplete or gone mid-poll keeps its previous state (and is
+    reported through ``on_error``), so that nothing wrong is published."""
+    view = View()
+    try:
+        features = reader.features()
+        view.features = {name: level for name, level in features.items() if name in FEATURES}
+        view.brokers = reader.brokers()
+    except Exception as exc:
+        message = f"DescribeCluster/ApiVersions failed: {type(exc).__name__}: {exc}"
+        raise PollError("broker_unreachable", message) from exc
+    old_topics = previous.topics if previous is not None else {}
+    seen: dict[str, Topic] = {}
+    broken: set[str] = set()
+    cursor: tuple[str, int] | None = None
+    cursors: set[tuple[str, int]] = set()
+    pages = 0
+    while True:
+        try:
+            page = reader.partitions_page(cursor, page_size)
+        except Exception as exc:
+            reason = "partial_page" if pages else "broker_unreachable"
+            raise PollError(reason, f"DescribeTopicPartitions page {pages + 1} (cursor {cursor}) failed: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        pages += 1
+        for entry in page["topics"]:
+            name = entry["name"]
+            if entry.get("error_code", 0):
+                if entry["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
+                    on_error("topic_deleted", f"topic {name} was deleted while it was being described")
+                else:
+                    on_error("topic_error", f"topic {name}: DescribeTopicPartitions error {entry['error_code']}")
+                broken.add(name)
+                continue
+            topic_id = kafka_uuid(entry["topic_id"])
+            topic = seen.setdefault(name, Topic(topic_id))
+            if topic.topic_id != topic_id:
+                on_error("partial_page", f"topic {name} changed its id while paging: {topic.topic_id} -> {topic_id}")
+                broken.add(name)
+                continue
+            for p in entry["partitions"]:
+                if p.get("error_code", 0):
+                    on_error("partial_page", f"{name}-{p['partition_index']}: partition error {p['error_code']}")
+                    broken.add(name)
+                    continue
+                topic.partitions[int(p["partition_index"])] = Partition(
+                    int(p["leader_id"]), int(p["leader_epoch"]), list(p["replica_nodes"]), list(p["isr_nodes"]),
+                    list(p.get("eligible_leader_replicas") or []), list(p.get("last_known_elr") or []))
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+        if cursor in cursors:
+            raise PollError("partial_page", f"DescribeTopicPartitions returned cursor {cursor} twice")
+        cursors.add(cursor)
+    for name, topic in seen.items():
+        if name in broken:
+            continue
+        ids = sorted(topic.partitions)
+        old = old_topics.get(name)
+        if ids != list(range(len(ids))) or not ids:
+            on_error("partial_page", f"topic {name}: partitions {ids[:5]}… are not 0..n-1 (a partial page)")
+            broken.add(name)
+        elif old is not None and old.topic_id == topic.topic_id and len(ids) < len(old.partitions):
+            on_error("partial_page", f"topic {name}: {len(ids)} partitions, {len(old.partitions)} before")
+            broken.add(name)
+    for name in broken:  # keep what was known: neither a removal nor a half topic is published
+        seen.pop(name, None)
+        if name in old_topics:
+            seen[name] = old_topics[name]
+    view.topics = seen
+    try:
+        configs = reader.configs(sorted(seen))
+    except Exception as exc:
+        raise PollError("broker_unreachable", f"DescribeConfigs failed: {type(exc).__name__}: {exc}") from exc
+    old_configs = previous.topic_configs if previous is not None else {}
+    for (rtype, name), (error, values) in configs.items():
+        if rtype == RESOURCE_BROKER:
+            if error:
+                raise PollError("config_error", f"DescribeConfigs of the cluster default failed: error {error}")
+            view.cluster_configs = values
+        elif error == UNKNOWN_TOPIC_OR_PARTITION:
+            on_error("topic_deleted", f"topic {name} was deleted before its configs were described")
+            if name in old_configs:
+                view.topic_configs[name] = old_configs[name]
+        elif error:
+            on_error("config_error", f"DescribeConfigs of topic {name}: error {error}")
+            if name in old_configs:
+                view.topic_configs[name] = old_configs[name]
+        elif values:
+            view.topic_configs[name] = values
+    return view
+
+
+# --- deriving records ------------------------------------------------------------------------------------------------
+
+
+class _Out:
+    """Collects envelopes with increasing offsets."""
+
+    def __init__(self, next_offset: int, timestamp_ms: int) -> None:
+        self.next_offset = next_offset
+        self.timestamp_ms = timestamp_ms
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, type_name: str, version: int, data: dict[str, Any]) -> int:
+        offset = self.next_offset
+        self.next_offset += 1
+        self.events.append({"type": type_name, "version": version, "data": data, "offset": offset,
+                            "timestamp": self.timestamp_ms, "source": SOURCE_ADMIN})
+        return offset
+
+
+def _partition_record(topic_id: str, pid: int, p: Partition) -> dict[str, Any]:
+    data: dict[str, Any] = {"partitionId": pid, "topicId": topic_id, "replicas": p.replicas, "isr": p.isr,
+                            "removingReplicas": [], "addingReplicas": [], "leader": p.leader,
+                            "leaderEpoch": p.leader_epoch, "partitionEpoch": p.partition_epoch,
+                            "directories": [UNASSIGNED_DIR] * len(p.replicas)}
+    if p.elr:
+        data["eligibleLeaderReplicas"] = p.elr
+    if p.last_known_elr:
+        data["lastKnownElr"] = p.last_known_elr
+    return data
+
+
+def _partition_events(out: _Out, topic_id: str, pid: int, old: Partition | None, new: Partition) -> None:
+    """A PARTITION_RECORD for a new partition; for a changed one a PARTITION_CHANGE_RECORD of the changed fields
+    when the core's merge then lands on the same leader epoch, else a PARTITION_RECORD replacing it."""
+    if old is None:
+        new.partition_epoch = 0
+        out.add("PARTITION_RECORD", 2, _partition_record(topic_id, pid, new))
+        return
+    new.partition_epoch = old.partition_epoch
+    if old.same(new):
+        return
+    new.partition_epoch = old.partition_epoch + 1
+    bump = new.leader_epoch - old.leader_epoch
+    if bump not in (0, 1) or (bump == 0 and new.leader != old.leader):
+        out.add("PARTITION_RECORD", 2, _partition_record(topic_id, pid, new))
+        return
+    data: dict[str, Any] = {"partitionId": pid, "topicId": topic_id}
+    if new.isr != old.isr:
+        data["isr"] = new.isr
+    if bump == 1:
+        data["leader"] = new.leader
+    if new.replicas != old.replicas:
+        data["replicas"] = new.replicas
+        data["directories"] = [UNASSIGNED_DIR] * len(new.replicas)
+    if new.elr != old.elr:
+        data["eligibleLeaderReplicas"] = new.elr
+    if new.last_known_elr != old.last_known_elr:
+        data["lastKnownElr"] = new.last_known_elr
+    out.add("PARTITION_CHANGE_RECORD", 2, data)
+
+
+def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None = None) -> list[dict[str, Any]]:
+    """The records that take the core from ``old`` (None: nothing published yet) to ``new``, offsets from
+    ``next_offset``. Sets ``new``'s derived broker and partition epochs. Order: features, the cluster default
+    config, registrations and unfences, topics (removals, creations with their configs and partitions, changes),
+    then fences and unregistrations (Kafka writes a fence after the ISR changes it causes)."""
+    old = old or View()
+    out = _Out(next_offset, int(time.time() * 1000) if timestamp_ms is None else timestamp_ms)
+    for name in FEATURES:
+        if name in new.features and new.features[name] != old.features.get(name):
+            out.add("FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": new.features[name]})
+        elif name not in new.features and name in old.features:
+            out.add("FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": 0})
+    _config_events(out, RESOURCE_BROKER, "", old.cluster_configs, new.cluster_configs)
+    later: list[tuple[str, int, dict[str, Any]]] = []
+    for broker_id in sorted(new.brokers):
+        broker, before = new.brokers[broker_id], old.brokers.get(broker_id)
+        if before is None or before.epoch < 0:
+            broker.epoch = out.next_offset
+            out.add("REGISTER_BROKER_RECORD", 1, {
+                "brokerId": broker_id, "incarnationId": ZERO_UUID, "brokerEpoch": broker.epoch, "endPoints": [],
+                "features": [], "rack": broker.rack, "fenced": broker.fenced, "inControlledShutdown": False})
+            continue
+        broker.epoch = before.epoch
+        if before.fenced and not broker.fenced:
+            out.add("BROKER_REGISTRATION_CHANGE_RECORD", 0,
+                    {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": -1})
+        elif broker.fenced and not before.fenced:
+            later.append(("BROKER_REGISTRATION_CHANGE_RECORD", 0,
+                          {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": 1}))
+    for broker_id in sorted(set(old.brokers) - set(new.brokers)):
+        if old.brokers[broker_id].epoch >= 0:
+            later.append(("UNREGISTER_BROKER_RECORD", 0,
+                          {"brokerId": broker_id, "brokerEpoch": old.brokers[broker_id].epoch}))
+    for name in sorted(old.topics):
+        if name not in new.topics or new.topics[name].topic_id != old.topics[name].topic_id:
+            out.add("REMOVE_TOPIC_RECORD", 0, {"topicId": old.topics[name].topic_id})
+    for name in sorted(new.topics):
+        topic = new.topics[name]
+        before = old.topics.get(name)
+        if before is not None and before.topic_id != topic.topic_id:
+            before = None
+        if before is None:
+            out.add("TOPIC_RECORD", 0, {"name": name, "topicId": topic.topic_id})
+            _config_events(out, RESOURCE_TOPIC, name, {}, new.topic_configs.get(name, {}))
+        else:
+            _config_events(out, RESOURCE_TOPIC, name, old.topic_configs.get(name, {}),
+                           new.topic_configs.get(name, {}))
+        for pid in sorted(topic.partitions):
+            _partition_events(out, topic.topic_id, pid, before.partitions.get(pid) if before else None,
+                              topic.partitions[pid])
+    for name in sorted(set(old.topic_configs) - set(new.topics)):  # configs of removed topics: deleted
+        if name in old.topics and name not in new.topics:
+            continue  # Kafka deletes a removed topic's configs with it (no CONFIG_RECORD)
+        _config_events(out, RESOURCE_TOPIC, name, old.topic_configs[name], {})
+    for type_name, version, data in later:
+        out.add(type_name, version, data)
+    return out.events
+
+
+def _config_events(out: _Out, rtype: int, name: str, old: dict[str, str], new: dict[str, str]) -> None:
+    for key in CONFIG_KEYS:
+        if new.get(key) != old.get(key):
+            out.add("CONFIG_RECORD", 0, {"resourceType": rtype, "resourceName": name, "name": key,
+                                         "value": new.get(key)})

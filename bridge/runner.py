@@ -1,0 +1,351 @@
+"""The bridge's loop: read (admin poll or metadata log) → publish envelopes → remember what was published.
+
+Exactly-once across restarts (README "elrwatch bridge"): every publish goes through a small JSON **state file**
+written atomically (temp file + rename):
+
+1. the records about to be published are written to the state file as ``pending``, with their offsets, together
+   with what the bridge will have published after them (the admin view, or the log position);
+2. they are published (the producer is flushed, every send acknowledged);
+3. the state file is written again without ``pending``.
+
+On start, ``pending`` records of a crashed run are published again *with the same offsets*: the core applies each
+metadata offset once per entity (DESIGN.md §2), so a record that made it before the crash is a duplicate and one
+that did not is applied — no change is lost or applied twice. Without a state file the admin mode starts from an
+empty view (everything is published again, with offsets above any it used before: offsets are never lower than
+``epoch ms × 1000``), and the metadata-log mode from the log's beginning (real offsets: the core drops what it has).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from elrwatch.bridge.admin import ClusterReader, PollError, View, diff, poll_view
+from elrwatch.bridge.logtail import MetadataLogTail, TailState
+
+log = logging.getLogger("elrwatch.bridge")
+
+#: Bounded label values of elrwatch_bridge_errors_total.
+ERROR_REASONS = ("broker_unreachable", "topic_deleted", "topic_error", "partial_page", "config_error",
+                 "unknown_record_type", "unknown_record_version", "decode_error", "crc_mismatch",
+                 "unsupported_compression", "diverged_log", "log_gap", "log_unreadable", "publish_failed")
+
+
+class Metrics:
+    """The bridge's Prometheus metrics, in a registry of its own (served by `serve`)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Gauge
+        from prometheus_client import Counter as PromCounter
+
+        self.registry = CollectorRegistry()
+        self.errors = PromCounter("elrwatch_bridge_errors_total", "Bridge errors by reason (each also logged)",
+                              ["reason"], registry=self.registry)
+        for reason in ERROR_REASONS:
+            self.errors.labels(reason)
+        self.published = PromCounter("elrwatch_bridge_published_records_total", "Records published to the event topic",
+                                 registry=self.registry)
+        self.poll_seconds = Gauge("elrwatch_bridge_poll_duration_seconds",
+                                  "Duration of the last poll (admin) or read (metadata log)", registry=self.registry)
+        self.last_offset = Gauge("elrwatch_bridge_last_published_offset", "Offset of the last record published",
+                                 registry=self.registry)
+        self.counts: Counter[str] = Counter()  # the same error counts, for tests and the exit summary
+
+    def error(self, reason: str, message: str) -> None:
+        """One clear log line and one count."""
+        log.warning("elrwatch bridge: %s: %s", reason, message)
+        self.errors.labels(reason).inc()
+        self.counts[reason] += 1
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
+        from prometheus_client import start_http_server
+
+        return start_http_server(port, addr=addr, registry=self.registry)
+
+
+class Publisher(Protocol):
+    def publish(self, lines: list[bytes]) -> None:
+        """Send and wait until every line is acknowledged; raise on failure."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class KafkaPublisher:
+    """Publishes to the event topic with ``elrwatch produce``'s keys (per-topic and per-broker order kept)."""
+
+    def __init__(self, options: dict[str, str], topic: str, timeout_s: float = 30.0) -> None:
+        from elrwatch.streaming.produce import make_producer
+
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self.producer = make_producer(options, linger_ms=5)
+
+    def publish(self, lines: list[bytes]) -> None:
+        from elrwatch.streaming.produce import key_of
+
+        futures = [self.producer.send(self.topic, key=key_of(line), value=line) for line in lines]
+        self.producer.flush(self.timeout_s)
+        for future in futures:
+            future.get(timeout=self.timeout_s)  # raises the send's error
+
+    def close(self) -> None:
+        self.producer.close(10)
+
+
+class MemoryPublisher:
+    """Keeps what was published (tests); ``fail`` > 0 makes that many next publishes fail."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.fail = 0
+
+    def publish(self, lines: list[bytes]) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("injected publish failure")
+        self.lines.extend(lines)
+
+    def close(self) -> None:
+        pass
+
+
+class StateFile:
+    """The bridge's JSON state (atomic writes); ``None`` path keeps it in memory only."""
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self.path = Path(path) if path else None
+        self.memory: dict[str, Any] | None = None
+
+    def load(self) -> dict[str, Any] | None:
+        if self.path is None:
+            return self.memory
+        try:
+            return orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def save(self, doc: dict[str, Any]) -> None:
+        if self.path is None:
+            self.memory = json.loads(orjson.dumps(doc))
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(orjson.dumps(doc))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _lines(events: list[dict[str, Any]]) -> list[bytes]:
+    return [orjson.dumps(e) for e in events]
+
+
+class AdminBridge:
+    """Polls with a `ClusterReader` and publishes what changed (see admin.py)."""
+
+    def __init__(self, reader: ClusterReader, publisher: Publisher, state: StateFile, metrics: Metrics,
+                 page_size: int = 2000, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.reader, self.publisher, self.state, self.metrics = reader, publisher, state, metrics
+        self.page_size = page_size
+        self.clock_ms = clock_ms
+        doc = state.load() or {}
+        if doc and doc.get("source") != "admin":
+            raise ValueError(f"state file {state.path} belongs to a --source {doc.get('source')} bridge")
+        self.view: View | None = View.from_json(doc["view"]) if doc.get("view") else None
+        self.next_offset: int = int(doc.get("nextOffset", 0))
+        self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+
+    def _save(self, pending: list[bytes]) -> None:
+        self.state.save({"source": "admin", "nextOffset": self.next_offset,
+                         "view": self.view.to_json() if self.view is not None else None,
+                         "pending": [line.decode() for line in pending]})
+
+    def step(self) -> int:
+        """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
+        if self.pending:
+            if not self._publish(self.pending):
+                return 0
+            sent = len(self.pending)
+            self.pending = []
+            self._save([])
+            return sent
+        started = time.monotonic()
+        try:
+            new = poll_view(self.reader, self.view, self.page_size, self.metrics.error)
+        except PollError as exc:
+            self.metrics.error(exc.reason, str(exc))
+            reset = getattr(self.reader, "reset", None)
+            if reset is not None:
+                reset()
+            return 0
+        finally:
+            self.metrics.poll_seconds.set(time.monotonic() - started)
+        now = self.clock_ms()
+        first = max(self.next_offset, now * 1000)
+        events = diff(self.view, new, first, now)
+        if not events:
+            self.view = new
+            return 0
+        lines = _lines(events)
+        self.view, self.next_offset = new, events[-1]["offset"] + 1
+        self._save(lines)  # pending first: a crash now re-publishes these exact lines
+        if not self._publish(lines):
+            self.pending = lines
+            return 0
+        self._save([])
+        return len(lines)
+
+    def _publish(self, lines: list[bytes]) -> bool:
+        try:
+            self.publisher.publish(lines)
+        except Exception as exc:
+            self.metrics.error("publish_failed", f"{len(lines)} records not acknowledged: {type(exc).__name__}: {exc}")
+            return False
+        self.metrics.published.inc(len(lines))
+        self.metrics.last_offset.set(orjson.loads(lines[-1])["offset"])
+        return True
+
+
+class LogBridge:
+    """Follows a metadata log directory (`MetadataLogTail`) and publishes its records with their real offsets."""
+
+    def __init__(self, log_dir: str | os.PathLike, publisher: Publisher, state: StateFile, metrics: Metrics) -> None:
+        self.publisher, self.state, self.metrics = publisher, state, metrics
+        doc = state.load() or {}
+        if doc and doc.get("source") != "metadata-log":
+            raise ValueError(f"state file {state.path} belongs to a --source {doc.get('source')} bridge")
+        tail_state = TailState.from_json(doc["tail"]) if doc.get("tail") else TailState()
+        self.tail = MetadataLogTail(log_dir, tail_state, metrics.error)
+        self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+
+    def _save(self, pending: list[bytes]) -> None:
+        self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(),
+                         "pending": [line.decode() for line in pending]})
+
+    def step(self) -> int:
+        """Read what was appended and publish it; returns how many records were published."""
+        if self.pending:
+            if not self._publish(self.pending):
+                return 0
+            sent = len(self.pending)
+            self.pending = []
+            self._save([])
+            return sent
+        started = time.monotonic()
+        try:
+            records = self.tail.poll()
+        except OSError as exc:
+            self.metrics.error("log_unreadable", f"{self.tail.log_dir}: {exc}")
+            return 0
+        finally:
+            self.metrics.poll_seconds.set(time.monotonic() - started)
+        if not records:
+            return 0
+        events = []
+        for rec in records:
+            extra: dict[str, Any] = {}
+            if rec.diverged:
+                extra["diverged"] = True
+                self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
+                                                   f"{rec.decoded.type} (published again, marked diverged)")
+            events.append(rec.decoded.envelope(**extra) | {"offset": rec.offset})
+        lines = _lines(events)
+        self._save(lines)
+        if not self._publish(lines):
+            self.pending = lines
+            return 0
+        self._save([])
+        return len(lines)
+
+    def _publish(self, lines: list[bytes]) -> bool:
+        try:
+            self.publisher.publish(lines)
+        except Exception as exc:
+            self.metrics.error("publish_failed", f"{len(lines)} records not acknowledged: {type(exc).__name__}: {exc}")
+            return False
+        self.metrics.published.inc(len(lines))
+        self.metrics.last_offset.set(orjson.loads(lines[-1])["offset"])
+        return True
+
+
+def run(bridge: AdminBridge | LogBridge, interval_s: float, duration_s: float = 0.0,
+        stop: Callable[[], bool] = lambda: False) -> None:
+    """Step every ``interval_s`` until ``duration_s`` (0 = forever) or ``stop()``."""
+    deadline = time.monotonic() + duration_s if duration_s > 0 else None
+    while not stop():
+        started = time.monotonic()
+        sent = bridge.step()
+        if sent:
+            log.info("elrwatch bridge: published %d records", sent)
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+def run_bridge(
+    *,
+    source: str,
+    options: dict[str, str],
+    topic: str,
+    admin_options: dict[str, str] | None = None,
+    log_dir: str | None = None,
+    state_file: str | None = None,
+    interval_s: float = 2.0,
+    page_size: int = 2000,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    duration_s: float = 0.0,
+) -> Metrics:
+    """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or
+    ``duration_s``. ``options`` are the event topic's Kafka settings; ``admin_options`` those of the cluster
+    polled (default: the same cluster)."""
+    import signal
+    import threading
+
+    from elrwatch.bridge.admin import KafkaClusterReader
+    from elrwatch.streaming.sources import kafka_python_config
+
+    metrics = Metrics()
+    if metrics_port is not None:
+        metrics.serve(metrics_port, metrics_host)
+    publisher = KafkaPublisher(options, topic)
+    state = StateFile(state_file)
+    bridge: AdminBridge | LogBridge
+    if source == "admin":
+        reader = KafkaClusterReader(kafka_python_config(admin_options or options))
+        bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
+    elif source == "metadata-log":
+        if not log_dir:
+            raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
+        if not Path(log_dir).is_dir():
+            raise ValueError(f"--log-dir {log_dir} is not a directory")
+        bridge = LogBridge(log_dir, publisher, state, metrics)
+    else:
+        raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
+    stopping = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+    log.warning("elrwatch bridge: --source %s → topic %s (state file: %s)", source, topic, state_file or "none")
+    try:
+        run(bridge, interval_s, duration_s, stopping.is_set)
+    finally:
+        publisher.close()
+        if source == "admin":
+            bridge.reader.close()  # type: ignore[union-attr]
+    return metrics

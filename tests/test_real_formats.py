@@ -1,0 +1,378 @@
+"""What Kafka 4.4's DumpLogSegments prints today, read as Kafka prints it (fixtures: tests/data/real-kafka/formats/).
+
+``--skip-record-metadata`` lines, snapshot and bootstrap headers, control records, undecodable records, a snapshot
+followed by the segments left after it, a dump that starts past offset 0 (partial), and an offset whose content
+changed (a diverged log: conflict).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from core_events import TOPIC_ID, base_cluster, change, dump_line, envelope, partition, topic
+
+from elrwatch.state.cluster import RECENT_OFFSETS, ClusterState, Outcome
+from elrwatch.state.records import (
+    QUARANTINE_REASONS,
+    DumpReader,
+    Ignored,
+    Record,
+    RecordError,
+    Skipped,
+    parse_line,
+)
+from elrwatch.state.replay import PARTIAL_NAME_LIMIT, Replayer, replay_file, replay_lines
+
+FORMATS = Path(__file__).parent / "data" / "real-kafka" / "formats"
+OFFSETS = json.loads((FORMATS / "offsets.json").read_text())
+SNAPSHOT_END = int(OFFSETS["snapshotFiles"][-1].split("-")[0])
+FIRST_SEGMENT = int(OFFSETS["segmentFiles"][0].split(".")[0])
+LAST_SEGMENT = int(OFFSETS["segmentFiles"][-1].split(".")[0])
+
+
+def fixture(name: str) -> str:
+    return str(FORMATS / name)
+
+
+def read_all(name: str) -> list[Record | RecordError | Ignored | Skipped]:
+    reader = DumpReader()
+    return [reader.parse(text, name, seq) for seq, text in enumerate(Path(fixture(name)).read_text().splitlines(), 1)]
+
+
+def records_of(name: str) -> list[Record]:
+    return [parsed for parsed in read_all(name) if isinstance(parsed, Record)]
+
+
+def printed_offsets(name: str) -> list[int]:
+    """The ``| offset: N`` of every record line with a payload, as Kafka printed them."""
+    return [
+        int(text.split()[2])
+        for text in Path(fixture(name)).read_text().splitlines()
+        if text.startswith("| offset:") and "payload:" in text
+    ]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "elrwatch.cli", "replay", "--compact", "--no-advice", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def without_positions(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in p.items() if k != "lastPosition"} for p in document["partitions"]]
+
+
+# --- 1. --skip-record-metadata ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '| payload: {"type":"TOPIC_RECORD","version":0,"data":{"name":"a","topicId":"%s"}}',
+        ' payload: {"type":"TOPIC_RECORD","version":0,"data":{"name":"a","topicId":"%s"}}',
+    ],
+)
+def test_a_payload_line_without_metadata_is_a_record_without_offset_on_its_own(text: str) -> None:
+    parsed = parse_line(text % TOPIC_ID, "f", 1)
+    assert isinstance(parsed, Record) and parsed.type == "TOPIC_RECORD" and parsed.offset is None
+
+
+def test_skip_record_metadata_lines_take_their_offsets_from_the_batch_header() -> None:
+    full = records_of("segments.dump")
+    skipped = records_of("segments-skip-metadata.dump")
+    assert [r.offset for r in full] == printed_offsets("segments.dump")
+    assert [(r.offset, r.type, r.data) for r in skipped] == [(r.offset, r.type, r.data) for r in full]
+    assert all(r.timestamp_ms is None for r in skipped)
+
+
+def test_a_payload_line_past_the_batch_last_offset_gets_no_offset() -> None:
+    reader = DumpReader()
+    header = "baseOffset: 40 lastOffset: 41 count: 2 baseSequence: -1 lastSequence: -1 isControl: false"
+    row = f'| payload: {{"type":"TOPIC_RECORD","version":0,"data":{{"name":"a","topicId":"{TOPIC_ID}"}}}}'
+    parsed = [reader.parse(text, "f", n) for n, text in enumerate([header, row, row, row], 1)]
+    assert [getattr(p, "offset", "header") for p in parsed] == ["header", 40, 41, None]
+
+
+def test_the_skip_metadata_forms_replay_to_the_same_state() -> None:
+    full = replay_file([fixture("snapshot.dump"), fixture("segments.dump")]).document(advice=False)
+    skipped = replay_file([fixture("snapshot-skip-metadata.dump"), fixture("segments-skip-metadata.dump")]).document(
+        advice=False
+    )
+    no_times = lambda doc: [  # noqa: E731 - without metadata, Kafka prints no CreateTime
+        {k: v for k, v in p.items() if k not in ("statusSinceMs", "lastTimestampMs")} for p in without_positions(doc)
+    ]
+    assert no_times(skipped) == no_times(full)
+    assert skipped["brokers"] == full["brokers"] and skipped["quarantined"]["count"] == 0
+
+
+# --- 2. headers and control records -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "KRaft bootstrap snapshot",
+        f"Snapshot end offset: {SNAPSHOT_END}, epoch: 1",
+        'SnapshotHeader {"version":0,"lastContainedLogTimestamp":1795599944327}',
+        'SnapshotFooter {"version":0}',
+        'KRaftVersion {"version":0,"kRaftVersion":1}',
+        'KRaftVoters {"version":0,"voters":[]}',
+        'LeaderChange: {"version":0,"leaderId":0,"voters":[{"voterId":0}],"grantingVoters":[{"voterId":0}]}',
+        '| offset: 16 CreateTime: 1 keySize: 4 valueSize: 3 sequence: -1 headerKeys: [] SnapshotFooter {"version":0}',
+    ],
+)
+def test_snapshot_headers_and_control_records_are_ignored(text: str) -> None:
+    assert isinstance(parse_line(text, "f", 1), Ignored)
+
+
+@pytest.mark.parametrize("name", ["snapshot.dump", "snapshot-skip-metadata.dump"])
+def test_a_snapshot_dump_is_read_without_errors_and_its_records_carry_the_snapshot_end_offset(name: str) -> None:
+    parsed = read_all(name)
+    assert not [p for p in parsed if isinstance(p, RecordError)]
+    records = [p for p in parsed if isinstance(p, Record | Skipped)]
+    assert records and {r.offset for r in records} == {SNAPSHOT_END - 1}
+    lines = Path(fixture(name)).read_text().splitlines()
+    assert sum(isinstance(p, Ignored) for p in parsed) == len(lines) - len(records)
+
+
+def test_bootstrap_snapshot_records_get_no_offset() -> None:
+    reader = DumpReader()
+    lines = [
+        "KRaft bootstrap snapshot",
+        "baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 isControl: false",
+        "| offset: 0 CreateTime: 1 keySize: -1 valueSize: 23 sequence: -1 headerKeys: [] payload: "
+        '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":33}}',
+    ]
+    parsed = [reader.parse(text, "f", n) for n, text in enumerate(lines, 1)]
+    assert isinstance(parsed[2], Record) and parsed[2].offset is None and reader.gap is None
+
+
+# --- 3. records Kafka could not decode ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["undecodable.dump", "undecodable-skip-metadata.dump"])
+def test_kafkas_decode_failures_are_quarantined_as_undecodable_records(name: str) -> None:
+    document = replay_file(fixture(name)).document(advice=False)
+    assert "undecodable_record" in QUARANTINE_REASONS
+    assert document["quarantined"]["byReason"] == {"undecodable_record": 1}
+    (error,) = document["quarantined"]["records"]
+    assert error["offset"] == OFFSETS["corruptedRecordOffset"]
+    assert "Unknown metadata id" in error["message"] and "Error at" in error["raw"]
+
+
+# --- 5. a snapshot, then the segments left after it -------------------------------------------------------------------
+
+
+def test_snapshot_then_segments_applies_the_segments_from_the_snapshot_end_offset() -> None:
+    proc = cli(fixture("snapshot.dump"), fixture("segments.dump"))
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    segment_offsets = printed_offsets("segments.dump")
+    covered = [o for o in segment_offsets if o < SNAPSHOT_END]
+    assert FIRST_SEGMENT < SNAPSHOT_END and covered  # the fixture has covered records
+    snapshot = document["snapshot"]
+    assert (snapshot["endOffset"], snapshot["coveredLogRecords"]) == (SNAPSHOT_END, len(covered))
+    assert snapshot["records"] == len(
+        [r for r in records_of("snapshot.dump") if r.type != "REGISTER_CONTROLLER_RECORD"]
+    )
+    assert "partial" not in document and proc.stderr == ""
+    assert document["quarantined"]["count"] == 0
+    assert document["counts"]["duplicates"] == 0
+    # every partition and broker the segments change was known from the snapshot; the last segment's changes apply
+    last_offsets = {p["lastOffset"] for p in document["partitions"]}
+    assert last_offsets <= {SNAPSHOT_END - 1, *segment_offsets}
+    assert max(last_offsets) == max(segment_offsets)
+    assert {b["brokerId"]: b["state"] for b in document["brokers"]} == {1: "active", 2: "fenced"}
+    assert document["cluster"]["elrEnabled"] is True
+
+
+def test_snapshot_and_segments_in_one_stream_are_the_same_as_two_files() -> None:
+    text = Path(fixture("snapshot.dump")).read_text() + Path(fixture("segments.dump")).read_text()
+    one = replay_lines(text.splitlines(), "stdin").document(advice=False)
+    two = replay_file([fixture("snapshot.dump"), fixture("segments.dump")]).document(advice=False)
+    assert without_positions(one) == without_positions(two) and one["snapshot"] == two["snapshot"]
+
+
+def test_a_record_below_the_snapshot_end_is_covered_not_applied() -> None:
+    cluster = ClusterState()
+    replayer = Replayer(cluster=cluster)
+    replayer.feed_lines(Path(fixture("snapshot.dump")).read_text().splitlines(), "snapshot")
+    before = replayer.document(advice=False)["partitions"]
+    stale = envelope(*change(topic_id=next(iter(cluster.topics)), partition_id=0, isr=[2], leader=2))
+    assert replayer.feed_line(f"Log starting offset: {FIRST_SEGMENT}", "segments", 1) is None
+    assert replayer.feed_line(dump_line(stale, offset=SNAPSHOT_END - 1), "segments", 2) is Outcome.COVERED
+    assert replayer.document(advice=False)["partitions"] == before
+    assert replayer.covered_by_snapshot == 1
+    assert cluster.snapshot_end_offset == SNAPSHOT_END
+    # the snapshot end offset is part of the persisted state
+    assert ClusterState.from_bytes(cluster.to_bytes()).snapshot_end_offset == SNAPSHOT_END
+
+
+# --- 6. an input that starts past offset 0 without a snapshot ----------------------------------------------------------
+
+
+def test_a_dump_starting_past_zero_is_partial_and_names_what_it_never_saw_created() -> None:
+    proc = cli(fixture("tail-segment.dump"))
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    partial = document["partial"]
+    assert partial["logStartOffset"] == LAST_SEGMENT
+    created = {r.data["topicId"] for r in records_of("tail-segment.dump") if r.type == "TOPIC_RECORD"}
+    changed = {
+        (r.data["topicId"], r.data["partitionId"])
+        for r in records_of("tail-segment.dump")
+        if r.type == "PARTITION_CHANGE_RECORD" and r.data["topicId"] not in created
+    }
+    assert changed and {(p["topicId"], p["partitionId"]) for p in partial["partitions"]} == changed
+    assert partial["brokers"] == [2]  # fenced in the segment, registered before it
+    assert partial["unresolvedRecords"] == len(changed) + 1
+    assert document["quarantined"]["count"] == 0  # expected on such an input: not errors
+    assert "starts at metadata offset" in proc.stderr and "partial" in proc.stderr
+    # what the segment created itself is applied
+    assert {p["topicId"] for p in document["partitions"]} == created
+
+
+def test_a_partial_input_still_quarantines_bad_records() -> None:
+    lines = [*Path(fixture("tail-segment.dump")).read_text().splitlines(), "| payload: {oops"]
+    document = replay_lines(lines).document(advice=False)
+    assert "partial" in document and document["quarantined"]["byReason"] == {"invalid_json": 1}
+
+
+def test_a_partial_input_names_at_most_the_limit() -> None:
+    header = "baseOffset: 5 lastOffset: 5 count: 1 baseSequence: -1 lastSequence: -1 isControl: false"
+    lines = ["Log starting offset: 5", header]
+    lines += [
+        dump_line(envelope(*change(partition_id=n, isr=[1])), offset=5 + n) for n in range(PARTIAL_NAME_LIMIT + 5)
+    ]
+    partial = replay_lines(lines).document(advice=False)["partial"]
+    assert len(partial["partitions"]) == PARTIAL_NAME_LIMIT and partial["truncated"] is True
+    assert partial["unresolvedRecords"] == PARTIAL_NAME_LIMIT + 5
+
+
+def test_a_snapshot_alone_is_not_partial() -> None:
+    document = replay_file(fixture("snapshot.dump")).document(advice=False)
+    assert "partial" not in document and document["quarantined"]["count"] == 0
+
+
+def test_a_gap_between_the_snapshot_and_the_log_is_partial() -> None:
+    proc = cli(fixture("snapshot.dump"), fixture("tail-segment.dump"))
+    document = json.loads(proc.stdout)
+    partial = document["partial"]
+    assert (partial["missingFromOffset"], partial["logStartOffset"]) == (SNAPSHOT_END, LAST_SEGMENT)
+    assert f"offsets {SNAPSHOT_END}-{LAST_SEGMENT - 1} are missing" in proc.stderr
+    assert document["quarantined"]["count"] == 0
+
+
+# --- 4. conflicts: an applied offset with other content ---------------------------------------------------------------
+
+
+def snapshot_and_segments() -> list[str]:
+    return [
+        *Path(fixture("snapshot.dump")).read_text().splitlines(),
+        *Path(fixture("segments.dump")).read_text().splitlines(),
+    ]
+
+
+def _diverged_line() -> tuple[str, str, int]:
+    """The last PARTITION_CHANGE_RECORD line of the real segments, and a copy with another ISR (a diverged log)."""
+    original = [t for t in Path(fixture("segments.dump")).read_text().splitlines() if "PARTITION_CHANGE_RECORD" in t][
+        -1
+    ]
+    offset = int(original.split()[2])
+    assert '"isr":[1]' in original
+    return original, original.replace('"isr":[1]', '"isr":[1,2]'), offset
+
+
+def test_an_applied_offset_with_other_content_is_a_conflict_with_both_versions() -> None:
+    _original, diverged, offset = _diverged_line()
+    base = snapshot_and_segments()
+    clean = replay_lines(base).document(advice=False)
+    document = replay_lines([*base, diverged]).document(advice=False)
+    assert document["quarantined"]["byReason"] == {"conflict": 1}
+    (error,) = document["quarantined"]["records"]
+    assert (error["offset"], error["field"]) == (offset, "offset") and "diverged" in error["message"]
+    applied, now = json.loads(error["applied"]), json.loads(error["raw"])
+    assert applied["data"]["isr"] == [1] and now["data"]["isr"] == [1, 2]
+    assert applied["type"] == now["type"] == "PARTITION_CHANGE_RECORD" and applied["offset"] == offset
+    assert without_positions(document) == without_positions(clean)  # not applied
+
+
+def test_the_same_record_at_an_applied_offset_stays_a_duplicate() -> None:
+    original, _diverged, _offset = _diverged_line()
+    base = snapshot_and_segments()
+    document = replay_lines([*base, original]).document(advice=False)
+    assert document["quarantined"]["count"] == 0 and document["counts"]["duplicates"] == 1
+
+
+def test_a_conflict_is_found_after_the_state_is_persisted_and_restored() -> None:
+    _original, diverged, _offset = _diverged_line()
+    replayer = replay_file([fixture("snapshot.dump"), fixture("segments.dump")])
+    restored = Replayer(cluster=ClusterState.from_bytes(replayer.cluster.to_bytes()))
+    assert restored.feed_line(diverged, "again", 1) is Outcome.QUARANTINED
+    assert restored.counts.quarantined_by_reason == {"conflict": 1}
+
+
+def test_the_conflict_window_is_bounded() -> None:
+    cluster = ClusterState()
+    first = 1000
+    feed = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
+    for n, rec in enumerate(feed):
+        assert cluster.apply(Record(*rec, source="s", seq=n + 1, offset=first + n)) is Outcome.APPLIED
+    seq = len(feed) + 1
+    for n in range(RECENT_OFFSETS + 10):
+        isr = [0, 1, 2] if n % 2 else [0, 1]
+        rec = Record(*change(isr=isr), source="s", seq=seq + n, offset=first + len(feed) + n)
+        assert cluster.apply(rec) is Outcome.APPLIED
+    assert len(cluster.recent_offsets) == len(cluster.recent_records) == RECENT_OFFSETS
+    old = Record(*change(isr=[2]), source="t", seq=1, offset=first + len(feed))  # left the window: entity offsets
+    assert cluster.apply(old) is Outcome.DUPLICATE
+    recent = Record(*change(isr=[2]), source="t", seq=2, offset=first + len(feed) + RECENT_OFFSETS + 9)
+    assert cluster.apply(recent) is Outcome.QUARANTINED and cluster.last_error.reason == "conflict"
+
+
+def test_snapshot_records_sharing_one_offset_are_not_conflicts() -> None:
+    replayer = replay_file(fixture("snapshot.dump"))
+    assert replayer.quarantined == [] and replayer.snapshot_records > 1
+
+
+def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
+    from elrwatch.state.gauges import PipelineCounts
+    from elrwatch.streaming import job
+
+    tail = Path(fixture("tail-segment.dump")).read_text().splitlines()
+    created = [t for t in tail if "PARTITION_RECORD" in t][-1]  # applies: its topic is created in the segment
+    lines = [*tail, created, created.replace('"leaderEpoch":0', '"leaderEpoch":1')]
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(lines),
+            pa.array(["tail-segment.dump"] * len(lines)),
+            pa.array([-1] * len(lines), pa.int32()),
+            pa.array(range(1, len(lines) + 1), pa.int64()),
+            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
+        ],
+        names=["value", "topic", "partition", "offset", "timestamp"],
+    )
+    routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
+    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
+    assert state.counts.quarantined_by_reason["conflict"] == 1
+    assert [q["reason"] for q in payload["quarantined"]].count("conflict") == 1
+
+
+def test_old_record_error_pickles_still_load() -> None:
+    error = RecordError("f:1", "conflict", "offset", "m", "raw", "T", 5, applied="{}")
+    restored = pickle.loads(pickle.dumps(error))
+    assert restored == error and restored.to_dict()["applied"] == "{}"
+    old_form = RecordError.__new__(RecordError)
+    old_form.__setstate__(["f:1", "invalid_json", None, "m", "raw", None, None])  # 7 fields, before `applied`
+    assert old_form.applied is None and "applied" not in old_form.to_dict()
