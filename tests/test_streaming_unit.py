@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.gauges import PipelineCounts, as_samples, key
+from elrwatch.state.gauges import PipelineCounts, as_samples
+from elrwatch.state.gauges import key as gauge_key
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
 from elrwatch.streaming import job
@@ -84,7 +85,7 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     bodies = job.encode_payload(payload)
     aggregator = job.Aggregator(1)
     health = Health(aggregator)
-    assert key("elrwatch_partition_count") not in health.gauges
+    assert gauge_key("elrwatch_partition_count") not in health.gauges
     seen_by_the_store_write: list[tuple[dict[str, float], int]] = []
 
     class WatchedStore(StatusStore):
