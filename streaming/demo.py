@@ -73,7 +73,8 @@ def run_demo(
     """Run the demo until Ctrl-C or ``duration`` seconds after the job started; returns where things were.
 
     A work dir the demo created itself (no ``workdir``) is removed at the end unless ``keep``."""
-    from elrwatch.streaming import job
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig
     from elrwatch.streaming.local_kafka import KafkaServer
     from elrwatch.streaming.produce import create_topic, produce_lines
 
@@ -135,14 +136,14 @@ def run_demo(
                 timer.daemon = True
                 timer.start()
 
-        config = job.JobConfig(
+        config = JobConfig(
             source="kafka", bootstrap_servers=kafka.bootstrap, topic=TOPIC, store=store, checkpoint=checkpoint,
             metrics_port=metrics_port, trigger="1s", buckets=2,
         )
         try:
-            job.run(config, stop_event=stop, on_started=started,
+            query.run(config, stop_event=stop, on_started=started,
                     handle_signals=threading.current_thread() is threading.main_thread())
-        except job.JobError as exc:
+        except query.JobError as exc:
             raise DemoError(str(exc)) from None
         _say("stopped.")
         return where

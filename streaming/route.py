@@ -16,7 +16,7 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-from elrwatch.streaming.memory import TRIM_AFTER_ROWS, release_memory
+from elrwatch.streaming.local.memory import TRIM_AFTER_ROWS, release_memory
 
 ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from elrwatch.streaming import jvm_archive
-from elrwatch.streaming.jvm_archive import ClassArchive
+from elrwatch.streaming.local import jvm_archive
+from elrwatch.streaming.local.jvm_archive import ClassArchive
 
 JAVA = jvm_archive.java_executable()
 pytestmark = pytest.mark.skipif(JAVA is None, reason="needs java (make test installs it)")

@@ -347,7 +347,9 @@ def test_snapshot_records_sharing_one_offset_are_not_conflicts() -> None:
 
 def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming import job
+    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.route import route_batches
+    from elrwatch.streaming.snapshots import BucketState
 
     tail = Path(fixture("tail-segment.dump")).read_text().splitlines()
     created = [t for t in tail if "PARTITION_RECORD" in t][-1]  # applies: its topic is created in the segment
@@ -362,9 +364,9 @@ def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
         ],
         names=["value", "topic", "partition", "offset", "timestamp"],
     )
-    routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
-    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
+    routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+    state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = process_bucket(0, 1, _ordered_rows(routed), state)
     assert state.counts.quarantined_by_reason["conflict"] == 1
     assert [q["reason"] for q in payload["quarantined"]].count("conflict") == 1
 
