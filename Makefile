@@ -11,7 +11,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 	demo bench clean
 
 help:
-	@echo "make demo   - run elrwatch on embedded defaults (local Kafka-wire server, simulator, Spark job, API)"
+	@echo "make demo   - run elrwatch on embedded defaults (a real 1-broker Kafka, simulator, Spark job, API)"
 	@echo "make test   - install what tests need (pip, apt, pinned helm) and run every test"
 	@echo "make bench  - run the benchmarks in bench/ and print their figures"
 	@echo "make compiled - build the mypyc-compiled core into build/compiled (see setup.py)"
@@ -94,7 +94,8 @@ validators: install-python
 # builds replay alike and read each other's pickles), then two end-to-end runs of the job. tests/conftest.py stops
 # unless the compiled core is the one imported; `-P`: the installed build, not the repository's folders.
 CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
-	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py, $(wildcard tests/test_*.py))
+	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py \
+	tests/test_real_kafka_conformance.py, $(wildcard tests/test_*.py))
 test-compiled: install compiled
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \
@@ -121,10 +122,11 @@ test-helm: install
 test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
-demo: install-python
+# The demo's event topic lives on a real 1-broker Kafka cluster (devtools/kafka_cluster.py): Kafka's jars first.
+demo: install-python kafka-jars
 	$(PYTHON) -m elrwatch.cli demo
 
-bench: install-python compiled
+bench: install-python kafka-jars compiled
 	$(PYTHON) bench/replay.py
 	PYTHONPATH=$(COMPILED) $(PYTHON) -P bench/replay.py
 	$(PYTHON) bench/simulate.py

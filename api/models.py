@@ -278,6 +278,8 @@ class Summary(BaseModel):
     needingAction: int
     brokersByState: dict[str, int]
     elrEnabled: bool | None = None
+    derivedFrom: str | None = Field(None, description='"admin-poll": derived by `elrwatch bridge --source admin`.')
+    unknownFacts: list[str] = Field([], description="What the data's source cannot know (e.g. partition epochs).")
     quarantined: dict[str, Any]
     freshness: Freshness
     gauges: dict[str, float]

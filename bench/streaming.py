@@ -1,4 +1,5 @@
-"""Streaming job benchmarks against a local noida-db, each figure printed with its target.
+"""Streaming job benchmarks against a real 1-broker Apache Kafka (devtools/kafka_cluster.py), each figure printed
+with its target.
 
     python bench/streaming.py                      # all phases (throughput, freshness, storm, restart)
     python bench/streaming.py --phases throughput --events 300000
@@ -47,9 +48,9 @@ sys.path.insert(0, str(HERE))
 
 from consume_raw import consume_all  # noqa: E402
 
+from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
 from elrwatch.store import StatusStore  # noqa: E402
 from elrwatch.streaming.eventgen import EventGenerator  # noqa: E402
-from elrwatch.streaming.local_kafka import KafkaServer, free_port  # noqa: E402
 from elrwatch.streaming.metrics import scrape  # noqa: E402
 from elrwatch.streaming.produce import create_topic, make_producer, produce_lines  # noqa: E402
 
@@ -279,7 +280,7 @@ def report(name: str, value: float, unit: str, target: str, ok: bool | None) -> 
 # ------------------------------------------------------------------------------------------------ phases
 
 
-def phase_throughput(kafka: KafkaServer, workdir: str, events: int) -> None:
+def phase_throughput(kafka: KafkaCluster, workdir: str, events: int) -> None:
     gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=1)
     lines = list(gen.bootstrap()) + list(gen.churn(events))
     topic = "bench-throughput"
@@ -324,7 +325,7 @@ def phase_throughput(kafka: KafkaServer, workdir: str, events: int) -> None:
     report("  ratio to raw consumption", rate / raw, "x", "-", None)
 
 
-def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: float, buckets: int = 2) -> None:
+def phase_freshness(kafka: KafkaCluster, workdir: str, rate: float, seconds: float, buckets: int = 2) -> None:
     gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=2, wallclock=True)
     topic = "bench-fresh"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
@@ -406,15 +407,15 @@ def phase_freshness(kafka: KafkaServer, workdir: str, rate: float, seconds: floa
 
 
 def phase_storm_restart(
-    kafka: KafkaServer, workdir: str, partitions: int, storm: int, restart: bool, cold_restart: bool = False
+    kafka: KafkaCluster, workdir: str, partitions: int, storm: int, restart: bool, cold_restart: bool = False
 ) -> None:
     brokers = max(4, round(3 * partitions / storm))  # RF 3: each broker holds ~3/brokers of the partitions
     topics = max(1, partitions // 10_000)
     gen = EventGenerator(topics=topics, partitions=partitions // topics, brokers=brokers, seed=3, wallclock=True)
     topic = "bench-storm"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
-    # noida-db 0.2.3 cannot fetch old offsets of a partition holding more than ~200k records (reads from
-    # offset 0 return nothing): keep each event-topic partition well below that.
+    # One event-topic partition per 125k metadata partitions (at least 2): the layout of the earlier figures in
+    # docs/PERFORMANCE.md (their Kafka stand-in could not read back a partition of more than ~200k records).
     create_topic(opts, topic, max(2, -(-partitions // 125_000)))
     producer = fast_producer(opts)
     t = time.monotonic()
@@ -621,7 +622,8 @@ def main() -> None:
     try:
         if not args.no_class_archive:
             ensure_class_archive(workdir)
-        with KafkaServer() as kafka:
+        # the broker's data and log stay in the work directory (kept when a run fails)
+        with KafkaCluster(brokers=1, base_dir=os.path.join(workdir, "kafka")) as kafka:
             if "throughput" in phases:
                 phase_throughput(kafka, workdir, args.events)
             if "freshness" in phases:

@@ -120,9 +120,12 @@ class MetadataLogTail:
         st = self.state
         next_offset = st.last_offset + 1
         if st.segment is None or not any(base == st.segment for base, _ in segs):
-            if st.segment is not None:
-                self._rescan = True  # our segment vanished (deleted after a snapshot, or truncated away)
-            self._choose_segment(segs, next_offset, out)
+            first_base = segs[0][0] if segs else None
+            if st.segment is not None and first_base is not None and next_offset >= first_base:
+                # Our segment vanished but the log still holds what comes next: truncated away (a diverged log)
+                # or deleted behind us; compare the recent window again.
+                self._rescan = True
+            self._choose_segment(segs, next_offset, out)  # past the log's start: the newest snapshot first
         else:
             self._check_last_batch(segs)
         if self._rescan:

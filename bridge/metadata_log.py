@@ -23,9 +23,10 @@ reported as such, not decoded.
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -110,6 +111,12 @@ def _camel(name: str) -> str:
 _INT_FORMATS = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "uint32": ">I", "int64": ">q"}
 _INT_STRUCTS = {kind: struct.Struct(fmt) for kind, fmt in _INT_FORMATS.items()}
 _FLOAT64 = struct.Struct(">d")
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _b64(raw: bytes) -> bytes:
+    """base64url of ``raw`` (with padding)."""
+    return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +207,8 @@ def record_plan(api_key: int, version: int) -> tuple[str, tuple[tuple[FieldPlan,
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint at ``pos``: (value, next position)."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        return buf[pos], pos + 1  # the common one-byte case
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -225,122 +234,164 @@ def uuid_text(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-class _Reader:
-    """Reads one message body (flexible or not) with a field plan."""
+Read = Callable[[bytes, int], tuple[Any, int]]
 
-    __slots__ = ("buf", "end", "flexible", "pos")
 
-    def __init__(self, buf: bytes, flexible: bool) -> None:
-        self.buf = buf
-        self.pos = 0
-        self.end = len(buf)
-        self.flexible = flexible
+def _short(what: str) -> DecodeError:
+    return DecodeError("decode_error", f"{what} runs past the end of the record value")
 
-    def need(self, n: int) -> None:
-        if self.pos + n > self.end:
-            raise DecodeError("decode_error", f"record value ends at byte {self.end}, needed {self.pos + n}")
 
-    def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.buf, self.pos)
-        return value
+def _int_reader(kind: str) -> Read:
+    fmt = _FLOAT64 if kind == "float64" else _INT_STRUCTS[kind]
+    unpack, size = fmt.unpack_from, fmt.size
 
-    def length(self, nullable_wide: str) -> int:
-        """A collection length: compact (uvarint - 1) when flexible, else int16 (strings) or int32; -1 = null."""
-        if self.flexible:
-            return self.uvarint() - 1
-        fmt = _INT_STRUCTS["int16" if nullable_wide == "string" else "int32"]
-        self.need(fmt.size)
-        (value,) = fmt.unpack_from(self.buf, self.pos)
-        self.pos += fmt.size
-        return value
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        return unpack(buf, pos)[0], pos + size  # struct.error past the end: caught by decode_record
 
-    def value(self, plan: FieldPlan) -> Any:
-        kind = plan.kind
-        if kind.startswith("[]"):
-            count = self.length("array")
-            if count < 0:
-                if not plan.nullable:
-                    raise DecodeError("decode_error", f"{plan.json_name}: null array in a non-nullable field")
-                return None
-            element = kind[2:]
-            if element == "struct":
-                return [self.struct(plan.struct_plan) for _ in range(count)]  # type: ignore[arg-type]
-            if element == "int32":
-                self.need(4 * count)
-                values = list(struct.unpack_from(f">{count}i", self.buf, self.pos))
-                self.pos += 4 * count
-                return values
-            return [self.primitive(element, plan) for _ in range(count)]
-        if kind == "struct":
-            return self.struct(plan.struct_plan)  # type: ignore[arg-type]
-        return self.primitive(kind, plan)
+    return read
 
-    def primitive(self, kind: str, plan: FieldPlan) -> Any:
-        fmt = _INT_STRUCTS.get(kind)
-        if fmt is not None:
-            self.need(fmt.size)
-            (value,) = fmt.unpack_from(self.buf, self.pos)
-            self.pos += fmt.size
-            return value
-        if kind == "bool":
-            self.need(1)
-            value = self.buf[self.pos] != 0
-            self.pos += 1
-            return value
-        if kind == "uuid":
-            self.need(16)
-            raw = self.buf[self.pos : self.pos + 16]
-            self.pos += 16
-            return uuid_text(raw)
-        if kind in ("string", "bytes"):
-            size = self.length(kind)
-            if size < 0:
-                if not plan.nullable:
-                    raise DecodeError("decode_error", f"{plan.json_name}: null {kind} in a non-nullable field")
-                return None
-            self.need(size)
-            raw = self.buf[self.pos : self.pos + size]
-            self.pos += size
-            if kind == "bytes":
-                return base64.b64encode(raw).decode("ascii")  # Jackson's BinaryNode
-            try:
-                return raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DecodeError("decode_error", f"{plan.json_name}: invalid UTF-8: {exc}") from None
-        if kind == "float64":
-            self.need(8)
-            (value,) = _FLOAT64.unpack_from(self.buf, self.pos)
-            self.pos += 8
-            return value
-        raise DecodeError("decode_error", f"unsupported field type {kind}")
 
-    def struct(self, plan: tuple[tuple[FieldPlan, ...], dict[int, FieldPlan]]) -> dict[str, Any]:
-        ordered, tagged = plan
+def _read_bool(buf: bytes, pos: int) -> tuple[Any, int]:
+    return buf[pos] != 0, pos + 1
+
+
+def _read_uuid(buf: bytes, pos: int) -> tuple[Any, int]:
+    raw = buf[pos : pos + 16]
+    if len(raw) != 16:
+        raise _short("a uuid")
+    return _b64(raw)[:22].decode("ascii"), pos + 16
+
+
+def _length_reader(flexible: bool, wide: bool) -> Callable[[bytes, int], tuple[int, int]]:
+    """Collection lengths: compact (uvarint - 1) when flexible, else int16 (strings) or int32 (arrays, bytes)."""
+    if flexible:
+        def compact(buf: bytes, pos: int) -> tuple[int, int]:
+            n, pos = read_uvarint(buf, pos)
+            return n - 1, pos
+
+        return compact
+    fmt = _INT_STRUCTS["int32" if wide else "int16"]
+    unpack, size = fmt.unpack_from, fmt.size
+    return lambda buf, pos: (unpack(buf, pos)[0], pos + size)
+
+
+def _bytes_reader(kind: str, plan: FieldPlan, flexible: bool) -> Read:
+    length = _length_reader(flexible, kind == "bytes")
+    name, nullable, text = plan.json_name, plan.nullable, kind == "string"
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        n, pos = length(buf, pos)
+        if n < 0:
+            if not nullable:
+                raise DecodeError("decode_error", f"{name}: null {kind} in a non-nullable field")
+            return None, pos
+        end = pos + n
+        raw = buf[pos:end]
+        if len(raw) != n:
+            raise _short(name)
+        if not text:
+            return base64.b64encode(raw).decode("ascii"), end  # Jackson's BinaryNode
+        try:
+            return raw.decode("utf-8"), end
+        except UnicodeDecodeError as exc:
+            raise DecodeError("decode_error", f"{name}: invalid UTF-8: {exc}") from None
+
+    return read
+
+
+def _reader(plan: FieldPlan, flexible: bool) -> Read:
+    """The reader of one field (compiled once per record version)."""
+    kind = plan.kind
+    if kind.startswith("[]"):
+        element = kind[2:]
+        length = _length_reader(flexible, True)
+        name, nullable = plan.json_name, plan.nullable
+        if element == "int32":
+            def read_ints(buf: bytes, pos: int) -> tuple[Any, int]:
+                n, pos = length(buf, pos)
+                if n < 0:
+                    if not nullable:
+                        raise DecodeError("decode_error", f"{name}: null array in a non-nullable field")
+                    return None, pos
+                return list(struct.unpack_from(f">{n}i", buf, pos)), pos + 4 * n
+
+            return read_ints
+        item = (_struct_reader(plan.struct_plan, flexible) if element == "struct"  # type: ignore[arg-type]
+                else _reader(FieldPlan(name, element, False, False, -1, None, None), flexible))
+
+        def read_array(buf: bytes, pos: int) -> tuple[Any, int]:
+            n, pos = length(buf, pos)
+            if n < 0:
+                if not nullable:
+                    raise DecodeError("decode_error", f"{name}: null array in a non-nullable field")
+                return None, pos
+            if n > len(buf) - pos:
+                raise _short(name)
+            out = []
+            for _ in range(n):
+                value, pos = item(buf, pos)
+                out.append(value)
+            return out, pos
+
+        return read_array
+    if kind == "struct":
+        return _struct_reader(plan.struct_plan, flexible)  # type: ignore[arg-type]
+    if kind in _INT_STRUCTS or kind == "float64":
+        return _int_reader(kind)
+    if kind == "bool":
+        return _read_bool
+    if kind == "uuid":
+        return _read_uuid
+    if kind in ("string", "bytes"):
+        return _bytes_reader(kind, plan, flexible)
+    raise DecodeError("decode_error", f"unsupported field type {kind}")
+
+
+def _struct_reader(plan: tuple[tuple[FieldPlan, ...], dict[int, FieldPlan]], flexible: bool) -> Read:
+    """The reader of a struct: its untagged fields in order, then (flexible) its tagged-field section. The JSON
+    keeps schema order; a tagged field is left out when absent or equal to its default (Kafka's JsonConverter)."""
+    ordered, tagged_plans = plan
+    untagged = tuple((f.json_name, _reader(f, flexible)) for f in ordered if not f.tagged)
+    tagged = {tag: (f.json_name, _reader(f, flexible), f.default) for tag, f in tagged_plans.items()}
+    order = tuple(f.json_name for f in ordered)
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
         values: dict[str, Any] = {}
-        for field in ordered:
-            if not field.tagged:
-                values[field.json_name] = self.value(field)
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                tag = self.uvarint()
-                size = self.uvarint()
-                field = tagged.get(tag)
-                if field is None:
-                    self.need(size)
-                    self.pos += size  # an unknown tagged field: skipped, as Kafka does
-                    continue
-                stop = self.pos + size
-                values[field.json_name] = self.value(field)
-                if self.pos != stop:
-                    raise DecodeError("decode_error", f"tagged field {field.json_name}: size {size} does not match")
-        out: dict[str, Any] = {}
-        for field in ordered:  # schema order; tagged fields only when present and not at their default
-            if field.json_name in values:
-                value = values[field.json_name]
-                if field.tagged and value == field.default:
-                    continue
-                out[field.json_name] = value
-        return out
+        for name, rd in untagged:
+            values[name], pos = rd(buf, pos)
+        if not flexible:
+            return values, pos
+        count, pos = read_uvarint(buf, pos)
+        if not count:
+            return values, pos
+        found = False
+        for _ in range(count):
+            tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            field = tagged.get(tag)
+            if field is None:
+                pos += size  # an unknown tagged field: skipped, as Kafka does
+                continue
+            name, rd, default = field
+            stop = pos + size
+            value, pos = rd(buf, pos)
+            if pos != stop:
+                raise DecodeError("decode_error", f"tagged field {name}: size {size} does not match")
+            if value != default:
+                values[name] = value
+                found = True
+        if not found:
+            return values, pos
+        return {name: values[name] for name in order if name in values}, pos
+
+    return read
+
+
+@cache
+def record_reader(api_key: int, version: int) -> tuple[str, Read]:
+    """(type name, reader of the body) of one metadata record version; DecodeError when unknown."""
+    type_name, plan, flexible = record_plan(api_key, version)
+    return type_name, _struct_reader(plan, flexible)
 
 
 def decode_value(value: bytes) -> tuple[str, int, dict[str, Any]]:
@@ -350,11 +401,10 @@ def decode_value(value: bytes) -> tuple[str, int, dict[str, Any]]:
         raise DecodeError("decode_error", f"unknown metadata record frame version {frame}")
     api_key, pos = read_uvarint(value, pos)
     version, pos = read_uvarint(value, pos)
-    type_name, plan, flexible = record_plan(api_key, version)
-    reader = _Reader(value[pos:], flexible)
-    data = reader.struct(plan)
-    if reader.pos != reader.end:
-        raise DecodeError("decode_error", f"{type_name} v{version}: {reader.end - reader.pos} bytes left over")
+    type_name, read = record_reader(api_key, version)
+    data, end = read(value, pos)
+    if end != len(value):
+        raise DecodeError("decode_error", f"{type_name} v{version}: the body ends at byte {end} of {len(value)}")
     return type_name, version, data
 
 

@@ -169,6 +169,7 @@ class AdminBridge:
         self.view: View | None = View.from_json(doc["view"]) if doc.get("view") else None
         self.next_offset: int = int(doc.get("nextOffset", 0))
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+        self.steps = 0  # how many times `step` ran (tests wait for polls with it)
 
     def _save(self, pending: list[bytes]) -> None:
         self.state.save({"source": "admin", "nextOffset": self.next_offset,
@@ -177,6 +178,7 @@ class AdminBridge:
 
     def step(self) -> int:
         """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
+        self.steps += 1
         if self.pending:
             if not self._publish(self.pending):
                 return 0
@@ -201,6 +203,11 @@ class AdminBridge:
         if not events:
             self.view = new
             return 0
+        old_topics = self.view.topics if self.view is not None else {}
+        for name in sorted(old_topics):
+            if name not in new.topics or new.topics[name].topic_id != old_topics[name].topic_id:
+                self.metrics.error("topic_deleted", f"topic {name} ({old_topics[name].topic_id}) was deleted since "
+                                                    "the last poll: REMOVE_TOPIC_RECORD published")
         lines = _lines(events)
         self.view, self.next_offset = new, events[-1]["offset"] + 1
         self._save(lines)  # pending first: a crash now re-publishes these exact lines
@@ -232,6 +239,7 @@ class LogBridge:
         tail_state = TailState.from_json(doc["tail"]) if doc.get("tail") else TailState()
         self.tail = MetadataLogTail(log_dir, tail_state, metrics.error)
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+        self.steps = 0  # how many times `step` ran (tests wait for polls with it)
 
     def _save(self, pending: list[bytes]) -> None:
         self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(),
@@ -239,6 +247,7 @@ class LogBridge:
 
     def step(self) -> int:
         """Read what was appended and publish it; returns how many records were published."""
+        self.steps += 1
         if self.pending:
             if not self._publish(self.pending):
                 return 0
@@ -259,6 +268,8 @@ class LogBridge:
         events = []
         for rec in records:
             extra: dict[str, Any] = {}
+            if rec.from_snapshot:
+                extra["snapshotEnd"] = rec.offset + 1  # the core applies it as a snapshot's record
             if rec.diverged:
                 extra["diverged"] = True
                 self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
@@ -320,6 +331,13 @@ def run_bridge(
     from elrwatch.bridge.admin import KafkaClusterReader
     from elrwatch.streaming.sources import kafka_python_config
 
+    if source not in ("admin", "metadata-log"):
+        raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
+    if source == "metadata-log":
+        if not log_dir:
+            raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
+        if not Path(log_dir).is_dir():
+            raise ValueError(f"--log-dir {log_dir} is not a directory")
     metrics = Metrics()
     if metrics_port is not None:
         metrics.serve(metrics_port, metrics_host)
@@ -329,14 +347,8 @@ def run_bridge(
     if source == "admin":
         reader = KafkaClusterReader(kafka_python_config(admin_options or options))
         bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
-    elif source == "metadata-log":
-        if not log_dir:
-            raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
-        if not Path(log_dir).is_dir():
-            raise ValueError(f"--log-dir {log_dir} is not a directory")
-        bridge = LogBridge(log_dir, publisher, state, metrics)
     else:
-        raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
+        bridge = LogBridge(log_dir, publisher, state, metrics)  # type: ignore[arg-type]
     stopping = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

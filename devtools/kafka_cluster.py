@@ -77,6 +77,11 @@ class ClusterError(RuntimeError):
     """A node failed to start or a cluster operation failed; the message holds the node's last log lines."""
 
 
+class AdminCallError(ClusterError):
+    """An admin request found no broker to answer it within its timeout (brokers coming and going): ``wait_for``
+    polls on through it, unlike other cluster errors (a node that died)."""
+
+
 #: SASL mechanisms the harness's SCRAM listener can enable (credentials added at format time).
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -160,8 +165,14 @@ def _listening(port: int) -> bool:
 
 
 def kafka_libs(libs: str | os.PathLike | None = None) -> Path:
-    """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete."""
-    path = Path(libs or os.environ.get("ELRWATCH_KAFKA_LIBS") or DEFAULT_LIBS)
+    """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete.
+
+    Without ``libs`` or ``ELRWATCH_KAFKA_LIBS``: the checkout's ``.tools/kafka/libs``, or, when this module runs from
+    an installed copy (the compiled build in ``build/compiled``), the one under the current directory."""
+    chosen = libs or os.environ.get("ELRWATCH_KAFKA_LIBS")
+    path = Path(chosen) if chosen else DEFAULT_LIBS
+    if not chosen and not path.is_dir() and (Path.cwd() / ".tools" / "kafka" / "libs").is_dir():
+        path = Path.cwd() / ".tools" / "kafka" / "libs"
     for jar in (f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar"):
         if not (path / jar).is_file():
             raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` "
@@ -378,29 +389,38 @@ class KafkaCluster:
         return self
 
     def _format_all(self) -> None:
-        procs = []
-        for node in [self.controller, *self.brokers.values()]:
+        """Format every node's storage in parallel; every port is checked first, and a failure (or Ctrl-C) kills the
+        formatting processes still running, so that nothing is left behind."""
+        nodes = [self.controller, *self.brokers.values()]
+        for node in nodes:
             self._check_ports_free(node)
-            self._write_props(node)
-            args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
-            if self.release_version:
-                args += ["--release-version", self.release_version]
-            args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
-            if self.listener_security is not None and node.role == "controller":
-                for cred in self.listener_security.get("scram_credentials", []):
-                    args += ["--add-scram", cred]
-            log = node.data_dir.parent / "format.log"
-            with open(log, "wb") as out:
-                procs.append((node, log, subprocess.Popen(self._java_cmd("kafka.tools.StorageTool", *args),
-                                                          stdout=out, stderr=subprocess.STDOUT)))
-        for node, log, proc in procs:
-            try:
-                rc = proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise ClusterError(f"formatting {node.role} {node.node_id} timed out:\n{tail(log)}") from None
-            if rc != 0:
-                raise ClusterError(f"formatting {node.role} {node.node_id} failed (exit {rc}):\n{tail(log)}")
+        procs: list[tuple[Node, Path, subprocess.Popen]] = []
+        try:
+            for node in nodes:
+                self._write_props(node)
+                args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
+                if self.release_version:
+                    args += ["--release-version", self.release_version]
+                args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
+                if self.listener_security is not None and node.role == "controller":
+                    for cred in self.listener_security.get("scram_credentials", []):
+                        args += ["--add-scram", cred]
+                log = node.data_dir.parent / "format.log"
+                with open(log, "wb") as out:
+                    procs.append((node, log, subprocess.Popen(self._java_cmd("kafka.tools.StorageTool", *args),
+                                                              stdout=out, stderr=subprocess.STDOUT)))
+            for node, log, proc in procs:
+                try:
+                    rc = proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    raise ClusterError(f"formatting {node.role} {node.node_id} timed out:\n{tail(log)}") from None
+                if rc != 0:
+                    raise ClusterError(f"formatting {node.role} {node.node_id} failed (exit {rc}):\n{tail(log)}")
+        finally:
+            for _node, _log, proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
 
     def _node_ports(self, node: Node) -> list[int]:
         """The ports ``node`` listens on (a broker's first one also serves the extra secure listener)."""
@@ -573,10 +593,12 @@ class KafkaCluster:
             except ClusterError:
                 raise
             except Exception as exc:  # kafka-python raises many kinds while brokers come and go
+                if _is_final_answer(exc):  # the cluster's answer (e.g. an invalid assignment): no retry
+                    raise ClusterError(f"{what} failed: {exc!r}") from exc
                 last = exc
                 self._close_admin()
                 time.sleep(0.2)
-        raise ClusterError(f"{what} failed for {timeout:.0f} s: {last!r}")
+        raise AdminCallError(f"{what} failed for {timeout:.0f} s: {last!r}")
 
     def describe_cluster(self) -> dict[int, bool]:
         """Broker id → fenced, from DescribeCluster v2 (fenced brokers included)."""
@@ -658,8 +680,17 @@ class KafkaCluster:
 
         op = (AlterConfigOp.DELETE, None) if value is None else (AlterConfigOp.SET, value)
         resource = ConfigResource(ConfigResourceType[resource_type], name, configs={key: op})
-        result = self._admin_call(lambda a: a.alter_configs([resource], raise_on_unknown=False, incremental=True),
-                                  f"IncrementalAlterConfigs {resource_type} {name!r} {key}")
+        def alter(admin: Any) -> Any:
+            if resource_type == "BROKER" and name == "":
+                # kafka-python sends BROKER resources to the broker of that id and refuses the cluster default's
+                # empty name: build the same IncrementalAlterConfigs request and send it to any broker.
+                async def send() -> Any:
+                    request = admin._alter_configs_request([resource], False, True)
+                    return admin._alter_configs_process_responses((await admin._manager.send(request)).responses)
+                return admin._manager.run(send)
+            return admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
+
+        result = self._admin_call(alter, f"IncrementalAlterConfigs {resource_type} {name!r} {key}")
         _raise_config_errors(result, f"{resource_type} {name!r} {key}={value}")
 
     def elect_leaders(self, topic: str, partitions: list[int], *, unclean: bool) -> Any:
@@ -733,6 +764,27 @@ class KafkaCluster:
                 return
         raise ClusterError(f"the metadata log kept growing for {timeout:.0f} s")
 
+    def metadata_log_size(self) -> int:
+        """Bytes in the controller's metadata log segments (grows with every record batch)."""
+        return sum(f.stat().st_size for f in self.metadata_log_files())
+
+    def settle(self, topics: list[str] | None = None, quiet_for: float = 1.0,
+               timeout: float = 45.0) -> tuple[dict[tuple[str, int], dict], dict[int, bool]]:
+        """Wait until the cluster is quiet and the brokers agree, then return (DescribeTopicPartitions,
+        DescribeCluster): the controller's metadata log has not grown for ``quiet_for`` s, and two answers to each
+        request taken around that quiet period (possibly from different brokers, whose metadata caches lag the
+        controller a little) are equal, with the log unchanged in between."""
+        deadline = time.monotonic() + timeout
+        while True:
+            size = self.metadata_log_size()
+            first = (self.describe_topic_partitions(topics), self.describe_cluster())
+            self.wait_metadata_quiet(quiet_for=quiet_for, timeout=max(1.0, deadline - time.monotonic()))
+            second = (self.describe_topic_partitions(topics), self.describe_cluster())
+            if first == second and self.metadata_log_size() == size:
+                return second
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"the cluster did not settle within {timeout:.0f} s")
+
     # ------------------------------------------------------------------ helpers
 
     def wait_for(self, condition: Callable[[], Any], what: str, timeout: float = 30.0, interval: float = 0.2) -> Any:
@@ -744,6 +796,8 @@ class KafkaCluster:
                 value = condition()
                 if value:
                     return value
+            except AdminCallError as exc:  # no broker answered this time: poll on
+                last_exc = exc
             except ClusterError:
                 raise
             except Exception as exc:
@@ -755,6 +809,15 @@ class KafkaCluster:
 
     def running_pids(self) -> list[int]:
         return [n.proc.pid for n in [self.controller, *self.brokers.values()] if n.running]
+
+
+def _is_final_answer(exc: Exception) -> bool:
+    """A non-retriable error a broker answered with (kafka-python's BrokerResponseError with retriable False)."""
+    try:
+        from kafka.errors import BrokerResponseError
+    except ImportError:  # pragma: no cover - kafka-python is a dependency
+        return False
+    return isinstance(exc, BrokerResponseError) and not getattr(exc, "retriable", True)
 
 
 def _raise_config_errors(result: Any, what: str) -> None:
@@ -773,13 +836,19 @@ def _raise_config_errors(result: Any, what: str) -> None:
             raise ClusterError(f"altering config {what} failed: {item.__name__}")
         if isinstance(item, Exception):
             raise ClusterError(f"altering config {what} failed: {item!r}")
+        if isinstance(item, str) and item != "OK":  # kafka-python 3 answers "OK" or the error's text
+            raise ClusterError(f"altering config {what} failed: {item}")
 
 
 def _random_cluster_id() -> str:
-    """A random cluster id in Kafka's form (a base64url Uuid without padding)."""
+    """A random cluster id in Kafka's form (a base64url Uuid without padding). Like Kafka's Uuid.randomUuid, never
+    one that starts with '-': StorageTool would read ``-t -xyz`` as an option (1 start in 64 failed)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @atexit.register

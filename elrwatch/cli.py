@@ -568,7 +568,8 @@ def demo(
         bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
     ] = False,
 ) -> None:
-    """Local demo: noida-db (Kafka wire), the topic, the job, a simulator with faults, the API; Ctrl-C stops."""
+    """Local demo: a 1-broker Apache Kafka (make kafka-jars), the topic, the job, a simulator with faults, the API;
+    Ctrl-C stops everything."""
     from elrwatch.streaming.demo import DemoError, run_demo
 
     try:

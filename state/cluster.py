@@ -400,6 +400,7 @@ class ClusterState:
             snapshot_end = record.snapshot_end
         offset = record.offset
         slot = -1
+        applied_offset = -1
         if snapshot_end is not None:
             if self.snapshot_end_offset is None or snapshot_end > self.snapshot_end_offset:
                 self.snapshot_end_offset = snapshot_end
@@ -411,6 +412,7 @@ class ClusterState:
                 self.recent_offsets = [-1] * RECENT_OFFSETS
                 self.recent_records = [None] * RECENT_OFFSETS
             slot = offset % RECENT_OFFSETS
+            applied_offset = offset
             if self.recent_offsets[slot] == offset:
                 applied = self.recent_records[slot]
                 if applied is not None and applied == (record.type, record.version, record.data):
@@ -420,7 +422,7 @@ class ClusterState:
         if isinstance(result, RecordError):
             return self._quarantine(record, result)
         if slot >= 0 and result is Outcome.APPLIED:
-            self.recent_offsets[slot] = offset  # type: ignore[assignment]
+            self.recent_offsets[slot] = applied_offset
             self.recent_records[slot] = (record.type, record.version, record.data)
         return result
 

@@ -566,11 +566,14 @@ def register(
     clean_shutdown: bool,
     brokers: Mapping[int, BrokerState],
     ctx: TopicContext,
+    *,
+    elr_passes: int | None = None,
 ) -> Decision:
     """A new incarnation registers (CCM.registerBroker → RCM.handleBrokerShutdown).
 
     Clean (or ELR off): like fencing. Unclean with ELR on: remove the broker from the ISR, and separately from
-    the ELR, as ``uncleanShutdownReplicas``.
+    the ELR, as ``uncleanShutdownReplicas``. ``elr_passes``: how often Kafka's broker → ELR index lists this
+    partition for the broker (:class:`ElrIndex`; default: once if the broker is in the ELR, else never).
     """
     acceptable = acceptable_leaders(brokers, exclude=broker_id)
     if clean_shutdown or not ctx.elr_active:
@@ -582,15 +585,24 @@ def register(
         record = remove_broker_change(p, broker_id, acceptable, ctx, unclean_shutdown=True)
         if record is not None:
             decision.records.append(record)
-    if broker_id in p.elr:  # the second pass sees the registration as it was before the first pass's record
+    # every pass sees the registration as it was before the op (records apply after it): identical records
+    for _ in range(_elr_passes(p, broker_id, elr_passes)):
         record = remove_broker_change(p, broker_id, acceptable, ctx, unclean_shutdown=True)
         if record is not None:
             decision.records.append(record)
     return decision
 
 
-def unregister(p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerState], ctx: TopicContext) -> Decision:
-    """handleBrokerUnregistered: partitions with the broker in the ISR, then those with it in the ELR.
+def unregister(
+    p: PartitionState,
+    broker_id: int,
+    brokers: Mapping[int, BrokerState],
+    ctx: TopicContext,
+    *,
+    elr_passes: int | None = None,
+) -> Decision:
+    """handleBrokerUnregistered: partitions with the broker in the ISR, then those with it in the ELR
+    (``elr_passes`` as for :func:`register`).
 
     The ELR pass does not pass the broker as unclean-shutdown replica, so an ELR-only member stays in the ELR.
     """
@@ -600,11 +612,80 @@ def unregister(p: PartitionState, broker_id: int, brokers: Mapping[int, BrokerSt
         record = remove_broker_change(p, broker_id, acceptable, ctx)
         if record is not None:
             decision.records.append(record)
-    if broker_id in p.elr:
+    for _ in range(_elr_passes(p, broker_id, elr_passes)):
         record = remove_broker_change(p, broker_id, acceptable, ctx)
         if record is not None:
             decision.records.append(record)
     return decision
+
+
+def _elr_passes(p: PartitionState, broker_id: int, elr_passes: int | None) -> int:
+    if elr_passes is not None:
+        return elr_passes
+    return 1 if broker_id in p.elr else 0
+
+
+class ElrIndex:
+    """Kafka's ``BrokersToElrs`` (broker → topic → partition ids whose ELR holds it), as the controller keeps it.
+
+    The ELR passes of an unclean re-registration and of an unregistration iterate this index, not the partitions'
+    ELRs, and it can differ from them (seen on a real Kafka 4.4 controller, tests/data/real-kafka/):
+
+    * replaying a ``ClearElrRecord`` (any ``min.insync.replicas`` change) empties the ELRs but does not update the
+      index (``RCM.removeTopicElrs`` merges without ``updatePartitionInfo``), so the broker stays listed;
+    * a later PartitionChangeRecord that puts the broker into that partition's ELR again appends the partition a
+      second time (``add`` does not deduplicate);
+    * ``remove`` drops every occurrence into an array one shorter, padded with partition id 0.
+
+    A listed partition gets one builder pass per occurrence, each from the registration before the op, so Kafka
+    writes the same PartitionChangeRecord twice (and bumps the epochs twice), and a partition whose ELR was cleared
+    still gets an election pass. Feed it every PartitionRecord / PartitionChangeRecord replay (the ELR before and
+    after) and topic removal; :meth:`passes` is then the ``elr_passes`` of :func:`register` and :func:`unregister`.
+    """
+
+    __slots__ = ("_members",)
+
+    def __init__(self) -> None:
+        self._members: dict[int, dict[str, list[int]]] = {}
+
+    def update(self, topic_id: str, partition_id: int, prev_elr: Iterable[int], next_elr: Iterable[int]) -> None:
+        """``BrokersToElrs.update``: the partition's ELR went from ``prev_elr`` to ``next_elr`` (a replayed record)."""
+        prev, new = set(prev_elr), set(next_elr)
+        for broker_id in sorted(prev - new):
+            self._remove(broker_id, topic_id, partition_id)
+        for broker_id in sorted(new - prev):
+            self._members.setdefault(broker_id, {}).setdefault(topic_id, []).append(partition_id)
+
+    def _remove(self, broker_id: int, topic_id: str, partition_id: int) -> None:
+        topics = self._members.get(broker_id)
+        if topics is None or topic_id not in topics:
+            return  # Kafka throws here (an index out of step): nothing to remove
+        parts = topics[topic_id]
+        if len(parts) == 1:
+            del topics[topic_id]
+            if not topics:
+                del self._members[broker_id]
+            return
+        kept = [p for p in parts if p != partition_id]
+        topics[topic_id] = (kept + [0] * len(parts))[: len(parts) - 1]
+
+    def copy(self) -> ElrIndex:
+        """An independent copy (the index as it was before an op's records are replayed)."""
+        other = ElrIndex()
+        other._members = {b: {t: list(parts) for t, parts in topics.items()} for b, topics in self._members.items()}
+        return other
+
+    def remove_topic(self, topic_id: str) -> None:
+        """A RemoveTopicRecord: the topic leaves every broker's entry."""
+        for broker_id in list(self._members):
+            topics = self._members[broker_id]
+            topics.pop(topic_id, None)
+            if not topics:
+                del self._members[broker_id]
+
+    def passes(self, broker_id: int, topic_id: str, partition_id: int) -> int:
+        """How often the broker's entry lists the partition (the ELR passes it gets)."""
+        return self._members.get(broker_id, {}).get(topic_id, []).count(partition_id)
 
 
 def alter_partition(

@@ -3,6 +3,8 @@
 Input lines are either the dump-log JSON envelope ``{"type":…,"version":…,"data":{…}}`` (optionally with
 elrwatch's ``"offset"`` and ``"timestamp"`` keys) or whole lines of ``kafka-dump-log.sh
 --cluster-metadata-decoder`` output (``| offset: 412 CreateTime: … payload: {…}``); see json-format.md.
+`parse_line` reads one line on its own; `DumpReader` reads a whole dump in order and adds what only the lines
+before tell (the offsets of ``--skip-record-metadata`` lines, a snapshot's records, where the log starts).
 
 Validation is driven by Kafka's own record specs (``kafka_schemas/*.json``, copied from Kafka trunk): which fields
 exist in which version, which are tagged (absent = default = unchanged), which are nullable, and their types.
@@ -859,6 +861,7 @@ _SNAPSHOT_HEADER = re.compile(r"^Snapshot end offset:\s*(-?\d+),\s*epoch:\s*(-?\
 _BATCH_HEADER = re.compile(r"^baseOffset:\s*(-?\d+)\s+lastOffset:\s*(-?\d+)")
 #: First characters of the header lines `DumpReader` reads (baseOffset, Log…, Snapshot…, KRaft…, Dumping).
 _HEADER_FIRST_CHARS = frozenset("bLSKD")
+_SECTIONS = frozenset({SECTION_NONE, SECTION_LOG, SECTION_SNAPSHOT, SECTION_BOOTSTRAP})
 
 
 class DumpReader:
@@ -901,6 +904,73 @@ class DumpReader:
         if record_line or self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP:
             self._place(parsed)
         return parsed
+
+    def checkpoint(self) -> list[Any]:
+        """Where the reader is, as JSON-able values (`restore` reads them back): e.g. in a streaming source's offset,
+        so that the next lines of a growing file are read in their place."""
+        gap = list(self.gap) if self.gap is not None else None
+        snapshots = [list(snapshot) for snapshot in self.snapshots[-1:]]
+        return [self.section, self.snapshot_end, self._next, self._last, self._seen_log, gap, snapshots]
+
+    @classmethod
+    def restore(cls, values: list[Any] | None) -> DumpReader:
+        """A reader at a `checkpoint` (a fresh one for None or a malformed checkpoint)."""
+        try:
+            return cls._restored(values)
+        except (TypeError, ValueError, IndexError):  # a damaged checkpoint: read on as from a fresh dump
+            return cls()
+
+    @classmethod
+    def _restored(cls, values: list[Any] | None) -> DumpReader:
+        reader = cls()
+        if not isinstance(values, list) or len(values) != 7:
+            return reader
+        section, snapshot_end, following, last, seen_log, gap, snapshots = values
+        reader.section = section if section in _SECTIONS else SECTION_NONE
+        reader.snapshot_end = snapshot_end if type(snapshot_end) is int else None
+        reader._next = following if type(following) is int else None
+        reader._last = last if type(last) is int else None
+        reader._seen_log = seen_log is True
+        if isinstance(gap, list | tuple) and len(gap) == 2:
+            reader.gap = (int(gap[0]), int(gap[1]))
+        if isinstance(snapshots, list):
+            reader.snapshots = [
+                (int(s[0]), int(s[1])) for s in snapshots if isinstance(s, list | tuple) and len(s) == 2
+            ]
+        return reader
+
+    def self_contained(self, line: str) -> str:
+        """The line in a form `parse_line` alone reads right (for a reader that parses lines one by one, like the
+        streaming job): a ``--skip-record-metadata`` record line gets its ``| offset: N``; a snapshot's record
+        becomes its envelope with ``"offset": N-1, "snapshotEnd": N`` (as `parse` places it; a bootstrap
+        snapshot's, or one whose payload is no JSON object, loses the offset counted inside the snapshot). Other
+        lines are returned as they are; every line moves the reader on."""
+        first = line[:1]
+        if first in _HEADER_FIRST_CHARS:
+            self._header(line)
+            return line
+        if first != "|" and not line.lstrip().startswith(("|", "payload:")):
+            return line
+        marker = line.find("payload:")
+        if marker < 0:
+            return line  # a control record
+        if self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP:
+            payload = line[marker + len("payload:") :].strip()
+            end = self.snapshot_end
+            if self.section == SECTION_SNAPSHOT and end is not None and end > 0 and payload.startswith("{"):
+                created = _DUMP_TIME.search(line, 0, marker)
+                stamp = f'"timestamp":{created.group(1)},' if created and int(created.group(1)) >= 0 else ""
+                return f'{{"offset":{end - 1},"snapshotEnd":{end},{stamp}{payload[1:]}'
+            return "| " + line[marker:]
+        match = _DUMP_OFFSET.search(line, 0, marker)
+        if match:
+            self._next = int(match.group(1)) + 1
+            return line
+        following = self._next
+        if following is not None and (self._last is None or following <= self._last):
+            self._next = following + 1
+            return f"| offset: {following} {line[marker:]}"
+        return line
 
     def _header(self, text: str) -> None:
         if text.startswith("Dumping "):
@@ -990,7 +1060,8 @@ def parse_envelope(
                 extra_ts = get("timestamp")
                 if (
                     type(data) is dict
-                    and len(envelope) <= 5  # "source" / "snapshotEnd" (elrwatch bridge) take the checked path
+                    # any other key ("source", "snapshotEnd": elrwatch bridge, the files source) takes the checked path
+                    and len(envelope) == 3 + (extra_offset is not None) + (extra_ts is not None)
                     and (extra_offset is None or (offset is None and type(extra_offset) is int and extra_offset >= 0))
                     and (extra_ts is None or (type(extra_ts) is int and extra_ts >= 0))
                 ):

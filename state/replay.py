@@ -32,7 +32,8 @@ class PartialInput:
 
     Records about partitions, topics and brokers created before ``log_start`` cannot be applied; they are counted
     and their entities named here (at most `PARTIAL_NAME_LIMIT` of each kind) instead of being quarantined one by
-    one: on such an input they are expected, not bad records.
+    one: on such an input they are expected, not bad records. The brokers named also include those that hold
+    replicas of the partitions applied but were never seen registered (the state takes them for down).
     """
 
     def __init__(self, log_start: int, missing_from: int = 0) -> None:
@@ -66,6 +67,15 @@ class PartialInput:
             return
         names.add(name)
 
+    def note_unregistered_replicas(self, cluster: ClusterState) -> None:
+        """Name the brokers that hold replicas of the partitions applied but were never seen registered."""
+        known = cluster.brokers
+        for topic in cluster.topics.values():
+            for partition in topic.partitions.values():
+                for broker in partition.replicas:
+                    if broker not in known and broker not in self.brokers:
+                        self._add(self.brokers, broker)
+
     def message(self) -> str:
         """One line for an operator (stderr)."""
         if self.missing_from == 0:
@@ -77,9 +87,9 @@ class PartialInput:
             )
         return (
             f"{where}: the state is partial (what was created before offset {self.log_start} is unknown); "
-            f"{self.records} record(s) referred to "
-            f"{len(self.partitions)} partition(s), {len(self.topics)} topic(s) and {len(self.brokers)} broker(s) "
-            "never seen created and were not applied (report: partial)"
+            f"{self.records} record(s) about {len(self.partitions)} partition(s) and {len(self.topics)} topic(s) "
+            f"never seen created or brokers never seen registered were not applied; {len(self.brokers)} broker(s) "
+            "never seen registered are taken for down (the report's partial names them)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,6 +222,7 @@ class Replayer:
                 "coveredLogRecords": self.covered_by_snapshot,
             }
         if self.partial is not None:
+            self.partial.note_unregistered_replicas(self.cluster)
             document["partial"] = self.partial.to_dict()
         return document
 

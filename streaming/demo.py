@@ -1,10 +1,12 @@
 """`elrwatch demo` / `make demo`: everything on one machine, on embedded defaults.
 
-1. noida-db (a Kafka-wire server from PyPI) on a free loopback port, fresh data dir;
+1. a real Apache Kafka KRaft cluster (one controller, one broker) on free loopback ports, from the jars that
+   ``make kafka-jars`` fetches: developer tooling (``elrwatch.devtools.kafka_cluster``), imported only here;
 2. the event topic;
 3. the REST API (`elrwatch api`) over the status store, in a subprocess;
 4. a producer thread publishing simulator records with faults (`elrwatch simulate --faults`, or the built-in
-   generator if the simulator is missing) at ``rate`` events/s;
+   generator if the simulator is missing) at ``rate`` events/s, each stamped with the time it is published (the
+   simulator's own clock starts in 2024, which the status page would show as "last event 700 d ago");
 5. the streaming job in the foreground (Spark local mode).
 Prints where to look; Ctrl-C (or ``duration``) stops everything and cleans up.
 """
@@ -19,7 +21,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+
+import orjson
 
 TOPIC = "elrwatch-metadata"
 
@@ -49,6 +53,24 @@ def _simulated(workdir: str, records: int) -> Iterator[bytes]:
     yield from simulated_lines(5, 40, 6, steps=10, churn=200, seed=42, loop=True)
 
 
+def stamped_now(lines: Iterable[bytes], clock: Callable[[], float] = time.time) -> Iterator[bytes]:
+    """Each event envelope with its ``timestamp`` set to the time it is taken (ms, never decreasing); lines that
+    are not JSON objects with a ``timestamp`` pass unchanged."""
+    last_ms = 0
+    for line in lines:
+        try:
+            envelope = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            yield line
+            continue
+        if not isinstance(envelope, dict) or "timestamp" not in envelope:
+            yield line
+            continue
+        last_ms = max(last_ms, int(clock() * 1000))
+        envelope["timestamp"] = last_ms
+        yield orjson.dumps(envelope)
+
+
 def _wait_http(url: str, timeout: float) -> bool:
     import urllib.request
 
@@ -75,8 +97,12 @@ def run_demo(
     A work dir the demo created itself (no ``workdir``) is removed at the end unless ``keep``."""
     from elrwatch.streaming import query
     from elrwatch.streaming.config import JobConfig
-    from elrwatch.streaming.local_kafka import KafkaServer
-    from elrwatch.streaming.produce import create_topic, produce_lines
+    from elrwatch.streaming.produce import produce_lines
+
+    try:  # developer tooling, not the product's runtime path
+        from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster
+    except ImportError as exc:
+        raise DemoError(f"the demo needs elrwatch's developer tools (a source checkout): {exc}") from None
 
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="elrwatch-demo-")
@@ -84,22 +110,25 @@ def run_demo(
     store = f"sqlite:///{os.path.join(workdir, 'elrwatch.db')}"
     checkpoint = os.path.join(workdir, "checkpoint")
     shutil.rmtree(checkpoint, ignore_errors=True)
+    shutil.rmtree(os.path.join(workdir, "kafka"), ignore_errors=True)  # a previous run's cluster (its own ids)
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(workdir, "elrwatch.db"))
     stop = threading.Event()
-    kafka = KafkaServer()
+    kafka: KafkaCluster | None = None
     api = None
     producer_thread = None
     where = {"store": store, "metrics": f"http://127.0.0.1:{metrics_port}/metrics", "workdir": workdir}
     try:
+        _say(f"starting Apache Kafka {KAFKA_VERSION} (KRaft: one controller, one broker) ...")
         try:
+            kafka = KafkaCluster(brokers=1, base_dir=os.path.join(workdir, "kafka"))
             kafka.start()
-        except (RuntimeError, TimeoutError) as exc:
-            raise DemoError(f"cannot start noida-db: {exc}") from None
+            kafka.create_topic(TOPIC, partitions=1)
+        except ClusterError as exc:
+            raise DemoError(f"cannot start Kafka: {exc}") from None
         where["kafka"] = kafka.bootstrap
         options = {"bootstrap.servers": kafka.bootstrap, "topic": TOPIC}
-        create_topic(options, TOPIC, 1)
-        _say(f"Kafka-wire server (noida-db) on {kafka.bootstrap}, topic {TOPIC}")
+        _say(f"Apache Kafka {KAFKA_VERSION} on {kafka.bootstrap} (logs: {kafka.base_dir}), topic {TOPIC}")
         if api_port:
             api_log = open(os.path.join(workdir, "api.log"), "w")  # noqa: SIM115 - closed with the process
             api = subprocess.Popen(
@@ -111,7 +140,7 @@ def run_demo(
 
         def produce() -> None:
             records = int(max(5000, rate * duration * 1.2)) if duration else 50_000
-            lines = _simulated(workdir, records)
+            lines = stamped_now(_simulated(workdir, records))
             gated = (line for line in lines if not stop.is_set())
             try:
                 produce_lines(options, TOPIC, gated, rate=rate, progress_every=30.0)
@@ -157,7 +186,8 @@ def run_demo(
                 api.wait(15)
             except subprocess.TimeoutExpired:
                 api.kill()
-        kafka.stop()
+        if kafka is not None:
+            kafka.stop()
         if own_dir and not keep:
             shutil.rmtree(workdir, ignore_errors=True)
             _say(f"removed {workdir} (--keep keeps it)")

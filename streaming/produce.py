@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from elrwatch.streaming.sources import kafka_python_config
+from elrwatch.streaming.sources import connection_failures, kafka_python_config, unreachable_error
 
 #: Records about one topic (its creation, its partitions, its removal): keyed by topic id.
 TOPIC_SCOPED_TYPES = (
@@ -78,8 +78,7 @@ def create_topic(options: dict[str, str], topic: str, partitions: int, timeout_s
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    cfg = kafka_python_config(options)
-    admin = KafkaAdminClient(**{k: v for k, v in cfg.items() if k != "bootstrap_timeout_ms"})
+    admin = _connect(KafkaAdminClient, options)
     try:
         if topic in admin.list_topics():
             return False
@@ -97,14 +96,29 @@ def create_topic(options: dict[str, str], topic: str, partitions: int, timeout_s
         admin.close()
 
 
+def _connect(client_class: Any, options: dict[str, str], **settings: Any) -> Any:
+    """A kafka-python client (admin or producer) with the options' connection and security settings; a client that
+    cannot connect (refused, TLS, SASL authentication) is a SourceError naming the cause kafka-python logged."""
+    from kafka.errors import KafkaError
+
+    cfg = kafka_python_config(options)
+    if "bootstrap_timeout_ms" not in client_class.DEFAULT_CONFIG:  # kafka-python < 3: no bounded bootstrap
+        cfg.pop("bootstrap_timeout_ms", None)
+    with connection_failures() as failures:
+        try:
+            return client_class(**cfg, **settings)
+        except KafkaError as exc:
+            timeout_s = cfg.get("bootstrap_timeout_ms", cfg["request_timeout_ms"]) / 1000
+            servers = options.get("bootstrap.servers")
+            raise unreachable_error(servers, timeout_s, exc, failures.last, cfg["security_protocol"]) from None
+
+
 def make_producer(options: dict[str, str], **extra: Any) -> Any:
     from kafka import KafkaProducer
 
-    cfg = kafka_python_config(options)
-    cfg.pop("bootstrap_timeout_ms", None)
     settings = {"acks": "all", "linger_ms": 20, "batch_size": 512 * 1024, "max_in_flight_requests_per_connection": 1}
     settings.update(extra)
-    return KafkaProducer(**cfg, **settings)
+    return _connect(KafkaProducer, options, **settings)
 
 
 def produce_lines(

@@ -77,6 +77,8 @@ def encode_record(record: Any) -> bytes:
             record.position,
             record.offset,
             record.timestamp_ms,
+            record.origin,
+            record.snapshot_end,  # a snapshot's records share one offset: without it they would be conflicts
         )
     )
 
@@ -84,10 +86,8 @@ def encode_record(record: Any) -> bytes:
 def decode_record(blob: bytes) -> Any:
     from elrwatch.state.records import Record
 
-    type_, version, data, source, seq, position, offset, timestamp_ms = marshal.loads(blob)
-    return Record(
-        type_, version, data, source=source, seq=seq, position=position, offset=offset, timestamp_ms=timestamp_ms
-    )
+    fields = marshal.loads(blob)  # 8 fields in the journals of older versions (no origin, no snapshot_end)
+    return Record(*fields)
 
 
 def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:

@@ -22,13 +22,20 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
   mapped by :func:`native_kafka_options`.
 * ``files`` (:class:`FilesDataSource`, format ``elrwatch-files``): every file under ``path`` (sorted by name;
   appended lines and new files are picked up), envelope lines or kafka-dump-log output. Offset:
-  ``{"<file>": [<bytes consumed>, <lines consumed>]}``; only complete lines (ending in a newline) are read.
+  ``{"<file>": [<bytes consumed>, <lines consumed>, <dump position>]}``; only complete lines (ending in a newline)
+  are read. The dump position (``records.DumpReader.checkpoint``, absent from offsets of older versions) is where
+  the consumed lines leave a DumpLogSegments dump: the next split rewrites its ``--skip-record-metadata`` lines
+  with their batch's offsets and drops the in-snapshot offsets of a snapshot's records (applied without offsets:
+  ``elrwatch replay`` is what applies a snapshot and the segments after it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -165,6 +172,62 @@ def kafka_python_config(options: Mapping[str, str]) -> dict[str, Any]:
         config["sasl_plain_username"] = options.get("sasl.username")
         config["sasl_plain_password"] = read_secret(options, "sasl.password")
     return config
+
+
+class _ConnectionFailureTap(logging.Handler):
+    """Keeps the most telling connection failure kafka-python logs (SASL authentication, TLS handshake, refused):
+    its exceptions only say that it could not bootstrap. The messages name hosts and causes, never credentials."""
+
+    #: Causes worth naming, most telling first; a plain "socket disconnected" is kept only when nothing else came.
+    SPECIFIC = ("Authentication", "SSL", "Handshake", "certificate", "refused", "UnsupportedVersion")
+    PREFIX = re.compile(r"^Bootstrap connection to \S+ failed: (.*?)(?: \(backoff [^)]*\))?$")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.specific: str | None = None
+        self.generic: str | None = None
+
+    @property
+    def last(self) -> str | None:
+        """The last specific cause seen, else the last failure seen (None when none was logged)."""
+        return self.specific or self.generic
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = " ".join(record.getMessage().split())
+        except Exception:  # a malformed log call must not break the client
+            return
+        match = self.PREFIX.match(message)
+        if match is None:
+            return
+        cause = match.group(1)[:300]
+        if any(marker in cause for marker in self.SPECIFIC):
+            self.specific = cause
+        else:
+            self.generic = cause
+
+
+@contextlib.contextmanager
+def connection_failures() -> Iterator[_ConnectionFailureTap]:
+    """While inside, ``.last`` holds the last connection failure kafka-python logged (None if none)."""
+    tap = _ConnectionFailureTap()
+    logger = logging.getLogger("kafka")
+    logger.addHandler(tap)
+    try:
+        yield tap
+    finally:
+        logger.removeHandler(tap)
+
+
+def unreachable_error(
+    servers: str | None, timeout_s: float, exc: BaseException, last: str | None, security_protocol: str = "PLAINTEXT"
+) -> SourceError:
+    """The one-line error for a Kafka client that could not connect, with the cause kafka-python logged. Over SASL,
+    kafka-python sometimes sees only the broker closing the connection after rejecting the credentials."""
+    cause = f"; last connection error: {last}" if last else ""
+    if security_protocol.upper().startswith("SASL") and (last is None or "disconnected" in last):
+        cause += " (with SASL, a broker that closes the connection has usually rejected the credentials or mechanism)"
+    return SourceError(f"cannot reach Kafka at {servers} within {timeout_s:g}s: {type(exc).__name__}{cause}")
 
 
 def _pem_blocks(path: str) -> set[str]:
@@ -318,15 +381,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from kafka import KafkaConsumer
             from kafka.errors import KafkaError
 
-            try:
-                self._consumer = KafkaConsumer(
-                    enable_auto_commit=False, group_id=None, **kafka_python_config(self.options)
-                )
-            except KafkaError as exc:
-                servers = self.options.get("bootstrap.servers")
-                raise SourceError(
-                    f"cannot reach Kafka at {servers} within {self.timeout_s:g}s: {type(exc).__name__}"
-                ) from None
+            with connection_failures() as failures:
+                try:
+                    self._consumer = KafkaConsumer(
+                        enable_auto_commit=False, group_id=None, **kafka_python_config(self.options)
+                    )
+                except KafkaError as exc:
+                    servers = self.options.get("bootstrap.servers")
+                    protocol = self.options.get("security.protocol", "PLAINTEXT")
+                    raise unreachable_error(servers, self.timeout_s, exc, failures.last, protocol) from None
         return self._consumer
 
     def _partitions(self) -> dict[str, list[int]]:
@@ -550,11 +613,34 @@ class FileSplit(InputPartition):
     start_byte: int
     end_byte: int
     first_line: int
+    dump_position: list | None = None  # DumpReader.checkpoint() at start_byte (None: not in a dump, or unknown)
 
-    def __init__(self, path: str, name: str, start_byte: int, end_byte: int, first_line: int) -> None:
+    def __init__(
+        self, path: str, name: str, start_byte: int, end_byte: int, first_line: int, dump_position: list | None = None
+    ) -> None:
         super().__init__((name, start_byte, end_byte, first_line))
         self.path, self.name = path, name
         self.start_byte, self.end_byte, self.first_line = start_byte, end_byte, first_line
+        self.dump_position = dump_position
+
+
+#: Bytes that only DumpLogSegments output holds (file and batch headers, --skip-record-metadata lines): a chunk
+#: without them, read from no dump position, is not followed line by line.
+_DUMP_MARKERS = (b"baseOffset:", b"starting offset:", b"end offset:", b"KRaft bootstrap", b"payload:")
+
+
+def dump_position_after(position: list | None, chunk: bytes) -> list | None:
+    """Where the complete lines of ``chunk`` leave a DumpLogSegments dump read from ``position`` (None: no dump)."""
+    from elrwatch.state.records import DumpReader
+
+    if position is None and not any(marker in chunk for marker in _DUMP_MARKERS):
+        return None
+    reader = DumpReader.restore(position)
+    follow = reader.self_contained
+    for raw in chunk.split(b"\n")[:-1]:
+        if raw[:1] in b"|bLSKD p":
+            follow(raw.decode("utf-8", "replace").rstrip("\r"))
+    return reader.checkpoint()
 
 
 class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -598,7 +684,8 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             budget = self.max_rows  # AvailableNow: keep batches bounded
         end = dict(start)
         for name, size in sizes.items():
-            done_bytes, done_lines = start.get(name, [0, 0])
+            done = start.get(name, [0, 0])
+            done_bytes, done_lines = done[0], done[1]
             if size <= done_bytes:
                 continue
             with open(os.path.join(self.root, name), "rb") as fh:
@@ -616,7 +703,8 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for _ in range(budget):
                     pos = chunk.index(b"\n", pos + 1)
                 cut, lines = pos + 1, budget
-            end[name] = [done_bytes + cut, done_lines + lines]
+            position = dump_position_after(done[2] if len(done) > 2 else None, chunk[:cut])
+            end[name] = [done_bytes + cut, done_lines + lines, *([position] if position is not None else [])]
             if budget is not None:
                 budget -= lines
                 if budget <= 0:
@@ -625,10 +713,13 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[FileSplit]:
         splits = []
-        for name, (end_byte, _lines) in end.items():
-            start_byte, start_lines = start.get(name, [0, 0])
+        for name, ended in end.items():
+            end_byte = ended[0]
+            started = start.get(name, [0, 0])
+            start_byte, start_lines = started[0], started[1]
             if end_byte > start_byte:
-                splits.append(FileSplit(self.root, name, start_byte, end_byte, start_lines + 1))
+                position = started[2] if len(started) > 2 else None
+                splits.append(FileSplit(self.root, name, start_byte, end_byte, start_lines + 1, position))
         return splits
 
     def read(self, partition: FileSplit) -> Iterator[Any]:
@@ -643,11 +734,16 @@ def read_file_split(partition: FileSplit) -> Iterator[Any]:
     with open(os.path.join(partition.path, partition.name), "rb") as fh:
         fh.seek(partition.start_byte)
         data = fh.read(partition.end_byte - partition.start_byte)
-    lines = data.decode("utf-8", "replace").split("\n")[:-1]
+    lines = [line.rstrip("\r") for line in data.decode("utf-8", "replace").split("\n")[:-1]]
+    if partition.dump_position is not None or any(marker in data for marker in _DUMP_MARKERS):
+        from elrwatch.state.records import DumpReader
+
+        follow = DumpReader.restore(partition.dump_position).self_contained
+        lines = [follow(line) for line in lines]
     n = len(lines)
     yield pa.RecordBatch.from_arrays(
         [
-            pa.array([line.rstrip("\r") for line in lines], pa.string()),
+            pa.array(lines, pa.string()),
             pa.array([partition.name] * n, pa.string()),
             pa.array([-1] * n, pa.int32()),
             pa.array(range(partition.first_line, partition.first_line + n), pa.int64()),

@@ -95,3 +95,21 @@ def kafka_sasl_ssl(kafka_server: Any, _kafka_sasl_material: tuple[Any, str, Path
 def fresh_topic() -> Callable[[str], str]:
     """A factory of topic names never used before in this session (the session cluster is shared)."""
     return lambda prefix: f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def real_kafka_cluster():
+    """A real Apache Kafka 4.4 KRaft cluster (devtools/kafka_cluster.py): controller 0 and brokers 1..3, ELR on,
+    cluster min.insync.replicas 2; started once per session and stopped at its end. Scenarios must restore every
+    broker when they finish (tests/test_real_kafka_conformance.py does). Skipped without Kafka's jars or Java."""
+    from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
+
+    try:
+        cluster = KafkaCluster(brokers=3, min_insync_replicas=2)
+    except ClusterError as exc:  # no jars (`make kafka-jars`) or no java
+        pytest.skip(f"real Kafka unavailable: {exc}")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -101,6 +101,46 @@ SCENARIOS: list[tuple[str, list[str], set[str], set[str]]] = [
     ),
 ]
 
+SCENARIOS += [
+    ("bridge off", ["--set", "bridge.enabled=false"], {"Deployment"}, set()),
+    ("bridge.source=metadata-log (a sidecar beside Kafka: nothing rendered)", ["--set", "bridge.source=metadata-log"],
+     {"Deployment"}, set()),
+]
+#: Scenarios whose render has no admin-mode bridge Deployment (every other one must have exactly one).
+NO_BRIDGE = {"bridge off", "bridge.source=metadata-log (a sidecar beside Kafka: nothing rendered)"}
+SIDECAR_EXAMPLE = CHART / "examples" / "bridge-metadata-log-sidecar.yaml"
+
+
+def check_bridge(name: str, docs: list[dict], problems: list[str]) -> None:
+    """One admin-mode bridge Deployment unless the scenario turns it off; its state on a volume."""
+    bridges = [d for d in docs if d["kind"] == "Deployment"
+               and d["metadata"]["labels"].get("app.kubernetes.io/component") == "bridge"]
+    want = 0 if name in NO_BRIDGE else 1
+    if len(bridges) != want:
+        problems.append(f"{len(bridges)} bridge Deployments (want {want})")
+    for d in bridges:
+        args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        if args[1:4] != ["bridge", "--source", "admin"] or "--state-file" not in args:
+            problems.append(f"bridge Deployment runs {args[:4]} without --state-file")
+
+
+def check_sidecar_example(contract: dict[str, tuple[set[str], set[str]]], problems: list[str]) -> None:
+    """The metadata-log sidecar example: valid YAML, a read-only mount of Kafka's data, real CLI options and env."""
+    values = yaml.safe_load(SIDECAR_EXAMPLE.read_text())
+    container = values["controller"]["sidecars"][0]
+    fake = {"kind": "Deployment", "metadata": {"name": "kafka"},
+            "spec": {"template": {"spec": {"containers": [container]}}}}
+    check_cli([fake], contract, problems)
+    if container["args"][1:4] != ["bridge", "--source", "metadata-log"]:
+        problems.append(f"sidecar example runs {container['args'][:4]}")
+    data = [m for m in container["volumeMounts"] if m["name"] == "data"]
+    if not data or not data[0].get("readOnly"):
+        problems.append("sidecar example: Kafka's data volume is not mounted read-only")
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kafka-0"},
+                                  "spec": {"containers": [container], "volumes": values["controller"]["extraVolumes"]
+                                           + [{"name": "data", "emptyDir": {}}]}}, "1.35.0", strict=True)
+
+
 # helm args that must make rendering fail (schema or `required`)
 MUST_FAIL: list[tuple[str, list[str]]] = [
     ("postgresql store without a Secret", ["--set", "store.type=postgresql"]),
@@ -327,7 +367,7 @@ def cli_contract() -> dict[str, tuple[set[str], set[str]]]:
 
     group = typer.main.get_command(app)
     out = {}
-    for name in ("stream", "api"):
+    for name in ("stream", "api", "bridge"):
         command = group.commands[name]  # type: ignore[attr-defined]
         opts = {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", []))}
         envs = {e for p in command.params for e in ([p.envvar] if isinstance(p.envvar, str) else p.envvar or [])}
@@ -411,11 +451,22 @@ def main() -> int:
             validate_docs(copy.deepcopy(docs), crd_schemas, args.kube_version, problems)
             check_contracts(docs, problems)
             check_cli(docs, contract, problems)
+            check_bridge(name, docs, problems)
         status = "ok  " if not problems else "FAIL"
         print(f"{status} render+validate [{name}]: {len(docs)} manifests ({', '.join(sorted(kinds))})")
         for p in problems:
             print(f"       {p}")
         passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
+
+    problems = []
+    try:
+        check_sidecar_example(contract, problems)
+    except (KeyError, IndexError, yaml.YAMLError, kubernetes_validate.ValidationError) as exc:
+        problems.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+    print(f"{'ok  ' if not problems else 'FAIL'} metadata-log sidecar example [{SIDECAR_EXAMPLE.name}]")
+    for p in problems:
+        print(f"       {p}")
+    passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
 
     for name, helm_args in MUST_FAIL:
         res = helm_template(args.helm, helm_args, args.kube_version)

@@ -1,4 +1,4 @@
-"""The JVM class archive (streaming/jvm_archive.py), against the real java of this machine."""
+"""The JVM class archive (streaming/local/jvm_archive.py), against the real java of this machine."""
 
 from __future__ import annotations
 

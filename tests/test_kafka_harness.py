@@ -1,38 +1,129 @@
-"""The test harness itself: noida-db answers topic creation, produce, consume, ListOffsets."""
+"""The real-Kafka harness itself (devtools/kafka_cluster.py): a cluster answers produce, consume and ListOffsets,
+``stop()`` leaves no process behind, and a start that cannot succeed (port taken, jar missing, JVM exited) fails
+within seconds with a ClusterError that says why (the node's last log lines), instead of hanging.
+
+These tests start clusters of their own (not the session's ``kafka_server``), one at a time."""
 
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster, kafka_libs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_kafka]
+
+#: A start that cannot succeed must fail within this bound (a healthy 1-broker start takes ~8 s on an idle machine).
+FAIL_FAST_S = 30.0
 
 
-def test_noida_roundtrip(kafka_server):
+def _processes_of(cluster: KafkaCluster) -> list[int]:
+    """Every live process whose command line names the cluster's folder (its JVMs and their tools)."""
+    needle = str(cluster.base_dir).encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:  # exited meanwhile
+                pass
+    return found
+
+
+def _assert_nothing_left(cluster: KafkaCluster) -> None:
+    assert cluster.running_pids() == []
+    assert _processes_of(cluster) == []
+    assert not cluster.base_dir.exists()  # its own temp dir is removed
+
+
+def test_start_roundtrip_stop_leaves_no_process():
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    kafka_server.create_topic("harness", partitions=2)
-    producer = KafkaProducer(bootstrap_servers=kafka_server.bootstrap, linger_ms=20)
-    for i in range(50):
-        producer.send("harness", key=b"k", value=b"v%d" % i, partition=i % 2)
-    producer.flush(10)
-    producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, session_timeout_ms=6000,
-                             enable_auto_commit=False)
+    cluster = KafkaCluster(brokers=1)
     try:
-        tps = [TopicPartition("harness", p) for p in (0, 1)]
-        assert consumer.partitions_for_topic("harness") == {0, 1}
-        assert consumer.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
-        # batches of many records: latest must still be the true end (tansu gets this wrong)
-        assert consumer.end_offsets(tps) == {tps[0]: 25, tps[1]: 25}
-        consumer.assign(tps)
-        consumer.seek_to_beginning()
-        got: list[bytes] = []
-        deadline = time.monotonic() + 15
-        while len(got) < 50 and time.monotonic() < deadline:
-            for msgs in consumer.poll(500).values():
-                got.extend(m.value for m in msgs)
-        assert sorted(got) == sorted(b"v%d" % i for i in range(50))
+        cluster.start()
+        pids = cluster.running_pids()
+        assert len(pids) == 2 and sorted(pids) == sorted(_processes_of(cluster))  # the controller and the broker
+        assert cluster.describe_cluster() == {1: False}  # registered, unfenced
+        cluster.create_topic("harness", partitions=2)  # replication factor: 1 on a 1-broker cluster
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=20)
+        for i in range(50):
+            producer.send("harness", key=b"k", value=b"v%d" % i, partition=i % 2)
+        producer.flush(10)
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False)
+        try:
+            tps = [TopicPartition("harness", p) for p in (0, 1)]
+            assert consumer.partitions_for_topic("harness") == {0, 1}
+            assert consumer.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+            assert consumer.end_offsets(tps) == {tps[0]: 25, tps[1]: 25}
+            consumer.assign(tps)
+            consumer.seek_to_beginning()
+            got: list[bytes] = []
+            deadline = time.monotonic() + 15
+            while len(got) < 50 and time.monotonic() < deadline:
+                for msgs in consumer.poll(500).values():
+                    got.extend(m.value for m in msgs)
+            assert sorted(got) == sorted(b"v%d" % i for i in range(50))
+        finally:
+            consumer.close()
+        with pytest.raises(ClusterError, match="no-such-topic"):  # auto-create is off: a missing topic stays missing
+            cluster.describe_topic_partitions(["no-such-topic"])
     finally:
-        consumer.close()
+        cluster.stop()
+    _assert_nothing_left(cluster)
+    for port in (cluster.controller.port, cluster.brokers[1].port):
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+
+
+def test_port_taken_fails_at_once_and_starts_nothing():
+    cluster = KafkaCluster(brokers=1)
+    port = cluster.brokers[1].port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match=f"port {port} of broker 1 is taken"):
+            cluster.start()
+        assert time.monotonic() - started < FAIL_FAST_S
+    _assert_nothing_left(cluster)
+
+
+def test_missing_jars_fail_with_the_make_target(tmp_path):
+    with pytest.raises(ClusterError, match=r"is missing: run `make kafka-jars`"):
+        KafkaCluster(brokers=1, libs=tmp_path)
+
+
+def test_incomplete_jars_fail_within_seconds_with_the_jvm_output(tmp_path):
+    """Kafka's own jars present, a dependency missing: the JVM exits (NoClassDefFoundError), the error says so."""
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    for jar in kafka_libs().glob("*.jar"):
+        if not jar.name.startswith("kafka-clients-"):
+            (libs / jar.name).symlink_to(jar)
+    cluster = KafkaCluster(brokers=1, libs=libs)
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as failure:
+        cluster.start()
+    assert time.monotonic() - started < FAIL_FAST_S
+    message = str(failure.value)
+    assert "failed (exit 1)" in message and "org/apache/kafka/" in message, message
+    _assert_nothing_left(cluster)
+
+
+def test_broker_jvm_exit_during_start_fails_within_seconds_with_its_log_lines():
+    """A broker that formats fine but dies while starting (an authorizer class that does not exist)."""
+    cluster = KafkaCluster(brokers=1, broker_props={"authorizer.class.name": "no.such.Authorizer"})
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as failure:
+        cluster.start()
+    assert time.monotonic() - started < FAIL_FAST_S
+    message = str(failure.value)
+    assert message.startswith("broker 1 exited with 1; its last log lines"), message
+    assert "ClassNotFoundException: no.such.Authorizer" in message, message
+    _assert_nothing_left(cluster)  # the controller, which was running, is stopped too

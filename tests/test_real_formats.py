@@ -182,9 +182,7 @@ def test_snapshot_then_segments_applies_the_segments_from_the_snapshot_end_offse
     assert FIRST_SEGMENT < SNAPSHOT_END and covered  # the fixture has covered records
     snapshot = document["snapshot"]
     assert (snapshot["endOffset"], snapshot["coveredLogRecords"]) == (SNAPSHOT_END, len(covered))
-    assert snapshot["records"] == len(
-        [r for r in records_of("snapshot.dump") if r.type != "REGISTER_CONTROLLER_RECORD"]
-    )
+    assert snapshot["records"] == len(records_of("snapshot.dump"))  # every record a Record (not skipped) applied
     assert "partial" not in document and proc.stderr == ""
     assert document["quarantined"]["count"] == 0
     assert document["counts"]["duplicates"] == 0
@@ -234,7 +232,8 @@ def test_a_dump_starting_past_zero_is_partial_and_names_what_it_never_saw_create
         if r.type == "PARTITION_CHANGE_RECORD" and r.data["topicId"] not in created
     }
     assert changed and {(p["topicId"], p["partitionId"]) for p in partial["partitions"]} == changed
-    assert partial["brokers"] == [2]  # fenced in the segment, registered before it
+    # broker 2 is fenced in the segment, broker 1 holds the replica of the partition it creates: both registered before
+    assert partial["brokers"] == [1, 2]
     assert partial["unresolvedRecords"] == len(changed) + 1
     assert document["quarantined"]["count"] == 0  # expected on such an input: not errors
     assert "starts at metadata offset" in proc.stderr and "partial" in proc.stderr
@@ -322,21 +321,26 @@ def test_a_conflict_is_found_after_the_state_is_persisted_and_restored() -> None
     assert restored.counts.quarantined_by_reason == {"conflict": 1}
 
 
+def validated(rec: tuple[str, int, dict[str, Any]], source: str, seq: int, offset: int) -> Record:
+    parsed = parse_line(json.dumps(envelope(*rec, offset=offset)), source, seq)
+    assert isinstance(parsed, Record)
+    return parsed
+
+
 def test_the_conflict_window_is_bounded() -> None:
     cluster = ClusterState()
     first = 1000
     feed = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
     for n, rec in enumerate(feed):
-        assert cluster.apply(Record(*rec, source="s", seq=n + 1, offset=first + n)) is Outcome.APPLIED
+        assert cluster.apply(validated(rec, "s", n + 1, first + n)) is Outcome.APPLIED
     seq = len(feed) + 1
     for n in range(RECENT_OFFSETS + 10):
         isr = [0, 1, 2] if n % 2 else [0, 1]
-        rec = Record(*change(isr=isr), source="s", seq=seq + n, offset=first + len(feed) + n)
-        assert cluster.apply(rec) is Outcome.APPLIED
+        assert cluster.apply(validated(change(isr=isr), "s", seq + n, first + len(feed) + n)) is Outcome.APPLIED
     assert len(cluster.recent_offsets) == len(cluster.recent_records) == RECENT_OFFSETS
-    old = Record(*change(isr=[2]), source="t", seq=1, offset=first + len(feed))  # left the window: entity offsets
-    assert cluster.apply(old) is Outcome.DUPLICATE
-    recent = Record(*change(isr=[2]), source="t", seq=2, offset=first + len(feed) + RECENT_OFFSETS + 9)
+    # an offset that left the window: the partition's last offset alone decides (a duplicate, not compared)
+    assert cluster.apply(validated(change(isr=[2]), "t", 1, first + len(feed))) is Outcome.DUPLICATE
+    recent = validated(change(isr=[2]), "t", 2, first + len(feed) + RECENT_OFFSETS + 9)
     assert cluster.apply(recent) is Outcome.QUARANTINED and cluster.last_error.reason == "conflict"
 
 
@@ -378,3 +382,130 @@ def test_old_record_error_pickles_still_load() -> None:
     old_form = RecordError.__new__(RecordError)
     old_form.__setstate__(["f:1", "invalid_json", None, "m", "raw", None, None])  # 7 fields, before `applied`
     assert old_form.applied is None and "applied" not in old_form.to_dict()
+
+
+# --- the streaming job's files source ---------------------------------------------------------------------------------
+
+
+def _files_source_lines(directory: Path, per_trigger: int) -> list[str]:
+    """Every line the files source yields for ``directory``, read ``per_trigger`` lines a micro-batch."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from elrwatch.streaming.sources import FilesStreamReader, read_file_split
+
+    reader = FilesStreamReader({"path": str(directory)})
+    start, values = reader.initialOffset(), []
+    while True:
+        end = reader.latestOffset(start, ReadMaxRows(per_trigger))
+        if end == start:
+            return values
+        for split in reader.partitions(start, end):
+            for batch in read_file_split(split):
+                values += batch.column("value").to_pylist()
+        start = json.loads(json.dumps(end))  # as Spark keeps it in its checkpoint
+
+
+@pytest.mark.parametrize("per_trigger", [1000, 5, 1])
+def test_the_files_source_gives_skip_metadata_lines_their_offsets_across_micro_batches(
+    tmp_path: Path, per_trigger: int
+) -> None:
+    (tmp_path / "1-segments.dump").write_text(Path(fixture("segments-skip-metadata.dump")).read_text())
+    lines = _files_source_lines(tmp_path, per_trigger)
+    parsed = [parse_line(text, "f", n) for n, text in enumerate(lines, 1)]
+    assert [p.offset for p in parsed if isinstance(p, Record)] == printed_offsets("segments.dump")
+    assert not [p for p in parsed if isinstance(p, RecordError)]
+
+
+def test_the_files_source_marks_a_snapshots_records_with_its_end_offset(tmp_path: Path) -> None:
+    (tmp_path / "0-snapshot.dump").write_text(Path(fixture("snapshot.dump")).read_text())
+    lines = _files_source_lines(tmp_path, 4)
+    records = [p for p in (parse_line(t, "f", n) for n, t in enumerate(lines, 1)) if isinstance(p, Record)]
+    assert [(r.type, r.data) for r in records] == [(r.type, r.data) for r in records_of("snapshot.dump")]
+    assert {(r.offset, r.snapshot_end) for r in records} == {(SNAPSHOT_END - 1, SNAPSHOT_END)}
+
+
+def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tmp_path: Path) -> None:
+    """Read by the streaming job's stages (files source, route, bucket): the snapshot, then in a later micro-batch
+    the segments, give the partitions `elrwatch replay SNAPSHOT SEGMENTS` gives."""
+    from elrwatch.state.gauges import PipelineCounts
+    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.route import route_batches
+    from elrwatch.streaming.snapshots import BucketState
+
+    state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    for name in ("snapshot.dump", "segments-skip-metadata.dump"):
+        (tmp_path / name).write_text(Path(fixture(name)).read_text())
+        fresh = _files_source_lines(tmp_path, 1000)  # the only file in the directory now
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(fresh),
+                pa.array([name] * len(fresh)),
+                pa.array([-1] * len(fresh), pa.int32()),
+                pa.array(range(1, len(fresh) + 1), pa.int64()),
+                pa.array([None] * len(fresh), pa.timestamp("us", tz="UTC")),
+            ],
+            names=["value", "topic", "partition", "offset", "timestamp"],
+        )
+        routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+        process_bucket(0, 1, _ordered_rows(routed), state)
+        (tmp_path / name).unlink()
+    oracle = replay_file([fixture("snapshot.dump"), fixture("segments-skip-metadata.dump")]).document(advice=False)
+    streamed = Replayer(cluster=state.cluster).document(advice=False)
+    assert without_positions(streamed) == without_positions(oracle)
+    assert state.cluster.snapshot_end_offset == SNAPSHOT_END
+
+
+def test_the_files_source_keeps_older_offsets_without_a_dump_position(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from elrwatch.streaming.sources import FilesStreamReader
+
+    (tmp_path / "a.jsonl").write_text('{"type":"NO_OP_RECORD","version":0,"data":{}}\n' * 3)
+    reader = FilesStreamReader({"path": str(tmp_path)})
+    assert reader.latestOffset({"a.jsonl": [0, 0]}, ReadAllAvailable()) == {
+        "a.jsonl": [138, 3]
+    }  # no third element: not a dump
+
+
+def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> None:
+    """Envelopes with ``snapshotEnd`` (elrwatch bridge) share one offset: routed to a bucket, they stay a snapshot's
+    records (not offset conflicts with each other), and a log record below the snapshot end is covered."""
+    from elrwatch.state.gauges import PipelineCounts
+    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.route import decode_record, encode_record, route_batches
+    from elrwatch.streaming.snapshots import BucketState
+
+    snapshot = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
+    lines = [json.dumps({**envelope(*rec, offset=41), "snapshotEnd": 42, "source": "t"}) for rec in snapshot]
+    lines.append(json.dumps(envelope(*change(isr=[0]), offset=40)))  # covered by the snapshot
+    record = parse_line(lines[0], "f", 1)
+    assert isinstance(record, Record) and record.snapshot_end == 42
+    decoded = decode_record(encode_record(record))
+    assert (decoded.snapshot_end, decoded.origin, decoded.offset) == (42, "t", 41)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(lines),
+            pa.array(["ev"] * len(lines)),
+            pa.array([0] * len(lines), pa.int32()),
+            pa.array(range(len(lines)), pa.int64()),
+            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
+        ],
+        names=["value", "topic", "partition", "offset", "timestamp"],
+    )
+    routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+    state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = process_bucket(0, 1, _ordered_rows(routed), state)
+    assert payload["quarantined"] == [] and state.counts.applied == len(snapshot)
+    assert state.cluster.snapshot_end_offset == 42
+    assert state.cluster.partition(TOPIC_ID, 0).isr == (0, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [None, [], "x", ["x"] * 7, ["log", 1, 2, 3, True, ["a", "b"], []], ["log", 1, 2, 3, True, None, [["x", 1]]]],
+)
+def test_a_damaged_dump_position_reads_on_as_a_fresh_dump(checkpoint: Any) -> None:
+    reader = DumpReader.restore(checkpoint)
+    assert reader.checkpoint() == DumpReader().checkpoint()

@@ -107,11 +107,55 @@ def test_kafka_reader_clear_errors_within_bound(kafka_server):
         missing.initialOffset()
     missing.stop()
     unreachable = KafkaStreamReader({"bootstrap.servers": "127.0.0.1:1", "topic": "t", "timeout.ms": "2000"})
-    with pytest.raises(SourceError, match="cannot reach Kafka"):
+    with pytest.raises(SourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:1 within 2s: .*; last connection error: "):
         unreachable.initialOffset()
     assert time.monotonic() - t0 < 20
     with pytest.raises(SourceError, match=r"bootstrap\.servers"):
         KafkaStreamReader({"topic": "t"})
+
+
+def test_kafka_reader_and_producer_over_sasl_ssl_and_their_connection_errors(
+    kafka_server, kafka_sasl_ssl, fresh_topic, tmp_path
+):
+    """The session broker's SASL_SSL listener (SCRAM-SHA-512, its own CA): the reader and `produce` work with the
+    right settings; a wrong password or a missing CA is a one-line error that names the cause, within the bound."""
+    from elrwatch.streaming.produce import produce_lines
+
+    topic = fresh_topic("src-sasl")
+    kafka_server.create_topic(topic, partitions=2)
+    opts = {
+        "bootstrap.servers": kafka_sasl_ssl.bootstrap,
+        "topic": topic,
+        "security.protocol": "SASL_SSL",
+        "ssl.cafile": kafka_sasl_ssl.cafile,
+        "sasl.mechanism": kafka_sasl_ssl.mechanism,
+        "sasl.username": kafka_sasl_ssl.username,
+        "sasl.password.file": kafka_sasl_ssl.password_file,
+        "timeout.ms": "3000",
+    }
+    assert produce_lines(opts, topic, [f"s{i}" for i in range(6)], out=None).sent == 6
+    reader = KafkaStreamReader(opts)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert sum(end[topic].values()) == 6
+    assert sorted(r[0] for r in _read_all(reader, start, end)) == [f"s{i}" for i in range(6)]
+    reader.stop()
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    started = time.monotonic()
+    for attempt in (lambda: KafkaStreamReader({**opts, "sasl.password.file": str(wrong)}).initialOffset(),
+                    lambda: produce_lines({**opts, "sasl.password.file": str(wrong)}, topic, ["x"], out=None)):
+        with pytest.raises(SourceError) as failure:
+            attempt()
+        message = str(failure.value)
+        assert message.startswith(f"cannot reach Kafka at {kafka_sasl_ssl.bootstrap} within 3s"), message
+        # kafka-python sees either the broker's answer or only the connection it then closes
+        assert "Authentication failed" in message or "rejected the credentials" in message, message
+        assert "not-the-password" not in message and kafka_sasl_ssl.password() not in message
+    without_ca = {k: v for k, v in opts.items() if k != "ssl.cafile"}
+    with pytest.raises(SourceError, match="CERTIFICATE_VERIFY_FAILED"):
+        KafkaStreamReader(without_ca).initialOffset()
+    assert time.monotonic() - started < 30
 
 
 def _pem(path, *kinds):

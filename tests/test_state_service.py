@@ -1,4 +1,4 @@
-"""State servers (streaming/state_service.py): same results as applying in the Spark worker, restart preload,
+"""State servers (streaming/local/state_service.py): same results as applying in the Spark worker, restart preload,
 a killed server restarted, Spark's hash partitioning reproduced."""
 
 from __future__ import annotations

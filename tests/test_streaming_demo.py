@@ -1,5 +1,5 @@
-"""`elrwatch demo`: noida-db, topic, API, simulator and job start, report where to look, stop cleanly (after
-``--duration``, or on Ctrl-C)."""
+"""`elrwatch demo`: a real 1-broker Kafka cluster (devtools/kafka_cluster.py), topic, API, simulator and job start,
+report where to look, stop cleanly (after ``--duration``, or on Ctrl-C) and leave no process behind."""
 
 from __future__ import annotations
 
@@ -18,10 +18,37 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+KAFKA_LINE = re.compile(r"Apache Kafka \S+ on 127\.0\.0\.1:(\d+) \(logs: (\S+)\)")
+
+
+def _kafka_processes(folder: str) -> list[int]:
+    """Live processes whose command line names the demo's Kafka folder (its controller and broker JVMs)."""
+    found = []
+    for proc in os.listdir("/proc"):
+        if proc.isdigit():
+            try:
+                with open(f"/proc/{proc}/cmdline", "rb") as fh:
+                    if folder.encode() in fh.read():
+                        found.append(int(proc))
+            except OSError:
+                pass
+    return found
+
+
+def _assert_kafka_stopped(err: str) -> None:
+    match = KAFKA_LINE.search(err)
+    assert match, err[-3000:]
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=2):
+        pass  # the broker was stopped
+    assert _kafka_processes(match.group(2)) == []
+
+
 def test_demo_runs_and_stops_cleanly(tmp_path):
-    from elrwatch.streaming.local_kafka import free_port
+    from elrwatch.devtools.kafka_cluster import free_port
+    from elrwatch.store import StatusStore
 
     api_port = free_port()
+    began_ms = time.time() * 1000
     done = subprocess.run(
         [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--duration", "15", "--workdir", str(tmp_path),
          "--metrics-port", "0", "--api-port", str(api_port), "--rate", "300"],
@@ -37,9 +64,14 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     )
     doc = json.loads(status.stdout)
     assert doc["counts"]["events"] > 0 and doc["partitions"]
-    kafka_port = int(re.search(r"\(noida-db\) on 127\.0\.0\.1:(\d+)", err).group(1))
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", kafka_port), timeout=2):
-        pass  # noida-db was stopped
+    # the events carry the time they were published (not the simulator's 2024 clock)
+    store = StatusStore(f"sqlite:///{tmp_path}/elrwatch.db")
+    try:
+        last_event_ms = store.get_meta()["lastEventTimeMs"]
+    finally:
+        store.dispose()
+    assert began_ms <= last_event_ms <= time.time() * 1000
+    _assert_kafka_stopped(err)
 
 
 def test_demo_stops_cleanly_on_ctrl_c():
@@ -68,6 +100,4 @@ def test_demo_stops_cleanly_on_ctrl_c():
     assert "elrwatch demo: stopped." in err and "Traceback" not in err, err[-3000:]
     workdir = re.search(r"workdir\s+: (\S+)", err).group(1)
     assert f"removed {workdir}" in err and not os.path.exists(workdir)  # its own temp dir, without --keep
-    kafka_port = int(re.search(r"\(noida-db\) on 127\.0\.0\.1:(\d+)", err).group(1))
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", kafka_port), timeout=2):
-        pass  # noida-db was stopped
+    _assert_kafka_stopped(err)

@@ -416,7 +416,8 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
     )
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
-    assert len(errors) == 1 and kafka_sasl_ssl.bootstrap in errors[0], done.stderr[-3000:]
+    assert len(errors) == 1 and f"cannot reach Kafka at {kafka_sasl_ssl.bootstrap}" in errors[0], done.stderr[-3000:]
+    assert "Authentication failed" in errors[0] or "rejected the credentials" in errors[0], errors[0]
     assert "Traceback" not in done.stderr and password not in done.stderr + done.stdout
     assert time.monotonic() - started < 90
 

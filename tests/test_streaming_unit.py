@@ -313,7 +313,7 @@ def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
         _run(fn, 0, routed.iloc[:0], state)
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"bucket 0: snapshot {tmp_path / name} referenced by")
-    wrapped = f"org.apache.spark.api.python.PythonException: Traceback...\n  File x\nelrwatch.streaming.snapshot_module.SnapshotError: {message}\n\tat org..."
+    wrapped = f"org.apache.spark.api.python.PythonException: Traceback...\n  File x\nelrwatch.streaming.snapshots.SnapshotError: {message}\n\tat org..."
     assert query._one_line(wrapped) == message
 
 

@@ -1,4 +1,4 @@
-"""Keeping the job's Python workers warm while the stream is idle (streaming/warm.py)."""
+"""Keeping the job's Python workers warm while the stream is idle (streaming/local/warm.py)."""
 
 from __future__ import annotations
 

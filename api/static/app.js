@@ -114,6 +114,8 @@ function renderSummary(s) {
     card("ELR (KIP-966)", s.elrEnabled === null || s.elrEnabled === undefined ? "?" : (s.elrEnabled ? "on" : "off"),
       s.elrEnabled ? "ok" : "warn"),
     card("Quarantined records", fmtInt((s.quarantined || {}).count || 0), (s.quarantined || {}).count ? "warn" : "ok"),
+    ...(s.derivedFrom ? [card("Data source", s.derivedFrom, "warn",
+      `not known in this mode: ${(s.unknownFacts || []).join(", ")}`)] : []),
   ];
   $("cards").replaceChildren(...cards);
 
