@@ -890,18 +890,25 @@ class DumpReader:
         self, line: str | bytes, source: str = "-", seq: int = 0, position: str | None = None
     ) -> Record | RecordError | Ignored | Skipped:
         """Parse one line (as `parse_line`) and place it in the dump: offsets, snapshot, log start."""
+        in_snapshot = self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP
         if isinstance(line, str):
             first = line[:1]
+            if first == "{" and not in_snapshot:
+                return parse_line(line, source, seq, position)  # an envelope: nothing to place
             if first in _HEADER_FIRST_CHARS:
                 self._header(line)
+                in_snapshot = self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP
             record_line = first == "|" or line.lstrip().startswith(("|", "payload:"))
         else:
             first = chr(line[0]) if line else ""
+            if first == "{" and not in_snapshot:
+                return parse_line(line, source, seq, position)
             if first in _HEADER_FIRST_CHARS:
                 self._header(bytes(line).decode("utf-8", "replace"))
+                in_snapshot = self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP
             record_line = first == "|" or bytes(line).lstrip().startswith((b"|", b"payload:"))
         parsed = parse_line(line, source, seq, position)
-        if record_line or self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP:
+        if record_line or in_snapshot:
             self._place(parsed)
         return parsed
 

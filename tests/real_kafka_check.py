@@ -379,21 +379,28 @@ class _ControllerChecker:
         has_trigger: bool,
         index: controller.ElrIndex,
     ) -> None:
-        """The last records of ``run`` are the trigger's; earlier ones are other operations of the same batch."""
+        """The last records of ``run`` are the trigger's; earlier ones are other operations of the same batch (an
+        ISR change the leader asked for just before a fence, say). The split is the first one where the model's
+        prediction, from the state after those other records, equals the rest; the others must then be explained
+        by another call site. Without such a split, the prediction from before the whole run is reported."""
         def firsts(window: list[tuple[Record, PartitionState | None]]) -> dict[Key, PartitionState]:
             out: dict[Key, PartitionState] = {}
             for record, before in window:
                 if before is not None:
                     out.setdefault(_key(record), before)
             return out
+
+        def plain(window: list[tuple[Record, PartitionState | None]]) -> list[tuple[Key, dict[str, Any]]]:
+            return [(_key(r), _plain(r.data)) for r, _ in window]
+
+        for split in range(len(run) + 1):
+            predicted = predict(trigger, self.cluster, firsts(run[split:]), index)
+            if _same(predicted, plain(run[split:])):
+                self._explain(run[:split], has_trigger)
+                self._verdict(trigger, predicted, plain(run[split:]))
+                return
         predicted = predict(trigger, self.cluster, firsts(run), index)
-        n = len(predicted)
-        if n < len(run):  # other operations first: predict again from the state after them
-            predicted = predict(trigger, self.cluster, firsts(run[len(run) - n:] if n else []), index)
-            n = len(predicted)
-        window = run[len(run) - n:] if 0 < n <= len(run) else ([] if n == 0 else run)
-        self._explain(run[: len(run) - len(window)], has_trigger)
-        self._verdict(trigger, predicted, [(_key(r), _plain(r.data)) for r, _ in window])
+        self._verdict(trigger, predicted, plain(run))
 
     def _verdict(
         self, trigger: Trigger, predicted: list[tuple[Key, dict[str, Any]]], actual: list[tuple[Key, dict[str, Any]]]

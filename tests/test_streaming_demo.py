@@ -101,3 +101,21 @@ def test_demo_stops_cleanly_on_ctrl_c():
     workdir = re.search(r"workdir\s+: (\S+)", err).group(1)
     assert f"removed {workdir}" in err and not os.path.exists(workdir)  # its own temp dir, without --keep
     _assert_kafka_stopped(err)
+
+
+def test_demo_stamps_events_with_the_time_they_are_published():
+    """The simulator's clock starts in 2024: the demo re-stamps each event when it publishes it (never backwards)."""
+    import orjson
+
+    from elrwatch.streaming.demo import stamped_now
+
+    lines = [b'{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":7,"timestamp":1732100000000}',
+             b"not json", b'{"type":"X","version":0,"data":{}}',
+             b'{"type":"UNFENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":8,"timestamp":1732100000001}']
+    clock = iter([1_800_000_000.0, 1_799_999_999.0])  # the wall clock steps back between the two events
+    out = list(stamped_now(lines, clock=lambda: next(clock)))
+    assert out[1:3] == lines[1:3]  # not an envelope with a timestamp: unchanged
+    first, second = orjson.loads(out[0]), orjson.loads(out[3])
+    assert (first["timestamp"], second["timestamp"]) == (1_800_000_000_000, 1_800_000_000_000)
+    assert {k: v for k, v in first.items() if k != "timestamp"} == {
+        k: v for k, v in orjson.loads(lines[0]).items() if k != "timestamp"}
