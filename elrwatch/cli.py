@@ -395,9 +395,11 @@ def produce(
         if create_topic and producing.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-            lines = producing.simulated_lines(
-                sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop
-            )
+            try:  # developer tooling, imported only with --simulate
+                from elrwatch.devtools.eventgen import simulated_lines
+            except ImportError as exc:
+                _fail(f"--simulate needs elrwatch's developer tools (a source checkout): {exc}")
+            lines = simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop)
         elif file == "-":
             lines = iter(sys.stdin.buffer)
         else:

@@ -48,7 +48,7 @@ def _simulated(workdir: str, records: int) -> Iterator[bytes]:
         with open(out, "rb") as fh:
             yield from fh
         return
-    from elrwatch.streaming.produce import simulated_lines
+    from elrwatch.devtools.eventgen import simulated_lines
 
     yield from simulated_lines(5, 40, 6, steps=10, churn=200, seed=42, loop=True)
 

@@ -13,10 +13,10 @@ from multiprocessing.connection import Client
 import pytest
 from test_streaming_unit import _routed
 
+from elrwatch.devtools.eventgen import scenario
 from elrwatch.streaming import bucket as bucket_module
 from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import snapshots as snapshot_module
-from elrwatch.streaming.eventgen import scenario
 from elrwatch.streaming.local.state_service import StateService, last_row_path
 from elrwatch.streaming.route import group_keys, lane_of, spark_hash_int
 

@@ -12,6 +12,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from elrwatch.devtools.eventgen import scenario
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.gauges import PipelineCounts, as_samples
 from elrwatch.state.gauges import key as gauge_key
@@ -22,7 +23,6 @@ from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import query, route, sink
 from elrwatch.streaming import snapshots as snapshot_module
 from elrwatch.streaming.config import STATE_MODES, JobConfig, parse_trigger
-from elrwatch.streaming.eventgen import scenario
 from elrwatch.streaming.local import accelerators
 from elrwatch.streaming.local.tuning import LocalTuning
 
