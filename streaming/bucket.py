@@ -19,7 +19,7 @@ import os
 import pickle
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,7 +280,9 @@ def save_bucket(
     return bs.to_blob()
 
 
-def make_state_function(settings: StateSettings, service: Any = None, keys: list[int] | None = None):
+def make_state_function(
+    settings: StateSettings, service: Any = None, keys: list[int] | None = None
+) -> Callable[[tuple, Iterator[Any], Any], Iterator[Any]]:
     """The applyInPandasWithState function (closure over the job's settings).
 
     ``service``: a `state_service.ServiceClient` when the buckets live in the job's state servers (local mode):
