@@ -42,9 +42,10 @@ RESOURCE_BROKER = 4
 UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 UNKNOWN_TOPIC_OR_PARTITION = 3
-#: DescribeConfigs sources that mean "set on this resource" (DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG).
+#: DescribeConfigs sources (DescribeConfigsResponse.ConfigSource) that mean "set on this resource": TOPIC_CONFIG (1)
+#: and DYNAMIC_DEFAULT_BROKER_CONFIG (3, the cluster-wide default; 4 is STATIC_BROKER_CONFIG, a node's file).
 CONFIG_SOURCE_TOPIC = 1
-CONFIG_SOURCE_CLUSTER_DEFAULT = 4
+CONFIG_SOURCE_CLUSTER_DEFAULT = 3
 
 
 class PollError(Exception):

@@ -88,8 +88,8 @@ POLLED_UNKNOWN: Final = (
 )
 
 #: How many of the most recent metadata offsets the state remembers the applied content of (conflict detection):
-#: a ring of this many slots, each an offset and a reference to the applied record's (type, version, data).
-#: About 0.2-1 KB a slot (the data dicts), so <= ~8 MB for a state, whatever the number of partitions.
+#: a ring of this many slots, each an offset and a reference to the applied `Record` (its type, version and data
+#: are compared). About 0.3-1 KB a slot (the record and its data), so <= ~8 MB a state, whatever the cluster size.
 RECENT_OFFSETS = 8192
 
 
@@ -250,10 +250,10 @@ class ClusterState:
         self.violation_counts: Counter[str] = Counter()
         #: The end offset of the snapshot the state was loaded from (None: none); log records below it are covered.
         self.snapshot_end_offset: int | None = None
-        # The ring of RECENT_OFFSETS slots (allocated at the first record with an offset): offset, and the applied
-        # record's (type, version, data) at that offset; -1 / None for an empty slot.
+        # The ring of RECENT_OFFSETS slots (allocated at the first record with an offset): offset, and the record
+        # applied at that offset; -1 / None for an empty slot.
         self.recent_offsets: list[int] = []
-        self.recent_records: list[tuple[str, int, dict[str, Any]] | None] = []
+        self.recent_records: list[Record | None] = []
         #: Where the records came from when not from Kafka's log itself: "admin-poll" once any record derived by
         #: `elrwatch bridge --source admin` was applied (then `POLLED_UNKNOWN` cannot be known), else None.
         self.derived_from: str | None = None
@@ -415,7 +415,12 @@ class ClusterState:
             applied_offset = offset
             if self.recent_offsets[slot] == offset:
                 applied = self.recent_records[slot]
-                if applied is not None and applied == (record.type, record.version, record.data):
+                if (
+                    applied is not None
+                    and applied.type == record.type
+                    and applied.version == record.version
+                    and applied.data == record.data
+                ):
                     return Outcome.DUPLICATE
                 return self._quarantine(record, self._offset_conflict(record, applied))
         result = _HANDLERS[record.type](self, record)
@@ -423,7 +428,7 @@ class ClusterState:
             return self._quarantine(record, result)
         if slot >= 0 and result is Outcome.APPLIED:
             self.recent_offsets[slot] = applied_offset
-            self.recent_records[slot] = (record.type, record.version, record.data)
+            self.recent_records[slot] = record
         return result
 
     def _quarantine(self, record: Record, error: RecordError) -> Outcome:
@@ -432,7 +437,7 @@ class ClusterState:
             self._quarantined.append(error)
         return Outcome.QUARANTINED
 
-    def _offset_conflict(self, record: Record, applied: tuple[str, int, dict[str, Any]] | None) -> RecordError:
+    def _offset_conflict(self, record: Record, applied: Record | None) -> RecordError:
         """A record whose offset was applied with other content: the log diverged (both versions reported)."""
         error = self._error(
             record,
@@ -443,9 +448,7 @@ class ClusterState:
             "hold records of the abandoned branch",
         )
         if applied is not None:
-            type_name, version, data = applied
-            envelope = Record(type_name, version, data, offset=record.offset).envelope()
-            error.applied = orjson.dumps(envelope).decode()
+            error.applied = orjson.dumps(applied.envelope()).decode()
         return error
 
     def _reports(self, record: Record) -> bool:

@@ -778,6 +778,8 @@ class DumpReader:
 
     def __init__(self) -> None:
         self.section = SECTION_NONE
+        #: Not inside a snapshot: an envelope line needs no placing (`parse`'s and the replay's fast path).
+        self.plain = True
         self.snapshot_end: int | None = None  # the end offset of the snapshot being read
         self.snapshots: list[tuple[int, int]] = []  # (end offset, epoch) of every snapshot read
         self.gap: tuple[int, int] | None = None
@@ -789,25 +791,22 @@ class DumpReader:
         self, line: str | bytes, source: str = "-", seq: int = 0, position: str | None = None
     ) -> Record | RecordError | Ignored | Skipped:
         """Parse one line (as `parse_line`) and place it in the dump: offsets, snapshot, log start."""
-        in_snapshot = self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP
         if isinstance(line, str):
             first = line[:1]
-            if first == "{" and not in_snapshot:
-                return parse_line(line, source, seq, position)  # an envelope: nothing to place
+            if first == "{" and self.plain:
+                return parse_line(line, source, seq, position)  # an envelope: nothing to place (the hot path)
             if first in _HEADER_FIRST_CHARS:
                 self._header(line)
-                in_snapshot = self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP
             record_line = first == "|" or line.lstrip().startswith(("|", "payload:"))
         else:
-            first = chr(line[0]) if line else ""
-            if first == "{" and not in_snapshot:
+            head = bytes(line[:1])
+            if head == b"{" and self.plain:
                 return parse_line(line, source, seq, position)
-            if first in _HEADER_FIRST_CHARS:
+            if head and head in b"bLSKD":
                 self._header(bytes(line).decode("utf-8", "replace"))
-                in_snapshot = self.section == SECTION_SNAPSHOT or self.section == SECTION_BOOTSTRAP
-            record_line = first == "|" or bytes(line).lstrip().startswith((b"|", b"payload:"))
+            record_line = head == b"|" or bytes(line).lstrip().startswith((b"|", b"payload:"))
         parsed = parse_line(line, source, seq, position)
-        if record_line or in_snapshot:
+        if record_line or not self.plain:
             self._place(parsed)
         return parsed
 
@@ -819,7 +818,7 @@ class DumpReader:
         return [self.section, self.snapshot_end, self._next, self._last, self._seen_log, gap, snapshots]
 
     @classmethod
-    def restore(cls, values: list[Any] | None) -> DumpReader:
+    def restore(cls, values: object) -> DumpReader:
         """A reader at a `checkpoint` (a fresh one for None or a malformed checkpoint)."""
         try:
             return cls._restored(values)
@@ -827,12 +826,13 @@ class DumpReader:
             return cls()
 
     @classmethod
-    def _restored(cls, values: list[Any] | None) -> DumpReader:
+    def _restored(cls, values: object) -> DumpReader:
         reader = cls()
         if not isinstance(values, list) or len(values) != 7:
             return reader
         section, snapshot_end, following, last, seen_log, gap, snapshots = values
         reader.section = section if section in _SECTIONS else SECTION_NONE
+        reader.plain = reader.section != SECTION_SNAPSHOT and reader.section != SECTION_BOOTSTRAP
         reader.snapshot_end = snapshot_end if type(snapshot_end) is int else None
         reader._next = following if type(following) is int else None
         reader._last = last if type(last) is int else None
@@ -895,15 +895,18 @@ class DumpReader:
         match = _SNAPSHOT_HEADER.match(text)
         if match:
             self.section = SECTION_SNAPSHOT
+            self.plain = False
             self.snapshot_end = int(match.group(1))
             self.snapshots.append((self.snapshot_end, int(match.group(2))))
             return
         if text.startswith("KRaft bootstrap snapshot"):
             self.section = SECTION_BOOTSTRAP
+            self.plain = False
             self.snapshot_end = None
 
     def _start_log(self, offset: int) -> None:
         self.section = SECTION_LOG
+        self.plain = True
         self.snapshot_end = None
         if not self._seen_log:
             self._seen_log = True

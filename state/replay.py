@@ -3,7 +3,8 @@
 The lines go through one `DumpReader` for the whole input (several files are read as one stream, in order), so
 DumpLogSegments output works as Kafka prints it: a snapshot's dump first, then the dumps of the segments after it
 (their records below the snapshot's end offset are covered and counted, not applied), with or without
-``--skip-record-metadata``. An input that starts past offset 0 without a snapshot is partial (`PartialInput`).
+``--skip-record-metadata``. An input whose log starts past offset 0 without a snapshot, or past the end of the
+snapshot before it, is partial (`PartialInput`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, BinaryIO
 
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts
-from elrwatch.state.records import DumpReader, Ignored, Record, RecordError, Skipped
+from elrwatch.state.records import DumpReader, Ignored, Record, RecordError, Skipped, parse_envelope
 from elrwatch.state.report import build_document, load_advice
 
 GC_FREEZE_EVERY = 100_000
@@ -134,6 +135,8 @@ class Replayer:
         """Parse and apply one input line; returns the outcome (None for ignored and skipped lines, and for the
         records of a partial input about what it never saw created)."""
         reader = self.reader
+        if reader.plain and type(line) is bytes and line[:1] == b"{":  # the hot path: an envelope, nothing to place
+            return self.feed_parsed(parse_envelope(line, source=source, seq=seq, position=position))
         parsed = reader.parse(line, source, seq, position)
         if self.partial is None and reader.gap is not None:
             self.partial = PartialInput(reader.gap[1], reader.gap[0])
@@ -153,7 +156,7 @@ class Replayer:
             outcome = self.cluster.apply(parsed, snapshot_end)
             if outcome is Outcome.APPLIED:
                 counts.applied += 1
-                if snapshot_end is not None:
+                if snapshot_end is not None or parsed.snapshot_end is not None:
                     self.snapshot_records += 1
             elif outcome is Outcome.DUPLICATE:
                 counts.duplicates += 1
@@ -213,8 +216,12 @@ class Replayer:
         """The report document of the current state (DESIGN.md §5), with what the input itself was: ``snapshot``
         when it began with a snapshot, ``partial`` when it starts past offset 0 without one (both only then)."""
         document = build_document(self.cluster, self.counts, self.quarantined, load_advice() if advice else None)
-        if self.reader.snapshots:
-            end, epoch = self.reader.snapshots[-1]
+        if self.reader.snapshots or self.cluster.snapshot_end_offset is not None:
+            # a dump's snapshot header, else the end offset of the snapshot envelopes ("snapshotEnd") applied
+            end: int | None = self.cluster.snapshot_end_offset
+            epoch: int | None = None
+            if self.reader.snapshots:
+                end, epoch = self.reader.snapshots[-1]
             document["snapshot"] = {
                 "endOffset": end,
                 "epoch": epoch,

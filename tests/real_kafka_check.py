@@ -19,6 +19,10 @@ saved fixtures (tests/test_real_kafka_golden.py):
   election, a reassignment) must be explained by one of the model's other call sites, and every
   ``min.insync.replicas`` ConfigRecord must come with the ClearElrRecord the model predicts.
 
+And the core's advice (``state/advice.py``): at every re-registration, the leader its outlook
+(``whenBrokerReturns``, or ``ifUncleanRestart`` for an unclean return) foresees for each leaderless partition of the
+broker must be the partition's leader once Kafka has unfenced the broker (:attr:`ControllerReport.return_checks`).
+
 Clean or unclean re-registration: the log does not carry the broker's ``previousBrokerEpoch``; a broker whose
 previous incarnation had entered controlled shutdown (SIGTERM with ``controlled.shutdown.enable``) is taken as a
 clean shutdown, any other (kill -9) as unclean. That is exactly what the harness does to brokers.
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elrwatch.state import controller
-from elrwatch.state.advice import topic_context
+from elrwatch.state.advice import outlook, topic_context
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.model import BrokerState, PartitionState
 from elrwatch.state.records import Record, parse_line
@@ -161,6 +165,8 @@ class ControllerReport:
     config_checks: int = 0
     #: Triggers whose records held one partition twice (Kafka's stale ELR index, controller.ElrIndex).
     duplicate_elr_passes: int = 0
+    #: Leaderless partitions whose leader after a broker's return the advice foresaw (and Kafka agreed).
+    return_checks: int = 0
     mismatches: list[str] = field(default_factory=list)
 
     @property
@@ -301,6 +307,8 @@ class _ControllerChecker:
         self.cluster = self.replayer.cluster
         self.report = ControllerReport()
         self.elr_index = controller.ElrIndex()
+        #: Brokers re-registered and not yet unfenced: the trigger and the leaders the advice expects.
+        self.returning: dict[int, tuple[Trigger, dict[Key, int]]] = {}
         #: In the bootstrap batch (its ConfigRecords are the format's, written without a ClearElrRecord).
         self.bootstrap = False
 
@@ -322,6 +330,12 @@ class _ControllerChecker:
     def batch(self, records: list[Record]) -> None:
         cluster = self.cluster
         has_trigger = any(_trigger(r, cluster) is not None for r in records)
+        self._expect_returns(records)
+        self._batch(records, has_trigger)
+        self._check_returns(records)
+
+    def _batch(self, records: list[Record], has_trigger: bool) -> None:
+        cluster = self.cluster
         pending: list[tuple[Record, PartitionState | None]] = []  # PCRs not (yet) attributed to a trigger
         index_before = self.elr_index
         claiming: tuple[Trigger, list[tuple[Key, dict[str, Any]]]] | None = None
@@ -401,6 +415,46 @@ class _ControllerChecker:
                 return
         predicted = predict(trigger, self.cluster, firsts(run), index)
         self._verdict(trigger, predicted, plain(run))
+
+    def _expect_returns(self, records: list[Record]) -> None:
+        """At a re-registration: what the core's advice (``outlook.whenBrokerReturns``) says each leaderless
+        partition with the broker as a replica will have as leader once it is back (clean or unclean return)."""
+        for record in records:
+            if record.type == "BROKER_REGISTRATION_CHANGE_RECORD" and record.data.get("fenced", 0) != 0:
+                # another broker's fencing state changes while one is returning: the outlook assumed it did not
+                for returning in list(self.returning):
+                    if returning != record.data["brokerId"]:
+                        del self.returning[returning]
+            trigger = _trigger(record, self.cluster)
+            if trigger is None or trigger.kind != "register":
+                continue
+            expected: dict[Key, int] = {}
+            for topic, p in self.cluster.iter_partitions():
+                if p.leader != -1 or trigger.broker not in p.replicas:
+                    continue
+                look = outlook(p, self.cluster.brokers, topic_context(self.cluster, topic), self.cluster.is_active)
+                entry = next(e for e in look["whenBrokerReturns"] if e["broker"] == trigger.broker)
+                expected[(topic.topic_id, p.partition_id)] = (entry if trigger.clean else entry["ifUncleanRestart"])[
+                    "elects"]
+            self.returning[trigger.broker] = (trigger, expected)
+
+    def _check_returns(self, records: list[Record]) -> None:
+        """After the returning broker's unfence: each partition's leader is the one the advice foresaw."""
+        for record in records:
+            if record.type != "BROKER_REGISTRATION_CHANGE_RECORD" or record.data.get("fenced", 0) != -1:
+                continue
+            pending = self.returning.pop(record.data["brokerId"], None)
+            if pending is None:
+                continue
+            trigger, expected = pending
+            self.report.return_checks += len(expected)
+            for key, elects in expected.items():
+                p = self.cluster.partition(*key)
+                if p is not None and p.leader != elects:
+                    self.report.mismatches.append(
+                        f"advice: broker {trigger.broker} returning ({'clean' if trigger.clean else 'unclean'}, "
+                        f"registered at offset {trigger.offset}) was to make {key[0][:6]}-{key[1]} elect {elects}; "
+                        f"Kafka's leader after its unfence at offset {record.offset} is {p.leader}")
 
     def _verdict(
         self, trigger: Trigger, predicted: list[tuple[Key, dict[str, Any]]], actual: list[tuple[Key, dict[str, Any]]]

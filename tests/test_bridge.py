@@ -593,3 +593,38 @@ def test_tail_resumes_from_a_snapshot_when_its_segments_were_deleted(tmp_path: P
     key = lambda s: [(t.name, p.partition_id, p.leader, p.isr, p.elr, p.last_known_elr)  # noqa: E731
                      for t, p in s.iter_partitions()]
     assert not quarantined and key(state) == key(whole) and not metrics.counts
+
+
+def test_kafka_reader_keeps_only_configs_set_on_the_resource() -> None:
+    """DescribeConfigs answers every key with its source: only TOPIC_CONFIG (1) on a topic and
+    DYNAMIC_DEFAULT_BROKER_CONFIG (3) on the cluster default count (not a node's file, 4, nor Kafka's default, 5)."""
+    import asyncio
+    from types import SimpleNamespace as NS
+
+    from elrwatch.bridge.admin import KafkaClusterReader
+
+    def entry(name: str, value: str, source: int) -> NS:
+        return NS(name=name, value=value, config_source=source)
+
+    answers = {
+        (4, ""): [entry("min.insync.replicas", "2", 3), entry("unclean.leader.election.enable", "false", 5)],
+        (2, "a"): [entry("min.insync.replicas", "3", 1), entry("unclean.leader.election.enable", "true", 3)],
+        (2, "b"): [entry("min.insync.replicas", "2", 4)],
+    }
+    sent: list[Any] = []
+
+    class Manager:
+        async def send(self, request: Any) -> Any:
+            sent.append(request)
+            return NS(results=[NS(resource_type=rt, resource_name=name, error_code=0, configs=answers[(rt, name)])
+                               for rt, name, _keys in request.resources])
+
+        def run(self, fn: Any) -> Any:
+            return asyncio.run(fn())
+
+    reader = KafkaClusterReader({"bootstrap_servers": ["x:1"]}, config_batch=2)
+    reader._admin = NS(_manager=Manager())
+    got = reader.configs(["a", "b"])
+    assert got == {(4, ""): (0, {"min.insync.replicas": "2"}), (2, "a"): (0, {"min.insync.replicas": "3"}),
+                   (2, "b"): (0, {})}
+    assert len(sent) == 2  # batched

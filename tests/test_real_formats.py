@@ -509,3 +509,16 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
 def test_a_damaged_dump_position_reads_on_as_a_fresh_dump(checkpoint: Any) -> None:
     reader = DumpReader.restore(checkpoint)
     assert reader.checkpoint() == DumpReader().checkpoint()
+
+
+def test_snapshot_envelopes_replay_like_the_snapshot_dump() -> None:
+    """``snapshotEnd`` envelopes (elrwatch bridge, the files source) and the dump they come from replay alike."""
+    reader = DumpReader()
+    lines = [reader.self_contained(t) for t in Path(fixture("snapshot.dump")).read_text().splitlines()]
+    lines += Path(fixture("segments.dump")).read_text().splitlines()
+    from_envelopes = replay_lines(lines).document(advice=False)
+    from_dump = replay_file([fixture("snapshot.dump"), fixture("segments.dump")]).document(advice=False)
+    assert without_positions(from_envelopes) == without_positions(from_dump)
+    assert from_envelopes["snapshot"]["endOffset"] == SNAPSHOT_END
+    assert from_envelopes["snapshot"]["records"] == from_dump["snapshot"]["records"]
+    assert from_envelopes["snapshot"]["coveredLogRecords"] == from_dump["snapshot"]["coveredLogRecords"]

@@ -8,7 +8,8 @@ metadata log with Kafka's DumpLogSegments, replays it through elrwatch and asser
 * every partition's leader, leader epoch, replicas, ISR, ELR and LastKnownELR equal DescribeTopicPartitions';
 * every broker's fenced state equals DescribeCluster v2's;
 * the controller model predicts exactly the PartitionChangeRecords Kafka wrote for every fence, unfence,
-  controlled shutdown and re-registration, and explains every other one.
+  controlled shutdown and re-registration, and explains every other one;
+* the advice's outlook of every returning broker names the leader Kafka elected once it was back.
 
 The scenario's last dump and every checkpoint's answers are saved under tests/data/real-kafka/<scenario>/ when
 ``ELRWATCH_REGEN_REAL_KAFKA=1`` (tests/test_real_kafka_golden.py replays them without a JVM).
@@ -356,6 +357,27 @@ def test_last_isr_member_controlled_shutdown(scenario: Scenario) -> None:
     doc = scenario.checkpoint("broker-2-back-clean")
     p = next(p for p in doc["partitions"] if p["topic"] == topic)
     assert p["leader"] == 2 and p["isr"] == [2] and p["elr"] == [1] and p["leaderRecoveryState"] == 0, p
+
+
+def test_unclean_enabled_topic(scenario: Scenario) -> None:
+    """unclean.leader.election.enable=true on a topic whose replicas all died: the first one back after kill -9
+    leaves the ELR at registration and is elected uncleanly (RECOVERING) as soon as it is unfenced."""
+    c = scenario.cluster
+    topic = scenario.topic("unclean-on")
+    c.create_topic(topic, replica_assignment={0: [1, 2], 1: [2, 1]})
+    c.set_topic_config(topic, "unclean.leader.election.enable", "true")
+    c.kill_broker(2)
+    wait_fenced(c, 2)
+    c.kill_broker(1)
+    wait_fenced(c, 1)
+    doc = scenario.checkpoint("leaderless")
+    assert all(p["leader"] == -1 and set(p["elr"]) == {1, 2} for p in doc["partitions"] if p["topic"] == topic)
+    c.start_broker(2)
+    for partition in (0, 1):
+        wait_partition(c, topic, partition, "led by 2", lambda d: d["leader"] == 2)
+    doc = scenario.checkpoint("broker-2-back-unclean")
+    for p in (p for p in doc["partitions"] if p["topic"] == topic):
+        assert p["leader"] == 2 and p["isr"] == [2] and p["elr"] == [] and p["lastKnownElr"] == [], p
 
 
 def test_stale_elr_index_after_min_isr_change(scenario: Scenario) -> None:

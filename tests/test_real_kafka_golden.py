@@ -47,7 +47,8 @@ def load(scenario: str) -> tuple[str, dict[str, Any]]:
 def test_every_conformance_scenario_has_a_fixture() -> None:
     expected = {"one_broker_killed", "killed_until_leaderless", "elr_member_unclean_restart",
                 "last_replica_standing_returns", "min_isr_raised_and_lowered", "unclean_election_admin",
-                "reassignment", "controlled_shutdown"}
+                "reassignment", "controlled_shutdown", "paused_broker", "last_isr_member_controlled_shutdown",
+                "stale_elr_index_after_min_isr_change", "unclean_enabled_topic"}
     assert expected <= set(SCENARIOS)
 
 
@@ -88,10 +89,12 @@ def test_controller_model_predicts_every_record_kafka_wrote(scenario: str) -> No
 def test_the_fixtures_cover_every_trigger_and_the_stale_elr_index() -> None:
     """Across the fixtures: fences, unfence elections, controlled shutdown and re-registrations with records, clean
     and unclean re-registrations, other records explained as AlterPartition, reassignment and admin unclean election, and the
-    duplicate ELR pass of Kafka's stale broker → ELR index (controller.ElrIndex)."""
+    duplicate ELR pass of Kafka's stale broker → ELR index (controller.ElrIndex); and the advice's outlook of
+    returning brokers checked against Kafka's elections."""
     kinds: set[str] = set()
     explained: set[str] = set()
     duplicate = False
+    returns = 0
     registrations: set[bool] = set()
     for scenario in SCENARIOS:
         report = check_controller(load(scenario)[0], scenario)
@@ -102,7 +105,9 @@ def test_the_fixtures_cover_every_trigger_and_the_stale_elr_index() -> None:
                 registrations.add(check.trigger.clean)
         explained |= set(report.explained)
         duplicate |= report.duplicate_elr_passes > 0
+        returns += report.return_checks
     assert {"fence", "unfence", "controlled_shutdown", "register"} <= kinds
     assert registrations == {True, False}
     assert {"alter_partition", "reassign", "elect_unclean"} <= explained
     assert duplicate
+    assert returns > 0
