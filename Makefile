@@ -11,7 +11,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 	demo bench clean
 
 help:
-	@echo "make demo   - run elrwatch on embedded defaults (a real 1-broker Kafka, simulator, Spark job, API)"
+	@echo "make demo   - run elrwatch against a real 3-broker Kafka with a fault injector (bridge, Spark job, API)"
 	@echo "make test   - install what tests need (pip, apt, pinned helm) and run every test"
 	@echo "make bench  - run the benchmarks in bench/ and print their figures"
 	@echo "make compiled - build the mypyc-compiled core into build/compiled (see setup.py)"
@@ -122,7 +122,7 @@ test-helm: install
 test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
-# The demo's event topic lives on a real 1-broker Kafka cluster (devtools/kafka_cluster.py): Kafka's jars first.
+# The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.
 demo: install-python kafka-jars
 	$(PYTHON) -m elrwatch.cli demo
 

@@ -112,9 +112,10 @@ class MetadataLogTail:
 
     # -- public ------------------------------------------------------------------------------------------------------
 
-    def poll(self, max_bytes: int = 64 << 20) -> list[TailRecord]:
-        """The records to publish now (possibly none). Never raises on bad data; a missing directory raises
-        FileNotFoundError (the runner counts it and retries)."""
+    def poll(self, max_bytes: int = 8 << 20) -> list[TailRecord]:
+        """The records to publish now (possibly none): at most ``max_bytes`` of segments a call (~80k records, so
+        that one publish and its pending copy in the state file stay bounded; a snapshot is read whole). Never
+        raises on bad data; a missing directory raises FileNotFoundError (the runner counts it and retries)."""
         segs = segments(self.log_dir)
         out: list[TailRecord] = []
         st = self.state

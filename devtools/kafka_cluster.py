@@ -693,6 +693,20 @@ class KafkaCluster:
         result = self._admin_call(alter, f"IncrementalAlterConfigs {resource_type} {name!r} {key}")
         _raise_config_errors(result, f"{resource_type} {name!r} {key}={value}")
 
+    def unregister_broker(self, broker_id: int, timeout: float = 60.0) -> None:
+        """UnregisterBroker (``kafka-cluster.sh unregister``, Kafka's ClusterTool: kafka-python has no such call):
+        the controller drops the broker's registration. Meant for a broker that is down."""
+        live = [f"127.0.0.1:{n.port}" for n in self.brokers.values() if n.running and not n.stopped]
+        if not live:
+            raise ClusterError("no broker is running")
+        proc = subprocess.run(
+            self._java_cmd("org.apache.kafka.tools.ClusterTool", "unregister", "--bootstrap-server", ",".join(live),
+                           "--id", str(broker_id)),
+            capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise ClusterError(f"unregistering broker {broker_id} failed (exit {proc.returncode}):\n"
+                               f"{(proc.stderr or proc.stdout)[-2000:]}")
+
     def elect_leaders(self, topic: str, partitions: list[int], *, unclean: bool) -> Any:
         """An unclean (``unclean=True``) or preferred leader election through the admin API."""
         return self._admin_call(lambda a: a.elect_leaders(1 if unclean else 0, {topic: partitions}),

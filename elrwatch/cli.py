@@ -565,18 +565,29 @@ def demo(
     workdir: Annotated[str | None, _opt("--workdir", "Where store and checkpoint go (default: a temp dir).")] = None,
     metrics_port: Annotated[int, _opt("--metrics-port", "Prometheus port of the job.", min=0)] = 9464,
     api_port: Annotated[int, _opt("--api-port", "Port of the REST API (0 = no API).", min=0)] = 8080,
-    rate: Annotated[float, _opt("--rate", "Simulated events per second.", min=1)] = 200.0,
+    rate: Annotated[float, _opt("--rate", "--simulated: simulated events per second.", min=1)] = 200.0,
     keep: Annotated[
         bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
     ] = False,
+    simulated: Annotated[
+        bool, _opt("--simulated/--real", "Simulator events (with faults) instead of a real 3-broker cluster.")
+    ] = False,
+    faults: Annotated[
+        bool, _opt("--faults/--no-faults", "Real cluster: kill and restart its brokers on a schedule.")
+    ] = True,
+    seed: Annotated[int, _opt("--seed", "Real cluster: seed of the fault injector's choice of brokers.")] = 7,
 ) -> None:
-    """Local demo: a 1-broker Apache Kafka (make kafka-jars), the topic, the job, a simulator with faults, the API;
-    Ctrl-C stops everything."""
+    """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
+    brokers, ELR on, min.insync.replicas=2), `elrwatch bridge --source metadata-log` on the controller's
+    __cluster_metadata-0, a fault injector killing and restarting brokers, the job and the API, the event topic on a
+    1-broker cluster of its own. --simulated: the simulator's events with faults instead of the 3-broker cluster.
+    Prints where to look; Ctrl-C stops everything."""
     from elrwatch.streaming.demo import DemoError, run_demo
 
     try:
         run_demo(
-            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep
+            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep,
+            simulated=simulated, faults=faults, seed=seed,
         )
     except DemoError as exc:
         _fail(str(exc), code=1)

@@ -183,8 +183,16 @@ def outlook(
         if is_active(broker_id):
             continue
         entry = {"broker": broker_id, "state": _broker_state_name(brokers, broker_id)}
-        entry.update(_election(controller.elect_leader(p, _Live(is_active, include=broker_id), ctx, election=election)))
-        entry["ifUncleanRestart"] = _unclean_return(p, broker_id, brokers, ctx, is_active)
+        unclean = _unclean_return(p, broker_id, brokers, ctx, is_active)
+        if entry["state"] == "unregistered":
+            # Kafka handles the registration of a broker it has no registration for (after UnregisterBroker) as
+            # an unclean shutdown whatever the broker did (CCM.registerBroker: no stored epoch to match)
+            entry.update(unclean)
+        else:
+            entry.update(
+                _election(controller.elect_leader(p, _Live(is_active, include=broker_id), ctx, election=election))
+            )
+        entry["ifUncleanRestart"] = unclean
         returns.append(entry)
     result["whenBrokerReturns"] = returns
     if now.leader != NO_LEADER:

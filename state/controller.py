@@ -571,6 +571,9 @@ def register(
 ) -> Decision:
     """A new incarnation registers (CCM.registerBroker → RCM.handleBrokerShutdown).
 
+    ``clean_shutdown`` is Kafka's ``previousBrokerEpoch == stored epoch``: a broker without a current registration
+    (its first start, or after UnregisterBroker) has no stored epoch, so its registration is always unclean (seen on
+    a real Kafka 4.4 controller: the re-registration of an unregistered ELR member removed it from the ELR).
     Clean (or ELR off): like fencing. Unclean with ELR on: remove the broker from the ISR, and separately from
     the ELR, as ``uncleanShutdownReplicas``. ``elr_passes``: how often Kafka's broker → ELR index lists this
     partition for the broker (:class:`ElrIndex`; default: once if the broker is in the ELR, else never).

@@ -1,14 +1,25 @@
 """`elrwatch demo` / `make demo`: everything on one machine, on embedded defaults.
 
-1. a real Apache Kafka KRaft cluster (one controller, one broker) on free loopback ports, from the jars that
-   ``make kafka-jars`` fetches: developer tooling (``elrwatch.devtools.kafka_cluster``), imported only here;
-2. the event topic;
-3. the REST API (`elrwatch api`) over the status store, in a subprocess;
-4. a producer thread publishing simulator records with faults (`elrwatch simulate --faults`, or the built-in
-   generator if the simulator is missing) at ``rate`` events/s, each stamped with the time it is published (the
-   simulator's own clock starts in 2024, which the status page would show as "last event 700 d ago");
-5. the streaming job in the foreground (Spark local mode).
-Prints where to look; Ctrl-C (or ``duration``) stops everything and cleans up.
+Default (a real cluster), from the jars ``make kafka-jars`` fetches (developer tooling ``elrwatch.devtools``,
+imported only here):
+
+1. the **watched cluster**: a real Apache Kafka KRaft cluster of one controller and three brokers on loopback
+   ports, ELR on, ``min.insync.replicas=2``, topics with RF 3 and RF 2 (so that ELR and leaderless partitions
+   appear);
+2. the **event-topic broker**: a 1-broker cluster of its own holding the event topic (in production the monitor's
+   pipeline must not go down with the cluster it watches; here the injector kills the watched brokers);
+3. ``elrwatch bridge --source metadata-log`` on the controller's ``__cluster_metadata-0``: Kafka's exact records
+   with their real offsets and CreateTimes, every transition (an admin poll sees only the net change between two
+   polls and no broker or partition epochs);
+4. the REST API (`elrwatch api`) over the status store, in a subprocess;
+5. the streaming job in the foreground (Spark local mode), then the **fault injector**
+   (``devtools/fault_injector.py``) killing and restarting the watched brokers on a schedule.
+
+``simulated``: the event-topic broker only, and a producer thread publishing simulator records with faults
+(`elrwatch simulate --faults`, or the built-in generator) at ``rate`` events/s, each stamped with the time it is
+published (the simulator's own clock starts in 2024, which the status page would show as "last event 700 d ago").
+
+Prints where to look; Ctrl-C (or ``duration``) stops everything (the JVMs included) and removes the work dir.
 """
 
 from __future__ import annotations
@@ -22,10 +33,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import orjson
 
 TOPIC = "elrwatch-metadata"
+#: The watched cluster's topics: (name, create_topic keyword arguments). The cluster default min ISR is 2.
+WATCHED_TOPICS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("orders", {"partitions": 6, "replication_factor": 3}),  # RF 3, min ISR 2: ELR when two replicas go
+    ("payments", {"replica_assignment": {0: [1, 2], 1: [2, 3], 2: [3, 1]}}),  # RF 2: leaderless when both go
+    ("clicks", {"partitions": 3, "replication_factor": 3, "configs": {"min.insync.replicas": "1"}}),  # min ISR 1
+)
 
 
 class DemoError(RuntimeError):
@@ -35,6 +53,11 @@ class DemoError(RuntimeError):
 def _say(message: str) -> None:
     sys.stderr.write(f"elrwatch demo: {message}\n")
     sys.stderr.flush()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _simulated(workdir: str, records: int) -> Iterator[bytes]:
@@ -71,17 +94,47 @@ def stamped_now(lines: Iterable[bytes], clock: Callable[[], float] = time.time) 
         yield orjson.dumps(envelope)
 
 
-def _wait_http(url: str, timeout: float) -> bool:
+def _wait_http(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Poll ``url`` until it answers (True), ``timeout`` passes or ``alive()`` turns false (False)."""
     import urllib.request
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and alive():
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return True
         except OSError:
             time.sleep(0.2)
     return False
+
+
+def _spawn(args: list[str], log_path: str) -> subprocess.Popen:
+    """An ``elrwatch`` subcommand in a session of its own (the terminal's Ctrl-C reaches the demo only, which
+    stops it), its output in ``log_path``."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-P", "-m", "elrwatch.cli", *args], stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _end(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 def run_demo(
@@ -91,16 +144,22 @@ def run_demo(
     api_port: int = 8080,
     rate: float = 200.0,
     keep: bool = False,
+    simulated: bool = False,
+    faults: bool = True,
+    seed: int = 7,
 ) -> dict[str, str]:
     """Run the demo until Ctrl-C or ``duration`` seconds after the job started; returns where things were.
 
-    A work dir the demo created itself (no ``workdir``) is removed at the end unless ``keep``."""
+    ``simulated``: simulator events instead of a real 3-broker cluster; ``faults``: run the fault injector on the
+    real cluster (``seed`` picks its brokers). A work dir the demo created itself (no ``workdir``) is removed at
+    the end unless ``keep``."""
     from elrwatch.streaming import query
     from elrwatch.streaming.config import JobConfig
     from elrwatch.streaming.produce import produce_lines
 
     try:  # developer tooling, not the product's runtime path
-        from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster
+        from elrwatch.devtools.fault_injector import FaultInjector
+        from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port
     except ImportError as exc:
         raise DemoError(f"the demo needs elrwatch's developer tools (a source checkout): {exc}") from None
 
@@ -109,56 +168,101 @@ def run_demo(
     os.makedirs(workdir, exist_ok=True)
     store = f"sqlite:///{os.path.join(workdir, 'elrwatch.db')}"
     checkpoint = os.path.join(workdir, "checkpoint")
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    shutil.rmtree(os.path.join(workdir, "kafka"), ignore_errors=True)  # a previous run's cluster (its own ids)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(workdir, "elrwatch.db"))
+    for stale in ("checkpoint", "kafka", "watched"):  # a previous run's (its clusters had other ids)
+        shutil.rmtree(os.path.join(workdir, stale), ignore_errors=True)
+    for stale in ("elrwatch.db", "bridge.json"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(workdir, stale))
     stop = threading.Event()
     kafka: KafkaCluster | None = None
-    api = None
+    watched: KafkaCluster | None = None
+    injector: FaultInjector | None = None
+    api: subprocess.Popen | None = None
+    bridge: subprocess.Popen | None = None
     producer_thread = None
+    failed = False
     where = {"store": store, "metrics": f"http://127.0.0.1:{metrics_port}/metrics", "workdir": workdir}
     try:
-        _say(f"starting Apache Kafka {KAFKA_VERSION} (KRaft: one controller, one broker) ...")
+        kafka = _start_cluster(
+            lambda: KafkaCluster(brokers=1, base_dir=os.path.join(workdir, "kafka")),
+            f"the event-topic broker (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, one broker)", ClusterError)
         try:
-            kafka = KafkaCluster(brokers=1, base_dir=os.path.join(workdir, "kafka"))
-            kafka.start()
             kafka.create_topic(TOPIC, partitions=1)
         except ClusterError as exc:
-            raise DemoError(f"cannot start Kafka: {exc}") from None
+            raise DemoError(f"cannot create the event topic {TOPIC}: {_first_line(exc)}") from None
         where["kafka"] = kafka.bootstrap
         options = {"bootstrap.servers": kafka.bootstrap, "topic": TOPIC}
         _say(f"Apache Kafka {KAFKA_VERSION} on {kafka.bootstrap} (logs: {kafka.base_dir}), topic {TOPIC}")
+
+        if not simulated:
+            watched = _start_cluster(
+                lambda: KafkaCluster(brokers=3, base_dir=os.path.join(workdir, "watched"), min_insync_replicas=2,
+                                     elr=True),
+                f"the watched cluster (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, three brokers, ELR on, "
+                "min.insync.replicas=2)", ClusterError)
+            try:
+                for name, kwargs in WATCHED_TOPICS:
+                    watched.create_topic(name, **kwargs)
+            except ClusterError as exc:
+                raise DemoError(f"cannot create the watched cluster's topics: {_first_line(exc)}") from None
+            where["watched"] = watched.bootstrap
+            _say(f"watched cluster on {watched.bootstrap} (controller 127.0.0.1:{watched.controller.port}, logs: "
+                 f"{watched.base_dir}), topics "
+                 + ", ".join(f"{n} (RF {_rf(k)})" for n, k in WATCHED_TOPICS))
+            log_dir = str(watched.controller.metadata_dir)
+            bridge_port = free_port()
+            bridge_log = os.path.join(workdir, "bridge.log")
+            bridge = _spawn(["bridge", "--source", "metadata-log", "--log-dir", log_dir,
+                             "--bootstrap-servers", kafka.bootstrap, "--topic", TOPIC, "--interval", "0.5",
+                             "--state-file", os.path.join(workdir, "bridge.json"),
+                             "--metrics-port", str(bridge_port)], bridge_log)
+            where["bridge_metrics"] = f"http://127.0.0.1:{bridge_port}/metrics"
+            bridge_proc = bridge
+            if not _wait_http(where["bridge_metrics"], 60, alive=lambda: bridge_proc.poll() is None):
+                raise DemoError(f"the bridge did not start (exit {bridge.poll()}): "
+                                f"{_last_line(bridge_log) or 'no output'} (log: {bridge_log})")
+            _say(f"elrwatch bridge --source metadata-log on the controller's {log_dir}: Kafka's exact records "
+                 "with their real offsets and CreateTimes, every transition (an admin poll would see only the net "
+                 "change between two polls, and no broker or partition epochs)")
+
         if api_port:
-            api_log = open(os.path.join(workdir, "api.log"), "w")  # noqa: SIM115 - closed with the process
-            api = subprocess.Popen(
-                [sys.executable, "-P", "-m", "elrwatch.cli", "api", "--store", store, "--port", str(api_port)],
-                stdout=api_log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-            api_log.close()
+            api = _spawn(["api", "--store", store, "--port", str(api_port)], os.path.join(workdir, "api.log"))
             where["api"] = f"http://127.0.0.1:{api_port}/"
 
-        def produce() -> None:
-            records = int(max(5000, rate * duration * 1.2)) if duration else 50_000
-            lines = stamped_now(_simulated(workdir, records))
-            gated = (line for line in lines if not stop.is_set())
-            try:
-                produce_lines(options, TOPIC, gated, rate=rate, progress_every=30.0)
-            except Exception as exc:  # the demo goes on without new events
-                _say(f"producer stopped: {type(exc).__name__}: {exc}")
+        if simulated:
+            def produce() -> None:
+                records = int(max(5000, rate * duration * 1.2)) if duration else 50_000
+                lines = stamped_now(_simulated(workdir, records))
+                gated = (line for line in lines if not stop.is_set())
+                try:
+                    produce_lines(options, TOPIC, gated, rate=rate, progress_every=30.0)
+                except Exception as exc:  # the demo goes on without new events
+                    _say(f"producer stopped: {type(exc).__name__}: {exc}")
 
-        producer_thread = threading.Thread(target=produce, name="demo-producer", daemon=True)
-        producer_thread.start()
+            producer_thread = threading.Thread(target=produce, name="demo-producer", daemon=True)
+            producer_thread.start()
 
         def started(_query: object) -> None:
+            nonlocal injector
             _say("streaming job running. Look at:")
-            _say(f"  status store : {store}   (elrwatch status --store {store})")
-            where["metrics"] = f"http://127.0.0.1:{config.bound_metrics_port}/metrics"
-            _say(f"  metrics      : {where['metrics']}")
             if "api" in where:
-                ready = _wait_http(where["api"] + "healthz", 30) if api is not None else False
-                _say(f"  API + page   : {where['api']}{'' if ready else '  (not answering yet, see api.log)'}")
-            _say(f"  workdir      : {workdir}")
+                alive = (lambda: api.poll() is None) if api is not None else (lambda: False)
+                ready = _wait_http(where["api"] + "healthz", 30, alive=alive)
+                _say(f"  status page  : {where['api']}{'' if ready else '  (not answering yet, see api.log)'}"
+                     f"   (REST: {where['api']}v1/partitions, {where['api']}v1/summary)")
+                where["api_metrics"] = where["api"] + "metrics"
+                _say(f"  API metrics  : {where['api_metrics']}")
+            where["metrics"] = f"http://127.0.0.1:{config.bound_metrics_port}/metrics"
+            _say(f"  job metrics  : {where['metrics']}")
+            if "bridge_metrics" in where:
+                _say(f"  bridge metrics: {where['bridge_metrics']}")
+            _say(f"  status store : {store}   (elrwatch status --store {store})")
+            _say(f"  workdir      : {workdir}   (logs: api.log, bridge.log, kafka/, watched/)")
+            if watched is not None and faults:
+                injector = FaultInjector(watched, _say, seed=seed).start()
+                _say(f"fault injector: kills and restarts brokers of the watched cluster every ~"
+                     f"{injector.pause + 2 * injector.hold:g}s (first in {injector.first_delay:g}s); "
+                     "one line per action below")
             _say("Ctrl-C stops everything." if not duration else f"stopping in {duration:g}s.")
             if duration:
                 timer = threading.Timer(duration, stop.set)
@@ -173,21 +277,43 @@ def run_demo(
             query.run(config, stop_event=stop, on_started=started,
                     handle_signals=threading.current_thread() is threading.main_thread())
         except query.JobError as exc:
-            raise DemoError(str(exc)) from None
+            raise DemoError(_first_line(exc)) from None
         _say("stopped.")
         return where
+    except KeyboardInterrupt:
+        _say("interrupted: stopping.")
+        return where
+    except DemoError:
+        failed = True  # its message names logs in the work dir: kept
+        raise
     finally:
         stop.set()
+        if injector is not None:
+            injector.stop()
         if producer_thread is not None:
             producer_thread.join(15)
-        if api is not None:
-            api.terminate()
-            try:
-                api.wait(15)
-            except subprocess.TimeoutExpired:
-                api.kill()
-        if kafka is not None:
-            kafka.stop()
-        if own_dir and not keep:
+        _end(bridge)
+        _end(api)
+        for cluster in (watched, kafka):
+            if cluster is not None:
+                cluster.stop()
+        if own_dir and not keep and not failed:
             shutil.rmtree(workdir, ignore_errors=True)
             _say(f"removed {workdir} (--keep keeps it)")
+
+
+def _rf(kwargs: dict[str, Any]) -> int:
+    assignment = kwargs.get("replica_assignment")
+    return len(next(iter(assignment.values()))) if assignment else int(kwargs["replication_factor"])
+
+
+def _start_cluster(make: Callable[[], Any], what: str, cluster_error: type[Exception]) -> Any:
+    """Build and start a KafkaCluster; a failure is a one-line :class:`DemoError` naming the logs."""
+    _say(f"starting {what} ...")
+    cluster = None
+    try:
+        cluster = make()
+        return cluster.start()
+    except cluster_error as exc:
+        logs = f" (logs: {cluster.base_dir})" if cluster is not None else ""
+        raise DemoError(f"cannot start {what.split(' (')[0]}: {_first_line(exc)}{logs}") from None

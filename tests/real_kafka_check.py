@@ -25,7 +25,8 @@ broker must be the partition's leader once Kafka has unfenced the broker (:attr:
 
 Clean or unclean re-registration: the log does not carry the broker's ``previousBrokerEpoch``; a broker whose
 previous incarnation had entered controlled shutdown (SIGTERM with ``controlled.shutdown.enable``) is taken as a
-clean shutdown, any other (kill -9) as unclean. That is exactly what the harness does to brokers.
+clean shutdown, any other (kill -9) as unclean. That is exactly what the harness does to brokers. A broker without
+a registration (first start, or after UnregisterBroker) is always unclean for Kafka: it has no stored epoch.
 """
 
 from __future__ import annotations
@@ -202,7 +203,9 @@ def _trigger(record: Record, cluster: ClusterState) -> Trigger | None:
         return Trigger("unregister", data["brokerId"], record.offset)
     if kind == "REGISTER_BROKER_RECORD":
         existing = cluster.brokers.get(data["brokerId"])
-        if existing is None or not existing.registered or existing.incarnation_id == data.get("incarnationId"):
+        if existing is None or not existing.registered:  # no stored epoch to match: always an unclean shutdown
+            return Trigger("register", data["brokerId"], record.offset, clean=False)
+        if existing.incarnation_id == data.get("incarnationId"):
             return None
         return Trigger("register", data["brokerId"], record.offset, clean=existing.in_controlled_shutdown)
     return None

@@ -34,7 +34,12 @@ FORMATS = Path(__file__).parent / "data" / "real-kafka" / "formats"
 OFFSETS = json.loads((FORMATS / "offsets.json").read_text())
 SNAPSHOT_END = int(OFFSETS["snapshotFiles"][-1].split("-")[0])
 FIRST_SEGMENT = int(OFFSETS["segmentFiles"][0].split(".")[0])
-LAST_SEGMENT = int(OFFSETS["segmentFiles"][-1].split(".")[0])
+#: Where tail-segment.dump (the segments but the first) starts.
+TAIL_START = next(
+    int(text.split()[-1])
+    for text in (FORMATS / "tail-segment.dump").read_text().splitlines()
+    if text.startswith("Log starting offset:")
+)
 
 
 def fixture(name: str) -> str:
@@ -224,7 +229,7 @@ def test_a_dump_starting_past_zero_is_partial_and_names_what_it_never_saw_create
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     partial = document["partial"]
-    assert partial["logStartOffset"] == LAST_SEGMENT
+    assert partial["logStartOffset"] == TAIL_START
     created = {r.data["topicId"] for r in records_of("tail-segment.dump") if r.type == "TOPIC_RECORD"}
     changed = {
         (r.data["topicId"], r.data["partitionId"])
@@ -263,12 +268,23 @@ def test_a_snapshot_alone_is_not_partial() -> None:
     assert "partial" not in document and document["quarantined"]["count"] == 0
 
 
-def test_a_gap_between_the_snapshot_and_the_log_is_partial() -> None:
-    proc = cli(fixture("snapshot.dump"), fixture("tail-segment.dump"))
+def segments_past(offset: int) -> tuple[int, list[str]]:
+    """The segments of segments.dump that start past ``offset``: (their start, their lines)."""
+    lines = Path(fixture("segments.dump")).read_text().splitlines()
+    for n, text in enumerate(lines):
+        if text.startswith("Log starting offset:") and int(text.split()[-1]) > offset:
+            return int(text.split()[-1]), lines[n - 1 :]  # from its "Dumping …" line
+    raise AssertionError(f"the fixtures need a segment starting past {offset} (make_fixtures.py)")
+
+
+def test_a_gap_between_the_snapshot_and_the_log_is_partial(tmp_path: Path) -> None:
+    start, lines = segments_past(SNAPSHOT_END)
+    (tmp_path / "later.dump").write_text("\n".join(lines) + "\n")
+    proc = cli(fixture("snapshot.dump"), str(tmp_path / "later.dump"))
     document = json.loads(proc.stdout)
     partial = document["partial"]
-    assert (partial["missingFromOffset"], partial["logStartOffset"]) == (SNAPSHOT_END, LAST_SEGMENT)
-    assert f"offsets {SNAPSHOT_END}-{LAST_SEGMENT - 1} are missing" in proc.stderr
+    assert (partial["missingFromOffset"], partial["logStartOffset"]) == (SNAPSHOT_END, start)
+    assert f"offsets {SNAPSHOT_END}-{start - 1} are missing" in proc.stderr
     assert document["quarantined"]["count"] == 0
 
 

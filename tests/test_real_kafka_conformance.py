@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,9 +62,15 @@ class Scenario:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     dump: str = ""
     report: ControllerReport | None = None  # the controller check of the last checkpoint
+    cluster_min_isr: str = CLUSTER_MIN_ISR  # the last cluster-level min.insync.replicas this scenario set
 
     def topic(self, prefix: str) -> str:
         return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+    def set_cluster_min_isr(self, value: str) -> None:
+        """The cluster-level min.insync.replicas (restored to 2 after the scenario if it ends elsewhere)."""
+        self.cluster.set_cluster_config("min.insync.replicas", value)
+        self.cluster_min_isr = value
 
     def checkpoint(self, label: str, *, retries: int = 3) -> dict[str, Any]:
         """Settle, dump, replay, assert the three equalities; returns the replayed report document."""
@@ -112,8 +118,10 @@ class Scenario:
         }, indent=1) + "\n")
 
 
-def restore(cluster: Any) -> None:
-    """Every broker running and unfenced again, the cluster's min ISR back to 2, the log quiet."""
+def restore(scenario: Scenario) -> None:
+    """Every broker running and unfenced again, the cluster's min ISR back to 2 (if the scenario left it elsewhere),
+    the log quiet."""
+    cluster = scenario.cluster
     for broker_id, node in cluster.brokers.items():
         if node.stopped:
             cluster.resume_broker(broker_id)
@@ -121,6 +129,8 @@ def restore(cluster: Any) -> None:
             cluster.start_broker(broker_id)
     cluster.wait_for(lambda: not cluster.fenced_brokers() and len(cluster.describe_cluster()) == len(cluster.brokers),
                      "every broker unfenced", timeout=60)
+    if scenario.cluster_min_isr != CLUSTER_MIN_ISR:
+        scenario.set_cluster_min_isr(CLUSTER_MIN_ISR)
     cluster.wait_metadata_quiet(quiet_for=1.0)
 
 
@@ -134,7 +144,7 @@ def scenario(real_kafka_cluster: Any, request: pytest.FixtureRequest) -> Iterato
     try:
         yield s
     finally:
-        restore(real_kafka_cluster)
+        restore(s)
     if REGEN and s.checkpoints and request.session.testsfailed == failed_before:  # a passed scenario only
         s.save()
 
@@ -143,7 +153,8 @@ def wait_fenced(cluster: Any, broker_id: int) -> None:
     cluster.wait_for(lambda: broker_id in cluster.fenced_brokers(), f"broker {broker_id} fenced")
 
 
-def wait_partition(cluster: Any, topic: str, partition: int, what: str, predicate: Any, timeout: float = 30) -> None:
+def wait_partition(cluster: Any, topic: str, partition: int, what: str, predicate: Callable[[dict[str, Any]], bool],
+                   timeout: float = 30) -> None:
     cluster.wait_for(lambda: predicate(cluster.describe_topic_partitions([topic])[(topic, partition)]),
                      f"{topic}-{partition}: {what}", timeout=timeout)
 
@@ -258,11 +269,11 @@ def test_min_isr_raised_and_lowered(scenario: Scenario) -> None:
     c.set_topic_config(topic, "min.insync.replicas", "1")
     scenario.checkpoint("topic-lowered")
     c.set_topic_config(topic, "min.insync.replicas", None)
-    c.set_cluster_config("min.insync.replicas", "3")
+    scenario.set_cluster_min_isr("3")
     scenario.checkpoint("cluster-raised")
-    c.set_cluster_config("min.insync.replicas", "1")
+    scenario.set_cluster_min_isr("1")
     scenario.checkpoint("cluster-lowered")
-    c.set_cluster_config("min.insync.replicas", CLUSTER_MIN_ISR)
+    scenario.set_cluster_min_isr(CLUSTER_MIN_ISR)
     c.start_broker(2)
     c.start_broker(3)
     for partition in (0, 1):
@@ -378,6 +389,26 @@ def test_unclean_enabled_topic(scenario: Scenario) -> None:
     doc = scenario.checkpoint("broker-2-back-unclean")
     for p in (p for p in doc["partitions"] if p["topic"] == topic):
         assert p["leader"] == 2 and p["isr"] == [2] and p["elr"] == [] and p["lastKnownElr"] == [], p
+
+
+def test_unregistered_broker(scenario: Scenario) -> None:
+    """A dead broker unregistered (UnregisterBroker): it leaves DescribeCluster, keeps its ELR seats (Kafka's ELR
+    pass does not treat it as an unclean shutdown), and registers afresh when it starts again."""
+    c = scenario.cluster
+    topic = scenario.topic("unregistered")
+    c.create_topic(topic, replica_assignment={0: [1, 3], 1: [3, 1]})
+    c.kill_broker(3)
+    wait_fenced(c, 3)
+    c.unregister_broker(3)
+    c.wait_for(lambda: 3 not in c.describe_cluster(), "broker 3 unregistered")
+    doc = scenario.checkpoint("broker-3-unregistered")
+    assert next(b for b in doc["brokers"] if b["brokerId"] == 3)["state"] == "unregistered"
+    for p in (p for p in doc["partitions"] if p["topic"] == topic):
+        assert p["leader"] == 1 and p["isr"] == [1] and p["elr"] == [3], p
+    c.start_broker(3)
+    for partition in (0, 1):
+        wait_partition(c, topic, partition, "3 back in the ISR", lambda d: 3 in d["isr"])
+    scenario.checkpoint("broker-3-back")
 
 
 def test_stale_elr_index_after_min_isr_change(scenario: Scenario) -> None:

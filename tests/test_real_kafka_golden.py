@@ -48,7 +48,7 @@ def test_every_conformance_scenario_has_a_fixture() -> None:
     expected = {"one_broker_killed", "killed_until_leaderless", "elr_member_unclean_restart",
                 "last_replica_standing_returns", "min_isr_raised_and_lowered", "unclean_election_admin",
                 "reassignment", "controlled_shutdown", "paused_broker", "last_isr_member_controlled_shutdown",
-                "stale_elr_index_after_min_isr_change", "unclean_enabled_topic"}
+                "stale_elr_index_after_min_isr_change", "unclean_enabled_topic", "unregistered_broker"}
     assert expected <= set(SCENARIOS)
 
 
@@ -107,6 +107,7 @@ def test_the_fixtures_cover_every_trigger_and_the_stale_elr_index() -> None:
         duplicate |= report.duplicate_elr_passes > 0
         returns += report.return_checks
     assert {"fence", "unfence", "controlled_shutdown", "register"} <= kinds
+    assert any(c.trigger.kind == "unregister" for s in SCENARIOS for c in check_controller(load(s)[0], s).checks)
     assert registrations == {True, False}
     assert {"alter_partition", "reassign", "elect_unclean"} <= explained
     assert duplicate

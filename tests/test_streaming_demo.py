@@ -1,5 +1,7 @@
-"""`elrwatch demo`: a real 1-broker Kafka cluster (devtools/kafka_cluster.py), topic, API, simulator and job start,
-report where to look, stop cleanly (after ``--duration``, or on Ctrl-C) and leave no process behind."""
+"""`elrwatch demo`: the real-cluster demo (a 3-broker KRaft cluster with ELR, the metadata-log bridge, the fault
+injector, the job, the API) starts, shows the real cluster's partitions going leaderless / into the ELR as the
+injector acts, and stops on Ctrl-C leaving no process behind; the simulated demo (`--simulated`) runs for
+``--duration`` and stops cleanly too."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ KAFKA_LINE = re.compile(r"Apache Kafka \S+ on 127\.0\.0\.1:(\d+) \(logs: (\S+)\)
 
 
 def _kafka_processes(folder: str) -> list[int]:
-    """Live processes whose command line names the demo's Kafka folder (its controller and broker JVMs)."""
+    """Live processes whose command line names ``folder`` (the Kafka JVMs under it; the bridge and the API when it
+    is the demo's work dir)."""
     found = []
     for proc in os.listdir("/proc"):
         if proc.isdigit():
@@ -50,8 +53,8 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     api_port = free_port()
     began_ms = time.time() * 1000
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--duration", "15", "--workdir", str(tmp_path),
-         "--metrics-port", "0", "--api-port", str(api_port), "--rate", "300"],
+        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--simulated", "--duration", "10", "--workdir",
+         str(tmp_path), "--metrics-port", "0", "--api-port", str(api_port), "--rate", "300"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -74,21 +77,62 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     _assert_kafka_stopped(err)
 
 
-def test_demo_stops_cleanly_on_ctrl_c():
-    """What an operator does with `make demo`: wait for "Ctrl-C stops everything.", press Ctrl-C (SIGINT)."""
+def _get_json(url: str) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _poll(condition, what: str, timeout: float, lines: list[str], proc: subprocess.Popen):
+    """Poll ``condition`` (errors count as not yet) until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"the demo exited while waiting for {what}:\n" + "".join(lines)[-3000:]
+        try:
+            value = condition()
+            if value:
+                return value
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s:\n" + "".join(lines)[-3000:]
+        time.sleep(0.5)
+
+
+def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
+    """What an operator does with `make demo`: wait for "Ctrl-C stops everything.", watch the real cluster's
+    partitions on the API while the fault injector kills brokers, press Ctrl-C (SIGINT)."""
+    from elrwatch.devtools.kafka_cluster import free_port
+
+    api = f"http://127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--metrics-port", "0", "--api-port", "0", "--rate", "300"],
+        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--metrics-port", "0", "--api-port", api.rsplit(":")[-1]],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 240
-        while not any("Ctrl-C stops everything." in line for line in lines):
-            assert proc.poll() is None, "".join(lines)[-3000:]
-            assert time.monotonic() < deadline, "the demo did not start within 240 s:\n" + "".join(lines)[-3000:]
-            time.sleep(0.2)
+        _poll(lambda: any("Ctrl-C stops everything." in line for line in lines), "start", 150, lines, proc)
+        began_ms = time.time() * 1000
+        # the real cluster's topics, as the metadata-log bridge publishes them
+        topics = {"orders": 6, "payments": 3, "clicks": 3}
+
+        def real_partitions() -> list[dict] | None:
+            items = _get_json(f"{api}/v1/partitions?limit=100")["items"]
+            seen = {t: sum(1 for p in items if p["topic"] == t) for t in topics}
+            return items if seen == topics else None
+
+        _poll(real_partitions, "partitions of the real cluster on the API", 60, lines, proc)
+
+        def injected() -> list[dict]:
+            items = _get_json(f"{api}/v1/partitions?limit=100")["items"]
+            return [p for p in items if p["leaderless"] or p["elr"]]
+
+        hit = _poll(injected, "leaderless or ELR partition after the fault injector acted", 90, lines, proc)
+        assert any("fault injector" in line and "kill -9 broker" in line for line in lines), "".join(lines)[-3000:]
+        # real CreateTimes: the partitions' last records are from now, not a simulator's clock
+        assert all(began_ms - 120_000 <= p["lastTimestampMs"] <= time.time() * 1000 + 5000 for p in hit), hit
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 0, "".join(lines)[-3000:]
     finally:
@@ -98,9 +142,15 @@ def test_demo_stops_cleanly_on_ctrl_c():
     reader.join(10)
     err = "".join(lines)
     assert "elrwatch demo: stopped." in err and "Traceback" not in err, err[-3000:]
+    assert "metadata-log on the controller's" in err and "bridge metrics:" in err and "status page  :" in err
     workdir = re.search(r"workdir\s+: (\S+)", err).group(1)
     assert f"removed {workdir}" in err and not os.path.exists(workdir)  # its own temp dir, without --keep
     _assert_kafka_stopped(err)
+    watched = re.search(r"watched cluster on 127\.0\.0\.1:(\d+)", err)
+    assert watched, err[-3000:]
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", int(watched.group(1))), timeout=2):
+        pass  # the watched cluster's first broker was stopped
+    assert _kafka_processes(workdir) == []  # no JVM, bridge or API left
 
 
 def test_demo_stamps_events_with_the_time_they_are_published():

@@ -8,7 +8,7 @@ oldest records and the segments below it are deleted. Then Kafka's own DumpLogSe
 
 * ``segments.dump``: the segments that are left (they start past offset 0);
 * ``segments-skip-metadata.dump``: the same with ``--skip-record-metadata``;
-* ``tail-segment.dump``: the newest segment alone (records about topics and brokers created before it);
+* ``tail-segment.dump``: the segments but the first (records about topics and brokers created before them);
 * ``snapshot.dump``, ``snapshot-skip-metadata.dump``: the newest ``*.checkpoint`` (a snapshot's records have
   no log offset: ``| offset:`` counts from 0 inside the snapshot);
 * ``bootstrap.dump``: the controller's ``bootstrap.checkpoint`` (when the format wrote one);
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from elrwatch.devtools.kafka_cluster import KafkaCluster
+from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
 
 #: The controller's settings that make it snapshot and delete old segments within seconds.
 SNAPSHOTTING_CONTROLLER = {
@@ -41,6 +41,13 @@ SNAPSHOTTING_CONTROLLER = {
 def _first_segment_offset(cluster: KafkaCluster) -> int:
     files = cluster.metadata_log_files()
     return int(files[0].name.split(".")[0]) if files else 0
+
+
+def _covered_segment(cluster: KafkaCluster) -> bool:
+    """A snapshot exists, the oldest segments are deleted, and the first one left starts below the snapshot's end."""
+    snapshots = cluster.metadata_snapshot_files()
+    first = _first_segment_offset(cluster)
+    return bool(snapshots) and 0 < first < int(snapshots[-1].name.split("-")[0])
 
 
 def _corrupt_one_record(segment: Path, out: Path) -> int | None:
@@ -87,12 +94,16 @@ def main(out_dir: Path) -> None:
         cluster.set_topic_config("alpha", "min.insync.replicas", "1")
         cluster.create_topic("beta", partitions=2, replication_factor=2)
         cluster.set_topic_config("beta", "retention.ms", "3600000")
-        # wait until a snapshot covers alpha and beta and the segments below it are gone
-        cluster.wait_for(
-            lambda: cluster.metadata_snapshot_files() and _first_segment_offset(cluster) > 0,
-            "a snapshot and deleted segments",
-            timeout=60,
-        )
+        # wait until a snapshot covers alpha and beta, the segments below it are gone, and the first segment left
+        # starts below the snapshot's end offset (its first records are covered); write more records until then
+        for attempt in range(30):
+            try:
+                cluster.wait_for(lambda: _covered_segment(cluster), "a snapshot covering a segment's start", timeout=5)
+                break
+            except ClusterError:
+                cluster.set_topic_config("beta", "retention.ms", str(3_600_000 + attempt))
+        else:
+            raise ClusterError("no snapshot ended inside a segment: run again")
         snapshot_offset = int(cluster.metadata_snapshot_files()[-1].name.split("-")[0])
         # after the snapshot: records about partitions and brokers the segments never saw created
         cluster.kill_broker(2)
@@ -110,7 +121,7 @@ def main(out_dir: Path) -> None:
         (out_dir / "segments-skip-metadata.dump").write_text(
             cluster.dump_log_segments(segments, skip_record_metadata=True)
         )
-        (out_dir / "tail-segment.dump").write_text(cluster.dump_log_segments(segments[-1:]))
+        (out_dir / "tail-segment.dump").write_text(cluster.dump_log_segments(segments[1:] or segments[-1:]))
         (out_dir / "snapshot.dump").write_text(cluster.dump_log_segments(snapshots[-1:]))
         (out_dir / "snapshot-skip-metadata.dump").write_text(
             cluster.dump_log_segments(snapshots[-1:], skip_record_metadata=True)
