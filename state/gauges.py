@@ -1,5 +1,6 @@
 """Gauge values of monitor-spec §4 (names in DESIGN.md §6), computed from the core's state, and the one table that
-describes every metric elrwatch serves (the core's gauges, the streaming job's health, the API's requests).
+describes every metric elrwatch serves (the core's gauges, the streaming job's health, the API's requests, the
+bridge's).
 
 A gauge is keyed by ``(name, labels)`` (:data:`GaugeKey`, labels sorted), e.g.
 ``("elrwatch_electable_leaders_partitions", (("live_electable", "0"),))``. The exporter serves the key as it is;
@@ -132,6 +133,13 @@ METRICS: dict[str, Metric] = _table(
     # the API's own (api/middleware.py; the API's /metrics)
     Metric("elrwatch_api_requests", "counter", "API requests", ("method", "route", "status")),
     Metric("elrwatch_api_request_duration_seconds", "histogram", "API request latency", ("method", "route")),
+    # elrwatch bridge's (bridge/runner.py; the bridge's /metrics)
+    Metric("elrwatch_bridge_errors_total", "counter", "Bridge errors by reason (each also logged)", ("reason",)),
+    Metric("elrwatch_bridge_published_records_total", "counter", "Records published to the event topic"),
+    Metric(
+        "elrwatch_bridge_poll_duration_seconds", "gauge", "Duration of the last poll (admin) or read (metadata log)"
+    ),
+    Metric("elrwatch_bridge_last_published_offset", "gauge", "Offset of the last record published"),
 )
 
 #: The job-health metrics, in the order the exporter serves them.
