@@ -125,10 +125,14 @@ def process_bucket(
 ) -> dict[str, Any]:
     """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
     partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
-    from elrwatch.state import report
+    quarantined = apply_rows(bucket, buckets, rows, bs)
+    return bucket_payload(bucket, bs, quarantined)
+
+
+def apply_rows(bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState) -> list[Any]:
+    """Apply the rows in order to the bucket's state, journal its records, count what this bucket reports (its
+    partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records."""
     from elrwatch.state.cluster import PARTITION_TYPES, Outcome
-    from elrwatch.state.gauges import encode_gauges, partition_gauges, shared_gauges
-    from elrwatch.state.partition_row import partition_row
     from elrwatch.state.routing import bucket_of
 
     cluster, counts = bs.cluster, bs.counts
@@ -175,6 +179,18 @@ def process_bucket(
             counts.skipped_by_type[type_name] += 1
         else:
             counts.ignored_lines += 1
+    return quarantined
+
+
+def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
+    """The bucket's output after a batch: what changed since the last drain (partition rows, removals,
+    transitions, violations, topic documents whose owned partition count changed), its gauges and counts; bucket
+    0 adds the shared gauges, the changed brokers and the cluster document."""
+    from elrwatch.state import report
+    from elrwatch.state.gauges import encode_gauges, partition_gauges, shared_gauges
+    from elrwatch.state.partition_row import partition_row
+
+    cluster, counts = bs.cluster, bs.counts
     changes = cluster.drain_changes()
     rows_out = []
     violations = []
