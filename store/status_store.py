@@ -313,17 +313,7 @@ class StatusStore:
             rows = itertools.chain(
                 (partition_store_row(d) for d in partition_docs), (partition_sql_row(r) for r in partition_rows)
             )
-            n = len(PARTITION_COLUMNS)
-            for chunk in chunks(rows):
-                if conn.dialect.name == "sqlite":
-                    upsert_partition_rows_sqlite(conn, chunk)
-                    continue
-                self._delete_partitions(conn, [(r[0], r[1]) for r in chunk])
-                bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in chunk])
-                replicas = [
-                    {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in chunk for b in r[n]
-                ]
-                bulk_insert(conn, partition_replicas_t, replicas)
+            self._write_partitions(conn, rows)
             if violations is not None:
                 for chunk in chunks(violation_row(v) for v in violations):
                     conn.execute(insert(violations_t), chunk)
@@ -334,20 +324,11 @@ class StatusStore:
                 conn.execute(delete(topics_t).where(topics_t.c.topic_id.in_(removed_topic_ids)))
             for chunk in chunks(transition_row(t, batch_id) for t in transitions):
                 bulk_insert(conn, status_transitions_t, chunk)
-            q_rows = [quarantine_row(q, batch_id) for q in quarantined]
-            if q_rows:
-                for chunk in chunks(q_rows):
-                    conn.execute(insert(quarantined_t), chunk)
-                summary = self._meta_get(conn, QUARANTINE_SUMMARY, {"count": 0, "byReason": {}})
-                summary["count"] = int(summary.get("count", 0)) + len(q_rows)
-                by_reason = summary.setdefault("byReason", {})
-                for row in q_rows:
-                    by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
-                self._meta_put(conn, QUARANTINE_SUMMARY, summary)
+            self._append_quarantined(conn, [quarantine_row(q, batch_id) for q in quarantined])
             if gauges is not None:  # the complete set: samples that disappeared must not linger
                 conn.execute(delete(gauges_t))
-                rows = [{"name": n, "value": float(v)} for n, v in gauges.items() if v is not None]
-                for chunk in chunks(rows):
+                gauge_rows = [{"name": n, "value": float(v)} for n, v in gauges.items() if v is not None]
+                for chunk in chunks(gauge_rows):
                     conn.execute(insert(gauges_t), chunk)
             meta_in = dict(meta or {})
             if "lastEventTimeMs" in meta_in:
@@ -361,6 +342,34 @@ class StatusStore:
             self._meta_put(conn, GENERATION, uuid.uuid4().hex)
         self._request_checkpoint()
         return True
+
+    def _write_partitions(self, conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
+        """Insert or replace partition rows (``rows.partition_sql_row``), chunk by chunk, with their replica rows
+        (SQLite: in place, its triggers keep the replica rows; PostgreSQL: delete + insert)."""
+        n = len(PARTITION_COLUMNS)
+        for chunk in chunks(rows):
+            if conn.dialect.name == "sqlite":
+                upsert_partition_rows_sqlite(conn, chunk)
+                continue
+            self._delete_partitions(conn, [(r[0], r[1]) for r in chunk])
+            bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in chunk])
+            replicas = [
+                {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in chunk for b in r[n]
+            ]
+            bulk_insert(conn, partition_replicas_t, replicas)
+
+    def _append_quarantined(self, conn: Connection, q_rows: list[dict[str, Any]]) -> None:
+        """Append quarantined-record rows and add them to the quarantine summary (count, byReason)."""
+        if not q_rows:
+            return
+        for chunk in chunks(q_rows):
+            conn.execute(insert(quarantined_t), chunk)
+        summary = self._meta_get(conn, QUARANTINE_SUMMARY, {"count": 0, "byReason": {}})
+        summary["count"] = int(summary.get("count", 0)) + len(q_rows)
+        by_reason = summary.setdefault("byReason", {})
+        for row in q_rows:
+            by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
+        self._meta_put(conn, QUARANTINE_SUMMARY, summary)
 
     def _request_checkpoint(self) -> None:
         """Ask the background checkpointer to copy the WAL into the database file (SQLite files only)."""
