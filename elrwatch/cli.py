@@ -30,6 +30,7 @@ from elrwatch.options import (
     StoreUrl,
 )
 from elrwatch.options import option as _opt
+from elrwatch.store.urls import DEFAULT_URL
 from elrwatch.streaming.config import JobConfig
 from elrwatch.streaming.local.tuning import LocalTuning
 
@@ -235,7 +236,7 @@ def _open_store(store: str, store_password_file: Path | None, must_exist: bool =
 
 @app.command()
 def status(
-    store: StoreUrl = "sqlite:///var/elrwatch.db",
+    store: StoreUrl = DEFAULT_URL,
     store_password_file: StorePasswordFile = None,
     pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
 ) -> None:
@@ -258,7 +259,7 @@ def status(
 
 @app.command()
 def api(
-    store: StoreUrl = "sqlite:///var/elrwatch.db",
+    store: StoreUrl = DEFAULT_URL,
     store_password_file: StorePasswordFile = None,
     host: Annotated[str, typer.Option("--host", envvar="ELRWATCH_HOST", help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", envvar="ELRWATCH_PORT", min=1, max=65535, help="Port.")] = 8080,
