@@ -571,12 +571,17 @@ def demo(
         bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
     ] = False,
     simulated: Annotated[
-        bool, _opt("--simulated/--real", "Simulator events (with faults) instead of a real 3-broker cluster.")
+        bool, typer.Option("--simulated/--real", envvar="ELRWATCH_DEMO_SIMULATED",
+                           help="Simulator events (with faults) instead of a real 3-broker cluster.")
     ] = False,
     faults: Annotated[
-        bool, _opt("--faults/--no-faults", "Real cluster: kill and restart its brokers on a schedule.")
+        bool, typer.Option("--faults/--no-faults", envvar="ELRWATCH_DEMO_FAULTS",
+                           help="Real cluster: kill and restart brokers on a schedule (devtools/fault_injector.py).")
     ] = True,
-    seed: Annotated[int, _opt("--seed", "Real cluster: seed of the fault injector's choice of brokers.")] = 7,
+    seed: Annotated[
+        int, typer.Option("--seed", envvar="ELRWATCH_DEMO_SEED",
+                          help="Real cluster: seed of the fault injector's choice of brokers.")
+    ] = 7,
 ) -> None:
     """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
     brokers, ELR on, min.insync.replicas=2), `elrwatch bridge --source metadata-log` on the controller's

@@ -159,9 +159,12 @@ def run_demo(
 
     try:  # developer tooling, not the product's runtime path
         from elrwatch.devtools.fault_injector import FaultInjector
-        from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port
+        from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port, port_is_free
     except ImportError as exc:
         raise DemoError(f"the demo needs elrwatch's developer tools (a source checkout): {exc}") from None
+    for port, option in ((api_port, "--api-port"), (metrics_port, "--metrics-port")):
+        if port and not port_is_free(port):
+            raise DemoError(f"port {port} ({option}) is taken: pick another with {option} PORT")
 
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="elrwatch-demo-")
@@ -283,8 +286,8 @@ def run_demo(
     except KeyboardInterrupt:
         _say("interrupted: stopping.")
         return where
-    except DemoError:
-        failed = True  # its message names logs in the work dir: kept
+    except DemoError as exc:
+        failed = workdir in str(exc)  # its message names logs in the work dir: kept
         raise
     finally:
         stop.set()
