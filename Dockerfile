@@ -31,6 +31,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY elrwatch/ elrwatch/
 COPY state/ state/
 COPY streaming/ streaming/
+COPY store/ store/
 COPY api/ api/
 RUN python -m venv /opt/elrwatch/venv \
  && /opt/elrwatch/venv/bin/pip install "mypy==2.4.1" "setuptools==84.2.1" "wheel==0.48.0" "orjson==3.13.0" \

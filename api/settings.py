@@ -7,13 +7,15 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from elrwatch.store.urls import DEFAULT_URL
+
 
 class Settings(BaseSettings):
     """Everything the API needs; secrets are never printed (SecretStr, masked store URL)."""
 
     model_config = SettingsConfigDict(env_prefix="ELRWATCH_", extra="ignore")
 
-    store: str = Field("sqlite:///var/elrwatch.db", description="Status store URL (SQLite file or PostgreSQL).")
+    store: str = Field(DEFAULT_URL, description="Status store URL (SQLite file or PostgreSQL).")
     store_password_file: Path | None = Field(None, description="File whose first line is the DB password.")
     api_token: SecretStr | None = Field(None, description="Bearer token required on every endpoint but /healthz.")
     api_token_file: Path | None = Field(None, description="File whose first line is the bearer token.")

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 _ZERO_UUID = base64.urlsafe_b64encode(bytes(16)).decode().rstrip("=")
 _DIR_UUID = base64.urlsafe_b64encode(bytes(15) + b"\x01").decode().rstrip("=")

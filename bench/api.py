@@ -27,7 +27,8 @@ from typing import Any
 
 import httpx
 
-from elrwatch.streaming.store import STATUS_ORDER, StatusStore
+from elrwatch.state.status import STATUSES as STATUS_ORDER
+from elrwatch.store import StatusStore
 
 T0 = 1_763_700_000_000
 BROKERS = 12

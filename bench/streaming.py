@@ -18,7 +18,7 @@ with its target.
   restart to the first completed batch. ``--cold-restart`` drops the page cache first (root), as on a rebooted
   node: every jar, module, archive and state file is read from disk again.
 
-The jobs map the JVM class archive a first clean stop writes (`streaming/jvm_archive.py`): before the phases,
+The jobs map the JVM class archive a first clean stop writes (`streaming/local/jvm_archive.py`): before the phases,
 a short clean run writes it if this machine has none yet, as an operator's first stop (or the image) would.
 ``--no-class-archive`` measures without it.
 
@@ -48,11 +48,11 @@ sys.path.insert(0, str(HERE))
 
 from consume_raw import consume_all  # noqa: E402
 
+from elrwatch.devtools.eventgen import EventGenerator  # noqa: E402
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
-from elrwatch.streaming.eventgen import EventGenerator  # noqa: E402
+from elrwatch.store import StatusStore  # noqa: E402
 from elrwatch.streaming.metrics import scrape  # noqa: E402
 from elrwatch.streaming.produce import create_topic, make_producer, produce_lines  # noqa: E402
-from elrwatch.streaming.store import StatusStore  # noqa: E402
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
 
@@ -114,7 +114,7 @@ def _kind(pid: int, root: int) -> str:
         return "other"
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
-    if "elrwatch.streaming.state_service" in cmd:
+    if "elrwatch.streaming.local.state_service" in cmd:
         return "state servers"
     if "pyspark.daemon" in cmd:
         try:
@@ -559,8 +559,8 @@ def drop_page_cache() -> None:
 def ensure_class_archive(workdir: str) -> None:
     """Write the JVM class archive with a short clean run if this machine has none (a killed job never writes
     it); print what the jobs will use."""
-    from elrwatch.streaming import jvm_archive
-    from elrwatch.streaming.eventgen import scenario
+    from elrwatch.devtools.eventgen import scenario
+    from elrwatch.streaming.local import jvm_archive
 
     java = jvm_archive.java_executable()
     if java is None:

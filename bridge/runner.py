@@ -47,17 +47,19 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Gauge
         from prometheus_client import Counter as PromCounter
 
+        from elrwatch.state.gauges import METRICS
+
+        def described(cls: Any, name: str) -> Any:  # named and described by the metric table
+            metric = METRICS[name]
+            return cls(metric.name, metric.help, metric.labels, registry=self.registry)
+
         self.registry = CollectorRegistry()
-        self.errors = PromCounter("elrwatch_bridge_errors_total", "Bridge errors by reason (each also logged)",
-                              ["reason"], registry=self.registry)
+        self.errors = described(PromCounter, "elrwatch_bridge_errors_total")
         for reason in ERROR_REASONS:
             self.errors.labels(reason)
-        self.published = PromCounter("elrwatch_bridge_published_records_total", "Records published to the event topic",
-                                 registry=self.registry)
-        self.poll_seconds = Gauge("elrwatch_bridge_poll_duration_seconds",
-                                  "Duration of the last poll (admin) or read (metadata log)", registry=self.registry)
-        self.last_offset = Gauge("elrwatch_bridge_last_published_offset", "Offset of the last record published",
-                                 registry=self.registry)
+        self.published = described(PromCounter, "elrwatch_bridge_published_records_total")
+        self.poll_seconds = described(Gauge, "elrwatch_bridge_poll_duration_seconds")
+        self.last_offset = described(Gauge, "elrwatch_bridge_last_published_offset")
         self.counts: Counter[str] = Counter()  # the same error counts, for tests and the exit summary
 
     def error(self, reason: str, message: str) -> None:

@@ -13,6 +13,29 @@ from typing import Annotated
 
 import typer
 
+from elrwatch import options
+from elrwatch.options import (
+    BootstrapServers,
+    DefaultMinIsr,
+    EventTopic,
+    SaslMechanism,
+    SaslPasswordFile,
+    SaslUsername,
+    SecurityProtocol,
+    SslCafile,
+    SslCertfile,
+    SslKeyfile,
+    SslPasswordFile,
+    StorePasswordFile,
+    StoreUrl,
+)
+from elrwatch.options import option as _opt
+from elrwatch.store.urls import DEFAULT_URL
+from elrwatch.streaming.config import JobConfig
+from elrwatch.streaming.local.tuning import LocalTuning
+
+JOB, TUNING = JobConfig(), LocalTuning()  # elrwatch stream's defaults
+
 app = typer.Typer(
     name="elrwatch",
     help="Real-time ISR / ELR safety monitor for Apache Kafka (KRaft) partitions.",
@@ -32,15 +55,6 @@ def _fail(message: str, code: int = 2) -> None:
 InputFile = Annotated[
     str,
     typer.Argument(help="Event file (envelope JSON lines and/or kafka-dump-log output); '-' for stdin."),
-]
-DefaultMinIsr = Annotated[
-    int,
-    typer.Option(
-        "--default-min-isr",
-        envvar="ELRWATCH_DEFAULT_MIN_ISR",
-        min=1,
-        help="min.insync.replicas when neither the topic nor the cluster sets it (Kafka's default is 1).",
-    ),
 ]
 
 
@@ -197,29 +211,11 @@ def simulate(
         _fail(f"cannot write {output}: {exc.strerror or exc}")
 
 
-StoreUrl = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        envvar="ELRWATCH_STORE",
-        help="Status store URL: sqlite:///PATH (default) or postgresql+psycopg://USER@HOST/DB.",
-    ),
-]
-StorePasswordFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--store-password-file",
-        envvar="ELRWATCH_STORE_PASSWORD_FILE",
-        help="File whose first line is the store's database password (keeps it out of the URL).",
-    ),
-]
-
-
 def _open_store(store: str, store_password_file: Path | None, must_exist: bool = True):  # -> StatusStore
     """Open a status store (an existing one if ``must_exist``) or fail with a one-line error (password masked)."""
     from sqlalchemy.engine import make_url
 
-    from elrwatch.streaming.store import StatusStore, mask_url
+    from elrwatch.store import StatusStore, mask_url
 
     try:
         url = make_url(store)
@@ -240,7 +236,7 @@ def _open_store(store: str, store_password_file: Path | None, must_exist: bool =
 
 @app.command()
 def status(
-    store: StoreUrl = "sqlite:///var/elrwatch.db",
+    store: StoreUrl = DEFAULT_URL,
     store_password_file: StorePasswordFile = None,
     pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
 ) -> None:
@@ -263,7 +259,7 @@ def status(
 
 @app.command()
 def api(
-    store: StoreUrl = "sqlite:///var/elrwatch.db",
+    store: StoreUrl = DEFAULT_URL,
     store_password_file: StorePasswordFile = None,
     host: Annotated[str, typer.Option("--host", envvar="ELRWATCH_HOST", help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", envvar="ELRWATCH_PORT", min=1, max=65535, help="Port.")] = 8080,
@@ -312,36 +308,6 @@ def api(
 
 
 # --- streaming: produce, stream, demo (elrwatch.streaming) ------------------------------------------------------
-
-
-def _opt(name: str, help_text: str, **kwargs):  # a typer.Option whose env var is ELRWATCH_<NAME>
-    envvar = "ELRWATCH_" + name.split("/")[0].lstrip("-").replace("-", "_").upper()
-    return typer.Option(name, envvar=envvar, help=help_text, **kwargs)
-
-
-BootstrapServers = Annotated[str | None, _opt("--bootstrap-servers", "Kafka bootstrap servers, host:port[,host:port].")]
-EventTopic = Annotated[str | None, _opt("--topic", "Kafka topic of the metadata events.")]
-SecurityProtocol = Annotated[
-    str | None, _opt("--security-protocol", "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL.")
-]
-SslCafile = Annotated[str | None, _opt("--ssl-cafile", "PEM file of the CA that signed the brokers' certificates.")]
-SslCertfile = Annotated[
-    str | None,
-    _opt(
-        "--ssl-certfile",
-        "PEM client certificate (mutual TLS). --source kafka-native reads key and chain from one PEM file: "
-        "give that file to both --ssl-certfile and --ssl-keyfile.",
-    ),
-]
-SslKeyfile = Annotated[str | None, _opt("--ssl-keyfile", "PEM client private key (mutual TLS).")]
-SslPasswordFile = Annotated[
-    str | None, _opt("--ssl-password-file", "File with the client key's password (or env ELRWATCH_SSL_PASSWORD).")
-]
-SaslMechanism = Annotated[str | None, _opt("--sasl-mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")]
-SaslUsername = Annotated[str | None, _opt("--sasl-username", "SASL user name.")]
-SaslPasswordFile = Annotated[
-    str | None, _opt("--sasl-password-file", "File with the SASL password (or env ELRWATCH_SASL_PASSWORD).")
-]
 
 
 def _kafka_options(
@@ -430,9 +396,11 @@ def produce(
         if create_topic and producing.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-            lines = producing.simulated_lines(
-                sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop
-            )
+            try:  # developer tooling, imported only with --simulate
+                from elrwatch.devtools.eventgen import simulated_lines
+            except ImportError as exc:
+                _fail(f"--simulate needs elrwatch's developer tools (a source checkout): {exc}")
+            lines = simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop)
         elif file == "-":
             lines = iter(sys.stdin.buffer)
         else:
@@ -455,212 +423,62 @@ def produce(
 
 @app.command()
 def stream(
-    source: Annotated[str, _opt("--source", "kafka (Python data source), kafka-native (Spark's) or files.")] = "kafka",
-    bootstrap_servers: BootstrapServers = None,
-    topic: EventTopic = None,
-    path: Annotated[str | None, _opt("--path", "--source files: directory of event files.")] = None,
-    store: StoreUrl = "sqlite:///var/elrwatch.db",
-    store_password_file: StorePasswordFile = None,
-    checkpoint: Annotated[
-        str, _opt("--checkpoint", "Spark checkpoint directory (offsets + state).")
-    ] = "var/checkpoint",
-    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)] = None,
-    metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
-    trigger: Annotated[str, _opt("--trigger", "Micro-batch interval, e.g. 1s, 500 milliseconds.")] = "1s",
-    buckets: Annotated[int, _opt("--buckets", "State groups (partitions hashed over them).", min=1)] = 2,
-    max_records_per_batch: Annotated[
-        int | None, _opt("--max-records-per-batch", "Cap on events per micro-batch.", min=1)
-    ] = None,
-    starting_offsets: Annotated[
-        str, _opt("--starting-offsets", 'earliest, latest or JSON {"topic":{"0":42}} (new checkpoints only).')
-    ] = "earliest",
-    available_now: Annotated[
-        bool, _opt("--available-now", "Process everything currently in the source, then exit.")
-    ] = False,
-    default_min_isr: DefaultMinIsr = 1,
-    source_timeout_ms: Annotated[
-        int, _opt("--source-timeout-ms", "Bound on Kafka metadata calls (missing topic / broker down).", min=100)
-    ] = 15000,
-    security_protocol: SecurityProtocol = None,
-    ssl_cafile: SslCafile = None,
-    ssl_certfile: SslCertfile = None,
-    ssl_keyfile: SslKeyfile = None,
-    ssl_password_file: SslPasswordFile = None,
-    sasl_mechanism: SaslMechanism = None,
-    sasl_username: SaslUsername = None,
-    sasl_password_file: SaslPasswordFile = None,
-    spark_master: Annotated[
-        str | None,
-        _opt("--spark-master", "Spark master URL; default: spark-submit's when launched by it, else local[2]."),
-    ] = None,
-    spark_conf: Annotated[list[str] | None, _opt("--spark-conf", "Extra Spark setting KEY=VALUE (repeatable).")] = None,
-    spark_driver_memory: Annotated[
-        str, _opt("--spark-driver-memory", "spark.driver.memory (in local mode the heap of Spark's whole JVM).")
-    ] = "2g",
-    spark_jars_packages: Annotated[
-        str | None,
-        _opt(
-            "--spark-jars-packages",
-            "spark.jars.packages (Maven coordinates), e.g. org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version> "
-            "for --source kafka-native.",
-        ),
-    ] = None,
-    spark_log_level: Annotated[
-        str | None,
-        _opt(
-            "--spark-log-level",
-            "Spark's log level (WARN, INFO, ...); default FATAL: a failing batch is reported once, as one line.",
-        ),
-    ] = None,
-    changelog_checkpointing: Annotated[
-        bool,
-        _opt(
-            "--changelog-checkpointing/--no-changelog-checkpointing",
-            "RocksDB state store changelog checkpointing (faster commits of the small per-bucket state rows).",
-        ),
-    ] = True,
-    state_cache: Annotated[
-        bool,
-        _opt(
-            "--state-cache/--no-state-cache",
-            "Keep each bucket's state in memory between micro-batches (off: every batch reloads it from the "
-            "committed row and snapshot; for debugging, much slower).",
-        ),
-    ] = True,
-    keep_workers_warm: Annotated[
-        bool,
-        _opt(
-            "--keep-workers-warm/--no-keep-workers-warm",
-            "While no batch ran for 25 s, run a tiny Spark job that keeps the Python workers and their imports "
-            "alive (Spark kills a worker idle for a minute): the first batch after a quiet period, usually the "
-            "first of an incident, then takes about 1 s instead of 3-5 s.",
-        ),
-    ] = True,
-    jvm_quick_start: Annotated[
-        bool,
-        _opt(
-            "--jvm-quick-start/--no-jvm-quick-start",
-            "Spark's driver JVM compiles with C1 only (-XX:TieredStopAtLevel=1): its start costs half the CPU, "
-            "a restart reaches its first batch about 5 s sooner on 2 cores, for a few per cent of sustained "
-            "throughput. A --spark-conf spark.driver.extraJavaOptions is appended (later flags win).",
-        ),
-    ] = True,
-    jvm_class_archive: Annotated[
-        bool,
-        _opt(
-            "--jvm-class-archive/--no-jvm-class-archive",
-            "Local mode: Spark's JVM maps an archive of the classes an earlier run loaded (AppCDS), written at the "
-            "first stop after a completed batch (once per JDK and Spark build): a restart's JVM then needs about "
-            "half the CPU.",
-        ),
-    ] = True,
-    jvm_class_archive_dir: Annotated[
-        str | None,
-        _opt(
-            "--jvm-class-archive-dir",
-            "Where the JVM class archive is kept (≈ 175 MB); default $XDG_CACHE_HOME/elrwatch or ~/.cache/elrwatch. "
-            "On Kubernetes a persistent volume, e.g. next to the checkpoint.",
-        ),
-    ] = None,
-    state_mode: Annotated[
-        str,
-        _opt(
-            "--state-mode",
-            "snapshot: bucket snapshots in --state-dir + a small delta in Spark's state; "
-            "blob: each bucket's whole state in Spark's state (no shared filesystem needed, slower).",
-        ),
-    ] = "snapshot",
-    state_dir: Annotated[
-        str | None,
-        _opt(
-            "--state-dir",
-            "Bucket snapshot directory (--state-mode snapshot); default <checkpoint>/bucket-snapshots "
-            "for a local checkpoint. With several executors: a filesystem shared by all (e.g. an RWX volume).",
-        ),
-    ] = None,
-    state_delta_max_records: Annotated[
-        int,
-        _opt(
-            "--state-delta-max-records",
-            "Snapshot mode: write a new bucket snapshot once this many records were applied since the last one.",
-            min=1,
-        ),
-    ] = 100_000,
-    state_tasks: Annotated[
-        int | None,
-        _opt(
-            "--state-tasks",
-            "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local mode "
-            "(2 with the state servers applies two buckets at a time: faster storms and restarts' first batch, "
-            "but slower small batches), one per bucket on a cluster.",
-            min=1,
-        ),
-    ] = None,
-    state_service: Annotated[
-        bool | None,
-        _opt(
-            "--state-service/--no-state-service",
-            "Keep the buckets' state in server processes next to the driver, one per state task: buckets stay "
-            "cached whichever Python worker Spark picks, state tasks can run in parallel, and a restart preloads "
-            "the state while Spark starts; default: on in local mode (a cluster keeps the state in its "
-            "executors' Python workers).",
-        ),
-    ] = None,
+    source: options.Source = JOB.source,
+    bootstrap_servers: options.BootstrapServers = JOB.bootstrap_servers,
+    topic: options.EventTopic = JOB.topic,
+    path: options.FilesPath = JOB.path,
+    store: options.StoreUrl = JOB.store,
+    store_password_file: options.StorePasswordFile = JOB.store_password_file,
+    checkpoint: options.Checkpoint = JOB.checkpoint,
+    metrics_port: options.MetricsPort = JOB.metrics_port,
+    metrics_host: options.MetricsHost = JOB.metrics_host,
+    trigger: options.Trigger = JOB.trigger,
+    buckets: options.Buckets = JOB.buckets,
+    max_records_per_batch: options.MaxRecordsPerBatch = JOB.max_records_per_batch,
+    starting_offsets: options.StartingOffsets = JOB.starting_offsets,
+    available_now: options.AvailableNow = JOB.available_now,
+    default_min_isr: options.DefaultMinIsr = JOB.default_min_isr,
+    source_timeout_ms: options.SourceTimeoutMs = JOB.source_timeout_ms,
+    security_protocol: options.SecurityProtocol = JOB.security_protocol,
+    ssl_cafile: options.SslCafile = JOB.ssl_cafile,
+    ssl_certfile: options.SslCertfile = JOB.ssl_certfile,
+    ssl_keyfile: options.SslKeyfile = JOB.ssl_keyfile,
+    ssl_password_file: options.SslPasswordFile = JOB.ssl_password_file,
+    sasl_mechanism: options.SaslMechanism = JOB.sasl_mechanism,
+    sasl_username: options.SaslUsername = JOB.sasl_username,
+    sasl_password_file: options.SaslPasswordFile = JOB.sasl_password_file,
+    spark_master: options.SparkMaster = JOB.spark_master,
+    spark_conf: options.SparkConf = None,  # JobConfig's: {}
+    spark_driver_memory: options.SparkDriverMemory = JOB.spark_driver_memory,
+    spark_jars_packages: options.SparkJarsPackages = JOB.spark_jars_packages,
+    spark_log_level: options.SparkLogLevel = JOB.spark_log_level,
+    changelog_checkpointing: options.ChangelogCheckpointing = JOB.changelog_checkpointing,
+    state_cache: options.StateCache = JOB.state_cache,
+    keep_workers_warm: options.KeepWorkersWarm = TUNING.keep_workers_warm,
+    jvm_quick_start: options.JvmQuickStart = TUNING.jvm_quick_start,
+    jvm_class_archive: options.JvmClassArchive = TUNING.jvm_class_archive,
+    jvm_class_archive_dir: options.JvmClassArchiveDir = TUNING.jvm_class_archive_dir,
+    state_mode: options.StateMode = JOB.state_mode,
+    state_dir: options.StateDir = JOB.state_dir,
+    state_delta_max_records: options.StateDeltaMaxRecords = JOB.state_delta_max_records,
+    state_tasks: options.StateTasks = JOB.state_tasks,
+    state_service: options.StateService = TUNING.state_service,
 ) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
+    values = dict(locals())
     import logging
     import threading
 
-    from elrwatch.streaming import job
+    from elrwatch.streaming import query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = job.JobConfig(
-        source=source,
-        bootstrap_servers=bootstrap_servers,
-        topic=topic,
-        path=path,
-        store=store,
-        store_password_file=str(store_password_file) if store_password_file else None,
-        checkpoint=checkpoint,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        trigger=trigger,
-        buckets=buckets,
-        max_records_per_batch=max_records_per_batch,
-        starting_offsets=starting_offsets,
-        available_now=available_now,
-        default_min_isr=default_min_isr,
-        source_timeout_ms=source_timeout_ms,
-        security_protocol=security_protocol,
-        ssl_cafile=ssl_cafile,
-        ssl_certfile=ssl_certfile,
-        ssl_keyfile=ssl_keyfile,
-        ssl_password_file=ssl_password_file,
-        sasl_mechanism=sasl_mechanism,
-        sasl_username=sasl_username,
-        sasl_password_file=sasl_password_file,
-        spark_master=spark_master,
-        spark_conf=_key_values(spark_conf or [], "--spark-conf"),
-        spark_driver_memory=spark_driver_memory,
-        spark_jars_packages=spark_jars_packages,
-        spark_log_level=spark_log_level,
-        changelog_checkpointing=changelog_checkpointing,
-        state_cache=state_cache,
-        keep_workers_warm=keep_workers_warm,
-        jvm_quick_start=jvm_quick_start,
-        jvm_class_archive=jvm_class_archive,
-        jvm_class_archive_dir=jvm_class_archive_dir,
-        state_mode=state_mode,
-        state_dir=state_dir,
-        state_delta_max_records=state_delta_max_records,
-        state_tasks=state_tasks,
-        state_service=state_service,
-    )
-    if source not in ("kafka", "kafka-native", "files"):
-        _fail("--source must be kafka, kafka-native or files")
     try:
-        job.run(config, stop_event=threading.Event(), handle_signals=True)
-    except (job.JobError, ValueError) as exc:
+        config = options.job_config(values)
+    except options.OptionError as exc:
+        _fail(str(exc))
+    try:
+        query.run(config, stop_event=threading.Event(), handle_signals=True)
+    except (query.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
 
 
@@ -740,17 +558,6 @@ def bridge(
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors at start: one line, no traceback
         _fail(f"bridge failed: {type(exc).__name__}: {exc}", code=1)
-
-
-def _key_values(items: list[str], option: str) -> dict[str, str]:
-    """Parse repeated KEY=VALUE options."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            _fail(f"{option} takes KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
-    return out
 
 
 @app.command()

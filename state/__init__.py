@@ -12,6 +12,7 @@ from importlib.machinery import EXTENSION_SUFFIXES
 #: The hot modules (parse, apply, derive; the documents and their advice) a compiled build compiles (setup.py reads it).
 COMPILED_MODULES = (
     "records",
+    "value_checks",
     "model",
     "merge",
     "status",

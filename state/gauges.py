@@ -1,8 +1,13 @@
-"""Gauge values of monitor-spec §4 (names in DESIGN.md §6), computed from the core's state.
+"""Gauge values of monitor-spec §4 (names in DESIGN.md §6), computed from the core's state, and the one table that
+describes every metric elrwatch serves (the core's gauges, the streaming job's health, the API's requests, the
+bridge's).
 
-Values are keyed by their Prometheus sample name with labels, e.g.
-``elrwatch_electable_leaders_partitions{live_electable="0"}``, so a report document and a scrape of the
-metrics endpoint compare directly. Cardinality is bounded: no per-partition labels.
+A gauge is keyed by ``(name, labels)`` (:data:`GaugeKey`, labels sorted), e.g.
+``("elrwatch_electable_leaders_partitions", (("live_electable", "0"),))``. The exporter serves the key as it is;
+documents and the status store name a sample in Prometheus' text form (:func:`sample_name`:
+``elrwatch_electable_leaders_partitions{live_electable="0"}``), so a report document and a scrape of the metrics
+endpoint compare directly. That text is only ever written, never parsed back. Cardinality is bounded: no
+per-partition labels.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from elrwatch.state.audit import VIOLATION_KINDS
 from elrwatch.state.records import QUARANTINE_REASONS
@@ -26,102 +32,193 @@ from elrwatch.state.status import (
 ELECTABLE_LABELS = ("0", "1", "2", "3+")
 BROKER_STATES = ("active", "fenced", "controlled_shutdown")
 
-#: name → (type, help). Types: gauge or counter. The exporter and the docs use this table.
-METRICS: dict[str, tuple[str, str]] = {
-    "elrwatch_global_under_min_isr_partitions": (
-        "gauge",
-        "Partitions with |ISR| < effective min ISR (HWM frozen).",
+#: A sample's key: (metric name, ((label, value), ...) sorted by label).
+GaugeKey = tuple[str, tuple[tuple[str, str], ...]]
+#: Sample values by key.
+Gauges = dict[GaugeKey, float]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric elrwatch serves: its type (gauge, counter or histogram), help text and label names; ``values``:
+    the known values of its label when they are a fixed set (the API reads those samples by them)."""
+
+    name: str
+    kind: str
+    help: str
+    labels: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()
+
+
+def _table(*metrics: Metric) -> dict[str, Metric]:
+    return {m.name: m for m in metrics}
+
+
+#: Every metric elrwatch serves, by name: the exporter, the API and the docs use this table.
+METRICS: dict[str, Metric] = _table(
+    # the core's gauges (state/gauges.py): the streaming job's /metrics, documents, the store, /v1/summary
+    Metric(
+        "elrwatch_global_under_min_isr_partitions", "gauge", "Partitions with |ISR| < effective min ISR (HWM frozen)."
     ),
-    "elrwatch_at_min_isr_partitions": (
+    Metric(
+        "elrwatch_at_min_isr_partitions",
         "gauge",
         "Partitions with |ISR| == effective min ISR (one failure from under).",
     ),
-    "elrwatch_offline_partitions": ("gauge", "Partitions without a leader (Kafka's OfflinePartitionsCount)."),
-    "elrwatch_electable_leaders_partitions": (
+    Metric("elrwatch_offline_partitions", "gauge", "Partitions without a leader (Kafka's OfflinePartitionsCount)."),
+    Metric(
+        "elrwatch_electable_leaders_partitions",
         "gauge",
         "Partitions by number of live electable replicas (ISR ∪ ELR).",
+        ("live_electable",),
+        ELECTABLE_LABELS,
     ),
-    "elrwatch_unclean_recovery_partitions": (
+    Metric(
+        "elrwatch_unclean_recovery_partitions",
         "gauge",
         "Leaderless partitions whose only way back may lose data, plus partitions RECOVERING.",
     ),
-    "elrwatch_manual_leader_election_required_partitions": (
+    Metric(
+        "elrwatch_manual_leader_election_required_partitions",
         "gauge",
         "Leaderless partitions Kafka will never elect a leader for by itself.",
     ),
-    "elrwatch_recovering_partitions": ("gauge", "Partitions with leaderRecoveryState RECOVERING."),
-    "elrwatch_partitions": ("gauge", "Partitions by status class (monitor-spec §3)."),
-    "elrwatch_partition_count": ("gauge", "Partitions known to elrwatch."),
-    "elrwatch_topic_count": ("gauge", "Topics known to elrwatch."),
-    "elrwatch_invariant_violations": ("gauge", "Partitions currently breaking an invariant, by kind."),
-    "elrwatch_unclean_recovery_finished_total": ("counter", "RECOVERING -> RECOVERED transitions observed."),
-    "elrwatch_elr_elections_total": (
+    Metric("elrwatch_recovering_partitions", "gauge", "Partitions with leaderRecoveryState RECOVERING."),
+    Metric("elrwatch_partitions", "gauge", "Partitions by status class (monitor-spec §3).", ("status",), STATUSES),
+    Metric("elrwatch_partition_count", "gauge", "Partitions known to elrwatch."),
+    Metric("elrwatch_topic_count", "gauge", "Topics known to elrwatch."),
+    Metric(
+        "elrwatch_invariant_violations",
+        "gauge",
+        "Partitions currently breaking an invariant, by kind.",
+        ("kind",),
+        tuple(VIOLATION_KINDS),
+    ),
+    Metric("elrwatch_unclean_recovery_finished_total", "counter", "RECOVERING -> RECOVERED transitions observed."),
+    Metric(
+        "elrwatch_elr_elections_total",
         "counter",
         "Leader elections from the ELR observed (Kafka's ElectionFromEligibleLeaderReplicasPerSec).",
     ),
-    "elrwatch_unclean_elections_total": (
+    Metric(
+        "elrwatch_unclean_elections_total",
         "counter",
         "Records setting leaderRecoveryState=RECOVERING (Kafka's UncleanLeaderElectionsPerSec).",
     ),
-    "elrwatch_last_known_leader_elections_total": (
+    Metric(
+        "elrwatch_last_known_leader_elections_total",
         "counter",
         "Last-known-leader elections observed (ISR and ELR empty).",
     ),
-    "elrwatch_brokers": ("gauge", "Registered brokers by state."),
-    "elrwatch_elr_enabled": ("gauge", "1 when eligible.leader.replicas.version >= 1."),
-    "elrwatch_events_total": ("counter", "Input events read, by record type."),
-    "elrwatch_quarantined_records_total": ("counter", "Input events quarantined, by reason."),
-    "elrwatch_duplicate_records_total": ("counter", "Input events skipped as already applied."),
-    "elrwatch_skipped_records_total": ("counter", "Well-formed records of types elrwatch does not use."),
-    "elrwatch_last_event_timestamp_seconds": (
-        "gauge",
-        "Event time of the newest record applied (Unix seconds).",
+    Metric("elrwatch_brokers", "gauge", "Registered brokers by state.", ("state",), BROKER_STATES),
+    Metric("elrwatch_elr_enabled", "gauge", "1 when eligible.leader.replicas.version >= 1."),
+    Metric("elrwatch_events_total", "counter", "Input events read, by record type.", ("type",)),
+    Metric(
+        "elrwatch_quarantined_records_total",
+        "counter",
+        "Input events quarantined, by reason.",
+        ("reason",),
+        tuple(QUARANTINE_REASONS),
     ),
-}
+    Metric("elrwatch_duplicate_records_total", "counter", "Input events skipped as already applied."),
+    Metric("elrwatch_skipped_records_total", "counter", "Well-formed records of types elrwatch does not use."),
+    Metric("elrwatch_last_event_timestamp_seconds", "gauge", "Event time of the newest record applied (Unix seconds)."),
+    # the streaming job's health (streaming/metrics.py; the driver's /metrics only)
+    Metric("elrwatch_batch_duration_seconds", "gauge", "Wall time of the last micro-batch (Spark's batchDuration)."),
+    Metric("elrwatch_batch_input_rows", "gauge", "Input events of the last micro-batch."),
+    Metric("elrwatch_source_lag_records", "gauge", "Events in the source not yet consumed (latest - consumed)."),
+    Metric("elrwatch_last_batch_completed_timestamp_seconds", "gauge", "When the last micro-batch completed."),
+    Metric("elrwatch_batches_total", "counter", "Micro-batches completed by this driver."),
+    Metric("elrwatch_up", "gauge", "1 while the streaming query runs."),
+    # the API's own (api/middleware.py; the API's /metrics)
+    Metric("elrwatch_api_requests", "counter", "API requests", ("method", "route", "status")),
+    Metric("elrwatch_api_request_duration_seconds", "histogram", "API request latency", ("method", "route")),
+    # elrwatch bridge's (bridge/runner.py; the bridge's /metrics)
+    Metric("elrwatch_bridge_errors_total", "counter", "Bridge errors by reason (each also logged)", ("reason",)),
+    Metric("elrwatch_bridge_published_records_total", "counter", "Records published to the event topic"),
+    Metric(
+        "elrwatch_bridge_poll_duration_seconds", "gauge", "Duration of the last poll (admin) or read (metadata log)"
+    ),
+    Metric("elrwatch_bridge_last_published_offset", "gauge", "Offset of the last record published"),
+)
+
+#: The job-health metrics, in the order the exporter serves them.
+HEALTH_METRICS = (
+    "elrwatch_batch_duration_seconds",
+    "elrwatch_batch_input_rows",
+    "elrwatch_source_lag_records",
+    "elrwatch_last_batch_completed_timestamp_seconds",
+    "elrwatch_batches_total",
+    "elrwatch_up",
+)
 
 
-def sample(name: str, **labels: str) -> str:
-    """Prometheus sample key: ``name{a="x",b="y"}`` (labels sorted), or ``name``."""
+def key(name: str, **labels: str) -> GaugeKey:
+    """The key of a sample: ``(name, ((label, value), ...))``, labels sorted."""
+    return name, tuple(sorted(labels.items()))
+
+
+def sample_name(sample: GaugeKey) -> str:
+    """A key in Prometheus' text form: ``name{a="x",b="y"}`` (labels sorted), or ``name``."""
+    name, labels = sample
     if not labels:
         return name
-    inner = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    inner = ",".join(f'{label}="{value}"' for label, value in labels)
     return f"{name}{{{inner}}}"
 
 
-def partition_gauges(cluster) -> dict[str, float]:
+def sample(name: str, **labels: str) -> str:
+    """Prometheus sample name of ``name`` with ``labels``: ``sample_name(key(name, **labels))``."""
+    return sample_name(key(name, **labels))
+
+
+def as_samples(gauges: Mapping[GaugeKey, float]) -> dict[str, float]:
+    """Gauges by sample name, sorted (the form of documents and of the status store)."""
+    return dict(sorted((sample_name(k), v) for k, v in gauges.items()))
+
+
+def encode_gauges(gauges: Mapping[GaugeKey, float]) -> list[list[Any]]:
+    """Gauges as JSON: ``[[name, [[label, value], ...], value], ...]`` (the job's payloads and driver file)."""
+    return [[name, [list(pair) for pair in labels], value] for (name, labels), value in gauges.items()]
+
+
+def decode_gauges(rows: Iterable[Any]) -> Gauges:
+    """Inverse of :func:`encode_gauges`."""
+    return {(name, tuple((label, value) for label, value in labels)): value for name, labels, value in rows}
+
+
+def partition_gauges(cluster: Any) -> Gauges:
     """Gauges over the cluster's owned partitions; summing these over buckets gives the cluster's values."""
     flags = cluster.flag_counts
-    out: dict[str, float] = {
-        "elrwatch_global_under_min_isr_partitions": flags[F_UNDER_MIN_ISR],
-        "elrwatch_at_min_isr_partitions": flags[F_AT_MIN_ISR],
-        "elrwatch_offline_partitions": flags[F_LEADERLESS],
-        "elrwatch_unclean_recovery_partitions": flags[F_UNCLEAN_RECOVERY],
-        "elrwatch_manual_leader_election_required_partitions": flags[F_MANUAL],
-        "elrwatch_recovering_partitions": flags[F_RECOVERING],
-        "elrwatch_partition_count": cluster.partition_count,
+    out: Gauges = {
+        key("elrwatch_global_under_min_isr_partitions"): flags[F_UNDER_MIN_ISR],
+        key("elrwatch_at_min_isr_partitions"): flags[F_AT_MIN_ISR],
+        key("elrwatch_offline_partitions"): flags[F_LEADERLESS],
+        key("elrwatch_unclean_recovery_partitions"): flags[F_UNCLEAN_RECOVERY],
+        key("elrwatch_manual_leader_election_required_partitions"): flags[F_MANUAL],
+        key("elrwatch_recovering_partitions"): flags[F_RECOVERING],
+        key("elrwatch_partition_count"): cluster.partition_count,
     }
     for label, count in zip(ELECTABLE_LABELS, cluster.electable_counts, strict=True):
-        out[sample("elrwatch_electable_leaders_partitions", live_electable=label)] = count
+        out[key("elrwatch_electable_leaders_partitions", live_electable=label)] = count
     for status in STATUSES:
-        out[sample("elrwatch_partitions", status=status)] = cluster.status_counts[status]
+        out[key("elrwatch_partitions", status=status)] = cluster.status_counts[status]
     for kind in VIOLATION_KINDS:
-        out[sample("elrwatch_invariant_violations", kind=kind)] = cluster.violation_counts[kind]
+        out[key("elrwatch_invariant_violations", kind=kind)] = cluster.violation_counts[kind]
     counters = cluster.counters
-    out["elrwatch_unclean_recovery_finished_total"] = counters["unclean_recovery_finished"]
-    out["elrwatch_elr_elections_total"] = counters["elr_elections"]
-    out["elrwatch_unclean_elections_total"] = counters["unclean_elections"]
-    out["elrwatch_last_known_leader_elections_total"] = counters["last_known_leader_elections"]
+    out[key("elrwatch_unclean_recovery_finished_total")] = counters["unclean_recovery_finished"]
+    out[key("elrwatch_elr_elections_total")] = counters["elr_elections"]
+    out[key("elrwatch_unclean_elections_total")] = counters["unclean_elections"]
+    out[key("elrwatch_last_known_leader_elections_total")] = counters["last_known_leader_elections"]
     return out
 
 
-def shared_gauges(cluster) -> dict[str, float]:
+def shared_gauges(cluster: Any) -> Gauges:
     """Gauges of state every bucket holds in full (brokers, topics, features): take them from one bucket."""
     states = Counter(broker.state_name for broker in cluster.brokers.values())
-    out: dict[str, float] = {
-        sample("elrwatch_brokers", state=state): states[state] for state in BROKER_STATES
-    }
-    out["elrwatch_elr_enabled"] = 1 if cluster.elr_enabled else 0
-    out["elrwatch_topic_count"] = len(cluster.topics)
+    out: Gauges = {key("elrwatch_brokers", state=state): states[state] for state in BROKER_STATES}
+    out[key("elrwatch_elr_enabled")] = 1 if cluster.elr_enabled else 0
+    out[key("elrwatch_topic_count")] = len(cluster.topics)
     return out
 
 
@@ -149,33 +246,31 @@ class PipelineCounts:
             self.last_event_ms = max(self.last_event_ms or 0, other.last_event_ms)
 
 
-def pipeline_gauges(counts: PipelineCounts) -> dict[str, float]:
+def pipeline_gauges(counts: PipelineCounts) -> Gauges:
     """Pipeline health gauges from the counts."""
-    out: dict[str, float] = {}
+    out: Gauges = {}
     for type_name, count in sorted(counts.events_by_type.items()):
-        out[sample("elrwatch_events_total", type=type_name)] = count
+        out[key("elrwatch_events_total", type=type_name)] = count
     for reason in QUARANTINE_REASONS:
-        out[sample("elrwatch_quarantined_records_total", reason=reason)] = counts.quarantined_by_reason[
-            reason
-        ]
-    out["elrwatch_duplicate_records_total"] = counts.duplicates
-    out["elrwatch_skipped_records_total"] = sum(counts.skipped_by_type.values())
+        out[key("elrwatch_quarantined_records_total", reason=reason)] = counts.quarantined_by_reason[reason]
+    out[key("elrwatch_duplicate_records_total")] = counts.duplicates
+    out[key("elrwatch_skipped_records_total")] = sum(counts.skipped_by_type.values())
     if counts.last_event_ms is not None:
-        out["elrwatch_last_event_timestamp_seconds"] = counts.last_event_ms / 1000.0
+        out[key("elrwatch_last_event_timestamp_seconds")] = counts.last_event_ms / 1000.0
     return out
 
 
-def sum_gauges(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:
+def sum_gauges(parts: Iterable[Mapping[GaugeKey, float]]) -> Gauges:
     """Sum per-bucket `partition_gauges` into the cluster's values."""
-    total: Counter[str] = Counter()
+    total: Counter[GaugeKey] = Counter()
     for part in parts:
         total.update(part)
     return dict(total)
 
 
-def all_gauges(cluster, counts: PipelineCounts | None = None) -> dict[str, float]:
-    """Every gauge of a single (unbucketed) cluster state, sorted by key."""
+def all_gauges(cluster: Any, counts: PipelineCounts | None = None) -> dict[str, float]:
+    """Every gauge of a single (unbucketed) cluster state by sample name, sorted (a report's ``gauges``)."""
     out = {**partition_gauges(cluster), **shared_gauges(cluster)}
     if counts is not None:
         out.update(pipeline_gauges(counts))
-    return dict(sorted(out.items()))
+    return as_samples(out)

@@ -15,7 +15,6 @@ returned as a `RecordError` naming the position, the field and a reason from a s
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -23,6 +22,11 @@ from importlib import resources
 from typing import Any, Final
 
 import orjson
+
+from elrwatch.state.value_checks import SEMANTICS as _SEMANTICS
+from elrwatch.state.value_checks import Invalid as _Invalid
+from elrwatch.state.value_checks import is_uuid
+from elrwatch.state.value_checks import no_semantics as _no_semantics
 
 # --- record types -------------------------------------------------------------------------------------------
 
@@ -365,38 +369,6 @@ _USED_VERSIONS: dict[str, tuple[int, int]] = {name: schema_versions(name) for na
 # --- value checks ---------------------------------------------------------------------------------------------
 
 
-class _Invalid(Exception):
-    def __init__(self, reason: str, field: str | None, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.field = field
-        self.message = message
-
-
-_UUID_CHARS = re.compile(r"^[A-Za-z0-9_-]{22}$")  # URL-safe base64 alphabet only, as Kafka's Uuid.fromString
-_VALID_UUIDS: set[str] = set()  # Uuids already checked (topic ids repeat on every partition record)
-_UUID_CACHE_LIMIT = 1_000_000
-
-
-def is_uuid(value: object) -> bool:
-    """A Kafka Uuid string: 22 chars of URL-safe base64 without padding (16 bytes)."""
-    if not isinstance(value, str):
-        return False
-    if value in _VALID_UUIDS:
-        return True
-    if not _UUID_CHARS.match(value):
-        return False
-    try:
-        ok = len(base64.urlsafe_b64decode(value + "==")) == 16
-    except (ValueError, TypeError):
-        return False
-    if ok:
-        if len(_VALID_UUIDS) >= _UUID_CACHE_LIMIT:
-            _VALID_UUIDS.clear()
-        _VALID_UUIDS.add(value)
-    return ok
-
-
 # Kind codes of compiled fields (fast dispatch in `_validate_data`).
 _K_INT, _K_BOOL, _K_STRING, _K_UUID, _K_INT_LIST, _K_BROKER_LIST, _K_UUID_LIST, _K_STRUCT_LIST = range(8)
 
@@ -504,7 +476,6 @@ def _validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
 # `_validate_data` accepts and returns the same dict, or returns None on *anything* unusual (a bad value, an
 # extra key, a semantic problem), and then `_validate_data` runs to accept the record or name the error.
 
-_MISSING = object()
 _INT32_MAX = 2**31 - 1
 
 
@@ -613,10 +584,12 @@ def generated_validators_source() -> str:
         '"""',
         "",
         "# ruff: noqa",
-        "from elrwatch.state.records import _MISSING as M",
-        "from elrwatch.state.records import _SEMANTICS, _no_semantics, is_uuid",
-        "from elrwatch.state.records import _VALID_UUIDS as U",
-        "from elrwatch.state.records import _Invalid as Invalid",
+        "from elrwatch.state.value_checks import MISSING as M",
+        "from elrwatch.state.value_checks import SEMANTICS as _SEMANTICS",
+        "from elrwatch.state.value_checks import VALID_UUIDS as U",
+        "from elrwatch.state.value_checks import Invalid",
+        "from elrwatch.state.value_checks import is_uuid",
+        "from elrwatch.state.value_checks import no_semantics as _no_semantics",
         "",
     ]
     table = []
@@ -644,7 +617,7 @@ def write_generated_validators(path: str | None = None) -> str:
 def _fast_validator(type_name: str, version: int) -> Any:
     """The straight-line validator of one used (type, version), from the generated module (compiled in a
     compiled build; a test keeps the module equal to what `validator_source` gives for every used version)."""
-    from elrwatch.state.validators_generated import VALIDATORS  # imports this module: not at the top
+    from elrwatch.state.validators_generated import VALIDATORS  # not at the top: `make validators` rewrites it
 
     return VALIDATORS[(type_name, version)]
 
@@ -656,80 +629,6 @@ def validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
         if out is not None:
             return out
     return _validate_data(type_name, version, data)
-
-
-def _nonneg(data: dict[str, Any], *names: str) -> None:
-    for name in names:
-        value = data.get(name)
-        if value is not None and value < 0:
-            raise _Invalid("invalid_field", name, f"must be >= 0, got {value}")
-
-
-def _partition_record_semantics(data: dict[str, Any]) -> None:
-    for name in ("partitionId", "leaderEpoch", "partitionEpoch"):
-        if data[name] < 0:
-            raise _Invalid("invalid_field", name, f"must be >= 0, got {data[name]}")
-    if data["leader"] < -1:
-        raise _Invalid("invalid_field", "leader", f"must be a broker id or -1, got {data['leader']}")
-    if data.get("leaderRecoveryState", 0) not in (0, 1):
-        raise _Invalid("invalid_field", "leaderRecoveryState", "must be 0 or 1")
-    if not data["replicas"]:
-        raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
-
-
-def _partition_change_semantics(data: dict[str, Any]) -> None:
-    if data["partitionId"] < 0:
-        raise _Invalid("invalid_field", "partitionId", f"must be >= 0, got {data['partitionId']}")
-    if data.get("leader", -2) < -2:
-        raise _Invalid("invalid_field", "leader", f"must be a broker id, -1 or -2, got {data['leader']}")
-    if data.get("leaderRecoveryState", -1) not in (-1, 0, 1):
-        raise _Invalid("invalid_field", "leaderRecoveryState", "must be -1, 0 or 1")
-    if data.get("replicas") == ():
-        raise _Invalid("invalid_field", "replicas", "a partition needs at least one replica")
-
-
-def _broker_change_semantics(data: dict[str, Any]) -> None:
-    _nonneg(data, "brokerId")
-    if data.get("fenced", 0) not in (-1, 0, 1):
-        raise _Invalid("invalid_field", "fenced", "must be -1 (unfence), 0 (none) or 1 (fence)")
-    if data.get("inControlledShutdown", 0) not in (0, 1):
-        raise _Invalid("invalid_field", "inControlledShutdown", "must be 0 or 1")
-
-
-def _config_semantics(data: dict[str, Any]) -> None:
-    if data["name"] == "min.insync.replicas" and data["value"] is not None:
-        try:
-            if int(data["value"]) < 1:
-                raise ValueError
-        except ValueError:
-            raise _Invalid(  # noqa: B904 - the int() error adds nothing
-                "invalid_field", "value", f"min.insync.replicas must be an int >= 1: {data['value']!r}"
-            )
-    if (
-        data["name"] == "unclean.leader.election.enable"
-        and data["value"] is not None
-        and data["value"].strip().lower() not in ("true", "false")
-    ):
-        raise _Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
-
-
-def _no_semantics(data: dict[str, Any]) -> None:
-    return None
-
-
-#: Impossible values that the schema alone allows, per record type.
-_SEMANTICS = {
-    PARTITION_RECORD: _partition_record_semantics,
-    PARTITION_CHANGE_RECORD: _partition_change_semantics,
-    REGISTER_BROKER_RECORD: lambda data: _nonneg(data, "brokerId"),
-    BROKER_REGISTRATION_CHANGE_RECORD: _broker_change_semantics,
-    UNREGISTER_BROKER_RECORD: lambda data: _nonneg(data, "brokerId"),
-    FENCE_BROKER_RECORD: lambda data: _nonneg(data, "id"),
-    UNFENCE_BROKER_RECORD: lambda data: _nonneg(data, "id"),
-    CONFIG_RECORD: _config_semantics,
-    FEATURE_LEVEL_RECORD: lambda data: _nonneg(data, "featureLevel"),
-    REPLICA_LOG_INFO_RECORD: lambda data: _nonneg(data, "partitionId", "brokerId", "logEndOffset"),
-}
 
 
 def _check_semantics(type_name: str, data: dict[str, Any]) -> None:

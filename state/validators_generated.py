@@ -5,10 +5,12 @@ test fails when this file is not what the schemas give.
 """
 
 # ruff: noqa
-from elrwatch.state.records import _MISSING as M
-from elrwatch.state.records import _SEMANTICS, _no_semantics, is_uuid
-from elrwatch.state.records import _VALID_UUIDS as U
-from elrwatch.state.records import _Invalid as Invalid
+from elrwatch.state.value_checks import MISSING as M
+from elrwatch.state.value_checks import SEMANTICS as _SEMANTICS
+from elrwatch.state.value_checks import VALID_UUIDS as U
+from elrwatch.state.value_checks import Invalid
+from elrwatch.state.value_checks import is_uuid
+from elrwatch.state.value_checks import no_semantics as _no_semantics
 
 
 check_broker_registration_change_record = _SEMANTICS.get('BROKER_REGISTRATION_CHANGE_RECORD', _no_semantics)

@@ -71,7 +71,7 @@ def _simulated(workdir: str, records: int) -> Iterator[bytes]:
         with open(out, "rb") as fh:
             yield from fh
         return
-    from elrwatch.streaming.produce import simulated_lines
+    from elrwatch.devtools.eventgen import simulated_lines
 
     yield from simulated_lines(5, 40, 6, steps=10, churn=200, seed=42, loop=True)
 
@@ -153,7 +153,8 @@ def run_demo(
     ``simulated``: simulator events instead of a real 3-broker cluster; ``faults``: run the fault injector on the
     real cluster (``seed`` picks its brokers). A work dir the demo created itself (no ``workdir``) is removed at
     the end unless ``keep``."""
-    from elrwatch.streaming import job
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig
     from elrwatch.streaming.produce import produce_lines
 
     try:  # developer tooling, not the product's runtime path
@@ -271,14 +272,14 @@ def run_demo(
                 timer.daemon = True
                 timer.start()
 
-        config = job.JobConfig(
+        config = JobConfig(
             source="kafka", bootstrap_servers=kafka.bootstrap, topic=TOPIC, store=store, checkpoint=checkpoint,
             metrics_port=metrics_port, trigger="1s", buckets=2,
         )
         try:
-            job.run(config, stop_event=stop, on_started=started,
+            query.run(config, stop_event=stop, on_started=started,
                     handle_signals=threading.current_thread() is threading.main_thread())
-        except job.JobError as exc:
+        except query.JobError as exc:
             raise DemoError(_first_line(exc)) from None
         _say("stopped.")
         return where

@@ -11,7 +11,6 @@ collectors from other parts), served by ``prometheus_client.start_http_server``.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from typing import Any
@@ -19,25 +18,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-HEALTH_METRICS = {
-    "elrwatch_batch_duration_seconds": ("gauge", "Wall time of the last micro-batch (Spark's batchDuration)."),
-    "elrwatch_batch_input_rows": ("gauge", "Input events of the last micro-batch."),
-    "elrwatch_source_lag_records": ("gauge", "Events in the source not yet consumed (latest - consumed)."),
-    "elrwatch_last_batch_completed_timestamp_seconds": ("gauge", "When the last micro-batch completed."),
-    "elrwatch_batches_total": ("counter", "Micro-batches completed by this driver."),
-    "elrwatch_up": ("gauge", "1 while the streaming query runs."),
-}
+from elrwatch.state.gauges import HEALTH_METRICS, METRICS, Gauges, Metric, key, sample_name
 
 
-def parse_sample(key: str) -> tuple[str, dict[str, str]]:
-    """``name{a="x"}`` → (``name``, ``{"a": "x"}``)."""
-    match = _SAMPLE.match(key)
-    if not match:
-        raise ValueError(f"not a Prometheus sample key: {key!r}")
-    return match.group(1), dict(_LABEL.findall(match.group(2) or ""))
+def _family(metric: Metric, labels: list[str] | None = None, value: float | None = None) -> Any:
+    """A metric family of ``metric``'s type, named and described by the metric table."""
+    cls = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+    return cls(metric.name, metric.help, value=value, labels=labels)
 
 
 def source_lag(progress_sources: list[Any]) -> int | None:
@@ -81,18 +68,18 @@ class Health:
         self.last_input_rows: int | None = None
         self.lag: int | None = None
         self.last_completed: float | None = None
-        self.gauges: dict[str, float] = aggregator.gauges() if aggregator is not None else {}
+        self.gauges: Gauges = aggregator.gauges() if aggregator is not None else {}
         self.batch_event = threading.Condition(self.lock)
         self._last_progress: tuple[Any, Any] | None = None  # (batchId, timestamp) of the progress taken last
 
-    def gauges_ready(self, gauges: dict[str, float]) -> None:
+    def gauges_ready(self, gauges: Gauges) -> None:
         """A micro-batch's buckets are merged: serve its gauges now, so that alerts do not wait for the store
         write (seconds for a storm's documents). A batch whose write then fails is re-run from the same state."""
         with self.lock:
             self.gauges = gauges
 
     def batch_written(
-        self, batch_id: int, gauges: dict[str, float], sink_seconds: float, input_events: int | None = None
+        self, batch_id: int, gauges: Gauges, sink_seconds: float, input_events: int | None = None
     ) -> None:
         """A micro-batch is in the store: its gauges, and its input events (the events the buckets counted:
         Spark's numInputRows would count a broadcast record once per bucket when the source routes)."""
@@ -138,8 +125,6 @@ class JobCollector:
         self.health = health
 
     def collect(self) -> Any:
-        from elrwatch.state.gauges import METRICS
-
         health = self.health
         with health.lock:
             gauges = dict(health.gauges)
@@ -152,22 +137,17 @@ class JobCollector:
                 "elrwatch_up": health.up,
             }
         families: dict[str, Any] = {}
-        for key, value in gauges.items():
-            name, labels = parse_sample(key)
-            kind, help_text = METRICS.get(name, ("gauge", name))
+        for (name, labels), value in gauges.items():
             family = families.get(name)
             if family is None:
-                cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-                family = cls(name, help_text, labels=sorted(labels))
-                families[name] = family
-            family.add_metric([labels[k] for k in sorted(labels)], float(value))
+                metric = METRICS.get(name) or Metric(name, "gauge", name)
+                family = families[name] = _family(metric, labels=[label for label, _ in labels])
+            family.add_metric([v for _, v in labels], float(value))
         yield from families.values()
-        for name, value in health_values.items():
-            if value is None:
-                continue
-            kind, help_text = HEALTH_METRICS[name]
-            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            yield cls(name, help_text, value=float(value))
+        for name in HEALTH_METRICS:
+            value = health_values[name]
+            if value is not None:
+                yield _family(METRICS[name], value=float(value))
 
 
 class Exporter:
@@ -190,7 +170,7 @@ def start_exporter(health: Health, port: int, host: str = "127.0.0.1") -> Export
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
-    """Fetch a /metrics page and return sample key → value, keys as in the report's ``gauges``."""
+    """Fetch a /metrics page and return sample name → value, names as in the report's ``gauges``."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -200,8 +180,6 @@ def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name.endswith("_created"):
-                continue
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+            if not s.name.endswith("_created"):
+                out[sample_name(key(s.name, **s.labels))] = s.value
     return out

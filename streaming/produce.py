@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,18 +162,3 @@ def produce_lines(
         out.write(f"elrwatch produce: done, {sent} events sent to {topic} in {seconds:.1f}s\n")
         out.flush()
     return ProduceResult(sent, seconds)
-
-
-def simulated_lines(
-    topics: int, partitions: int, brokers: int, steps: int, churn: int, seed: int, loop: bool = False
-) -> Iterator[bytes]:
-    """Events of the built-in generator: bootstrap, broker failures/recoveries, leader churn (``loop``: forever)."""
-    from elrwatch.streaming.eventgen import EventGenerator
-
-    gen = EventGenerator(topics=topics, partitions=partitions, brokers=brokers, seed=seed)
-    yield from gen.bootstrap()
-    while True:
-        yield from gen.steps(steps)
-        yield from gen.churn(churn)
-        if not loop:
-            return

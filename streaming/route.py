@@ -16,7 +16,7 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-from elrwatch.streaming.memory import TRIM_AFTER_ROWS, release_memory
+from elrwatch.streaming.local.memory import trim_after_big_batch
 
 ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
@@ -141,5 +141,4 @@ def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:
             ],
             names=["bucket", "src", "seq", "moff", "kind", "rec"],
         )
-    if rows >= TRIM_AFTER_ROWS:
-        release_memory()
+    trim_after_big_batch(rows, collect_first=False)

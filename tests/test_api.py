@@ -14,11 +14,15 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from elrwatch.api.app import create_app, decode_cursor, encode_cursor, whatif_available
+from elrwatch.api.app import create_app
+from elrwatch.api.params import decode_cursor, encode_cursor
+from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines
-from elrwatch.streaming.store import SEVERITY, UPDATED_AT_MS, StatusStore
+from elrwatch.state.status import SEVERITY
+from elrwatch.store import StatusStore
+from elrwatch.store.schema import UPDATED_AT_MS
 
 PROBLEM = "application/problem+json"
 T0 = 1732100000000
@@ -417,7 +421,7 @@ def test_api_on_postgresql(document: dict) -> None:
     """The same queries on PostgreSQL (thread-pool path, boolean/tuple filters, cursors)."""
     from test_store import PostgresServer
 
-    from elrwatch.streaming.store import metadata
+    from elrwatch.store.schema import metadata
 
     server = PostgresServer().start()
     try:

@@ -10,9 +10,10 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
-from elrwatch.api.app import create_app, whatif_available
+from elrwatch.api.app import create_app
+from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 CHECKS = [
     checks.not_a_server_error,

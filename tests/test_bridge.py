@@ -542,7 +542,7 @@ def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: 
     from elrwatch.api.app import create_app
     from elrwatch.api.settings import Settings
     from elrwatch.state.replay import replay_lines
-    from elrwatch.streaming.store import StatusStore
+    from elrwatch.store import StatusStore
 
     bridge, pub, _ = admin_bridge(FakeReader())
     bridge.step()

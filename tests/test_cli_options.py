@@ -36,15 +36,16 @@ def test_every_option_has_an_env_var_shown_in_help(name: str) -> None:
 
 def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Spark settings that were once read straight from the environment now go through the options."""
-    from elrwatch.streaming import job
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig
 
-    seen: dict[str, job.JobConfig] = {}
+    seen: dict[str, JobConfig] = {}
 
-    def fake_run(config: job.JobConfig, **_kwargs: object) -> int:
+    def fake_run(config: JobConfig, **_kwargs: object) -> int:
         seen["config"] = config
         return 0
 
-    monkeypatch.setattr(job, "run", fake_run)
+    monkeypatch.setattr(query, "run", fake_run)
     env = {
         "ELRWATCH_SPARK_DRIVER_MEMORY": "3g",
         "ELRWATCH_SPARK_JARS_PACKAGES": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0",
@@ -66,14 +67,14 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert config.spark_log_level == "WARN"
     assert config.changelog_checkpointing is False
     assert config.state_cache is False
-    assert config.keep_workers_warm is False
-    assert config.jvm_quick_start is False
-    assert config.jvm_class_archive is False and config.jvm_class_archive_dir == "/var/lib/elrwatch/jvm"
+    assert config.local.keep_workers_warm is False
+    assert config.local.jvm_quick_start is False
+    assert config.local.jvm_class_archive is False and config.local.jvm_class_archive_dir == "/var/lib/elrwatch/jvm"
     assert config.buckets == 5
     # and the defaults when nothing is set
     result = CliRunner().invoke(app, args, env={k: "" for k in env} | {"ELRWATCH_BUCKETS": "2"})
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
-    assert config.changelog_checkpointing is True and config.state_cache is True and config.keep_workers_warm
-    assert config.jvm_quick_start and config.jvm_class_archive and config.jvm_class_archive_dir is None
+    assert config.changelog_checkpointing is True and config.state_cache is True and config.local.keep_workers_warm
+    assert config.local.jvm_quick_start and config.local.jvm_class_archive and config.local.jvm_class_archive_dir is None

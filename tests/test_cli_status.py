@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
 
 #: The top-level keys of the report document (DESIGN.md §5), shared by `elrwatch replay` and `elrwatch status`.
 REPORT_KEYS = {"partitions", "brokers", "topics", "cluster", "gauges", "violations", "quarantined", "counts"}

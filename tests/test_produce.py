@@ -11,7 +11,8 @@ import time
 import orjson
 import pytest
 
-from elrwatch.streaming.produce import key_of, simulated_lines
+from elrwatch.devtools.eventgen import simulated_lines
+from elrwatch.streaming.produce import key_of
 
 
 def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -58,7 +59,7 @@ def test_keys_keep_partition_and_broker_order():
 def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     from kafka import KafkaConsumer, TopicPartition
 
-    from elrwatch.streaming.eventgen import scenario
+    from elrwatch.devtools.eventgen import scenario
 
     topic = fresh_topic("produce-t")
 

@@ -367,7 +367,9 @@ def test_snapshot_records_sharing_one_offset_are_not_conflicts() -> None:
 
 def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming import job
+    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.route import route_batches
+    from elrwatch.streaming.snapshots import BucketState
 
     tail = Path(fixture("tail-segment.dump")).read_text().splitlines()
     created = [t for t in tail if "PARTITION_RECORD" in t][-1]  # applies: its topic is created in the segment
@@ -382,9 +384,9 @@ def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
         ],
         names=["value", "topic", "partition", "offset", "timestamp"],
     )
-    routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
-    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
+    routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+    state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = process_bucket(0, 1, _ordered_rows(routed), state)
     assert state.counts.quarantined_by_reason["conflict"] == 1
     assert [q["reason"] for q in payload["quarantined"]].count("conflict") == 1
 
@@ -443,9 +445,11 @@ def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tm
     """Read by the streaming job's stages (files source, route, bucket): the snapshot, then in a later micro-batch
     the segments, give the partitions `elrwatch replay SNAPSHOT SEGMENTS` gives."""
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming import job
+    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.route import route_batches
+    from elrwatch.streaming.snapshots import BucketState
 
-    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
     for name in ("snapshot.dump", "segments-skip-metadata.dump"):
         (tmp_path / name).write_text(Path(fixture(name)).read_text())
         fresh = _files_source_lines(tmp_path, 1000)  # the only file in the directory now
@@ -459,8 +463,8 @@ def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tm
             ],
             names=["value", "topic", "partition", "offset", "timestamp"],
         )
-        routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
-        job.process_bucket(0, 1, job._ordered_rows(routed), state)
+        routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+        process_bucket(0, 1, _ordered_rows(routed), state)
         (tmp_path / name).unlink()
     oracle = replay_file([fixture("snapshot.dump"), fixture("segments-skip-metadata.dump")]).document(advice=False)
     streamed = Replayer(cluster=state.cluster).document(advice=False)
@@ -485,8 +489,9 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
     """Envelopes with ``snapshotEnd`` (elrwatch bridge) share one offset: routed to a bucket, they stay a snapshot's
     records (not offset conflicts with each other), and a log record below the snapshot end is covered."""
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming import job
-    from elrwatch.streaming.route import decode_record, encode_record
+    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.route import decode_record, encode_record, route_batches
+    from elrwatch.streaming.snapshots import BucketState
 
     snapshot = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
     lines = [json.dumps({**envelope(*rec, offset=41), "snapshotEnd": 42, "source": "t"}) for rec in snapshot]
@@ -505,9 +510,9 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
         ],
         names=["value", "topic", "partition", "offset", "timestamp"],
     )
-    routed = pa.Table.from_batches(list(job.route_batches(iter([batch]), 1))).to_pandas()
-    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
+    routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+    state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = process_bucket(0, 1, _ordered_rows(routed), state)
     assert payload["quarantined"] == [] and state.counts.applied == len(snapshot)
     assert state.cluster.snapshot_end_offset == 42
     assert state.cluster.partition(TOPIC_ID, 0).isr == (0, 1, 2)

@@ -308,7 +308,7 @@ def test_security_options_reference_secrets_never_copy_them(monkeypatch):
 def test_job_and_produce_build_the_same_security_options(monkeypatch):
     """`elrwatch stream` (JobConfig) and `elrwatch produce` (the CLI) share one mapping."""
     from elrwatch.cli import _kafka_options
-    from elrwatch.streaming.job import JobConfig
+    from elrwatch.streaming.config import JobConfig
 
     monkeypatch.setenv("ELRWATCH_SASL_PASSWORD", "x")
     config = JobConfig(

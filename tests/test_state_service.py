@@ -1,4 +1,4 @@
-"""State servers (streaming/state_service.py): same results as applying in the Spark worker, restart preload,
+"""State servers (streaming/local/state_service.py): same results as applying in the Spark worker, restart preload,
 a killed server restarted, Spark's hash partitioning reproduced."""
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from multiprocessing.connection import Client
 import pytest
 from test_streaming_unit import _routed
 
-from elrwatch.streaming import job
-from elrwatch.streaming.eventgen import scenario
+from elrwatch.devtools.eventgen import scenario
+from elrwatch.streaming import bucket as bucket_module
+from elrwatch.streaming import payload as payload_module
+from elrwatch.streaming import snapshots as snapshot_module
+from elrwatch.streaming.local.state_service import StateService, last_row_path
 from elrwatch.streaming.route import group_keys, lane_of, spark_hash_int
-from elrwatch.streaming.state_service import StateService, last_row_path
 
 # hash(cast(id as int)) from Spark 4 (`spark.range(-3, 5).selectExpr("hash(cast(id as int))")`)
 SPARK_HASHES = {
@@ -53,12 +55,12 @@ def _batches(buckets: int, size: int = 15):
     routed = _routed(lines, buckets)
     for bucket in range(buckets):
         part = routed[routed.bucket == bucket]
-        yield bucket, [list(job._ordered_rows(part.iloc[i : i + size])) for i in range(0, len(part), size)]
+        yield bucket, [list(bucket_module._ordered_rows(part.iloc[i : i + size])) for i in range(0, len(part), size)]
 
 
 def _payload(bodies: list[bytes]) -> tuple[dict, str]:
-    (head,), chunks = job.decode_payloads(list(bodies))
-    head["partitions"] = [{"topicId": r[0], "partitionId": r[1], "row": r} for r in job.iter_partition_rows(chunks)]
+    (head,), chunks = payload_module.decode_payloads(list(bodies))
+    head["partitions"] = [{"topicId": r[0], "partitionId": r[1], "row": r} for r in payload_module.iter_partition_rows(chunks)]
     timing = head.pop("timing")
     for key in ("partitions", "transitions", "violations"):
         head[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))
@@ -67,7 +69,7 @@ def _payload(bodies: list[bytes]) -> tuple[dict, str]:
 
 @pytest.fixture
 def settings(tmp_path):
-    return job.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
+    return bucket_module.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
 
 
 def _service(settings, lanes=2):
@@ -78,7 +80,7 @@ def _service(settings, lanes=2):
 
 def test_servers_give_what_the_worker_gives_and_a_restart_preloads(settings, tmp_path):
     keys = group_keys(3, 2)
-    reference = job.StateSettings(**{**settings.__dict__, "state_dir": str(tmp_path / "ref")})
+    reference = bucket_module.StateSettings(**{**settings.__dict__, "state_dir": str(tmp_path / "ref")})
     service = _service(settings)
     try:
         client = service.client()
@@ -92,7 +94,7 @@ def test_servers_give_what_the_worker_gives_and_a_restart_preloads(settings, tmp
                     service = _service(settings)
                     client = service.client()
                 token, blob, bodies = client.call(bucket, keys[bucket], row, rows)
-                ref_token, ref_blob, ref_bodies = job.run_bucket(
+                ref_token, ref_blob, ref_bodies = bucket_module.run_bucket(
                     bucket, reference, ref_row, iter(rows), len(rows), ref_cache
                 )
                 got, how = _payload(bodies)
@@ -110,14 +112,14 @@ def test_a_restart_preloads_buckets_that_never_wrote_a_snapshot(tmp_path):
     """The default state directory (<checkpoint>/bucket-snapshots) exists only once a bucket wrote its first
     snapshot; a bucket below the snapshot bounds must still leave its restart hint (a 300k-partition restart
     missed two of four buckets: 3.3 s of rebuild in its first batch)."""
-    settings = job.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path / "not-yet"))
+    settings = bucket_module.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path / "not-yet"))
     keys = group_keys(3, 1)
     bucket, batches = next(_batches(3))
     service = _service(settings, lanes=1)
     try:
         token, blob, _bodies = service.client().call(bucket, keys[bucket], None, batches[0])
         assert os.path.exists(last_row_path(settings.state_dir, bucket))
-        assert not [n for n in os.listdir(settings.state_dir) if n.endswith(job.SNAPSHOT_SUFFIX)]
+        assert not [n for n in os.listdir(settings.state_dir) if n.endswith(snapshot_module.SNAPSHOT_SUFFIX)]
         service.stop()
         service = _service(settings, lanes=1)
         _token, _blob, bodies = service.client().call(bucket, keys[bucket], (token, blob), batches[1])
@@ -177,7 +179,7 @@ def test_a_client_without_the_key_is_refused_and_the_server_goes_on(settings):
 
 
 def test_a_server_error_is_one_line_for_the_spark_task(settings, tmp_path):
-    from elrwatch.streaming.state_service import ServiceError
+    from elrwatch.streaming.local.state_service import ServiceError
 
     keys = group_keys(3, 2)
     service = _service(settings)
@@ -192,7 +194,7 @@ def test_a_server_error_is_one_line_for_the_spark_task(settings, tmp_path):
 def test_the_preload_runs_at_a_lower_priority_than_the_serving_thread(monkeypatch, tmp_path):
     """A restart's preload yields the CPU to the JVM and planners the first batch waits for; the thread that
     then serves the batches keeps its priority, and a preload error still reaches the serving thread."""
-    from elrwatch.streaming import state_service
+    from elrwatch.streaming.local import state_service
 
     serving = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     seen: dict[str, int] = {}

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from elrwatch.streaming.store import STATUS_ORDER, StatusStore
+from elrwatch.state.status import STATUSES as STATUS_ORDER
+from elrwatch.store import StatusStore
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"

@@ -1,4 +1,4 @@
-"""The status store (streaming/store.py) on SQLite and on a real PostgreSQL server started here."""
+"""The status store (store/) on SQLite and on a real PostgreSQL server started here."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from elrwatch.streaming.store import STORE_SCHEMA, WAL_SIZE_LIMIT, StatusStore, StoreSchemaError, mask_url
+from elrwatch.store import STORE_SCHEMA, WAL_SIZE_LIMIT, StatusStore, StoreSchemaError, mask_url
 
 DATA = Path(__file__).parent / "data" / "report_small.json"
 
@@ -117,7 +117,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StatusStor
     else:
         pg: PostgresServer = request.getfixturevalue("postgres")
         s = StatusStore(pg.url, password_file=pg.password_file)
-        from elrwatch.streaming.store import metadata
+        from elrwatch.store.schema import metadata
 
         metadata.drop_all(s.engine)
     s.create_schema()
@@ -486,7 +486,7 @@ def test_the_api_filters_read_the_partial_indexes(tmp_path: Path) -> None:
     from sqlalchemy import select
     from sqlalchemy.dialects import sqlite
 
-    from elrwatch.streaming import store as S
+    from elrwatch.store import schema as S
 
     store = StatusStore(f"sqlite:///{tmp_path}/s.db")
     store.load_document(small_doc())

@@ -48,7 +48,7 @@ def _assert_kafka_stopped(err: str) -> None:
 
 def test_demo_runs_and_stops_cleanly(tmp_path):
     from elrwatch.devtools.kafka_cluster import free_port
-    from elrwatch.streaming.store import StatusStore
+    from elrwatch.store import StatusStore
 
     api_port = free_port()
     began_ms = time.time() * 1000

@@ -59,7 +59,7 @@ def _events(tmp: Path, records: int = 2500, seed: int = 3, dirty: bool = True) -
     if done.returncode == 0 and sim.exists():
         lines = sim.read_text().splitlines()
     else:  # simulator not available: the built-in generator
-        from elrwatch.streaming.eventgen import scenario
+        from elrwatch.devtools.eventgen import scenario
 
         lines = [x.decode() for x in scenario(4, 16, 5, steps=40, churn=records // 2, seed=seed)]
     if dirty:
@@ -97,7 +97,7 @@ def _produce(kafka, path: Path, topic: str, partitions: int, *connection: str) -
 
 
 def _store_doc(url: str, password_file: str | None = None) -> dict | None:
-    from elrwatch.streaming.store import StatusStore
+    from elrwatch.store import StatusStore
 
     store = StatusStore(url, password_file=password_file)
     try:
@@ -144,7 +144,7 @@ def _oracle_history(path: Path) -> dict[tuple[str, int], list[dict]]:
 
 def assert_history_as_oracle(url: str, events: Path, password_file: str | None = None) -> None:
     """The store's status history of every partition equals the replay's transitions: none lost, none twice."""
-    from elrwatch.streaming.store import StatusStore
+    from elrwatch.store import StatusStore
 
     want = _oracle_history(events)
     assert sum(map(len, want.values())) > len(want) > 0  # partitions moved between statuses

@@ -12,12 +12,19 @@ import time
 import pyarrow as pa
 import pytest
 
+from elrwatch.devtools.eventgen import scenario
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.gauges import PipelineCounts
+from elrwatch.state.gauges import PipelineCounts, as_samples
+from elrwatch.state.gauges import key as gauge_key
 from elrwatch.state.replay import replay_lines
-from elrwatch.streaming import job
-from elrwatch.streaming.eventgen import scenario
-from elrwatch.streaming.store import StatusStore
+from elrwatch.store import StatusStore
+from elrwatch.streaming import bucket as bucket_module
+from elrwatch.streaming import payload as payload_module
+from elrwatch.streaming import query, route, sink
+from elrwatch.streaming import snapshots as snapshot_module
+from elrwatch.streaming.config import STATE_MODES, JobConfig, parse_trigger
+from elrwatch.streaming.local import accelerators
+from elrwatch.streaming.local.tuning import LocalTuning
 
 
 def _batch(lines: list[str]) -> pa.RecordBatch:
@@ -40,20 +47,20 @@ def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     lines.insert(5, "not json")
     lines.insert(50, lines[40])  # a duplicate
     lines.insert(7, "Log starting offset: 0")  # not an event
-    routed = pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
-    states = [job.BucketState(ClusterState(bucket=(b, buckets)), PipelineCounts(), {}) for b in range(buckets)]
+    routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
+    states = [snapshot_module.BucketState(ClusterState(bucket=(b, buckets)), PipelineCounts(), {}) for b in range(buckets)]
     payloads = []
     for b in range(buckets):  # two micro-batches per bucket, the state going through its blob in between
         part = routed[routed.bucket == b]
         half = len(part) // 2
-        payloads.append(job.process_bucket(b, buckets, job._ordered_rows(part.iloc[:half]), states[b]))
-        states[b] = job.BucketState.from_blob(states[b].to_blob())
-        payloads.append(job.process_bucket(b, buckets, job._ordered_rows(part.iloc[half:]), states[b]))
-    aggregator = job.Aggregator(buckets)
+        payloads.append(bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[:half]), states[b]))
+        states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob())
+        payloads.append(bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[half:]), states[b]))
+    aggregator = sink.Aggregator(buckets)
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
     oracle = replay_lines(lines, "ev").document()
-    # the buckets emit store rows; the store rebuilds the documents (and their advice) from them
+    # the buckets emit partition rows; the store rebuilds the documents (and their advice) from them
     store = StatusStore(f"sqlite:///{tmp_path}/s.db")
     store.create_schema()
     for batch_id, args in enumerate((first, second)):
@@ -78,18 +85,18 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     from elrwatch.streaming.metrics import Health
 
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=20)]
-    routed = pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), 1))).to_pandas()
-    state = job.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = job.process_bucket(0, 1, job._ordered_rows(routed), state)
-    bodies = job.encode_payload(payload)
-    aggregator = job.Aggregator(1)
+    routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), 1))).to_pandas()
+    state = snapshot_module.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    payload = bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed), state)
+    bodies = payload_module.encode_payload(payload)
+    aggregator = sink.Aggregator(1)
     health = Health(aggregator)
-    assert "elrwatch_partition_count" not in health.gauges
+    assert gauge_key("elrwatch_partition_count") not in health.gauges
     seen_by_the_store_write: list[tuple[dict[str, float], int]] = []
 
     class WatchedStore(StatusStore):
         def write_batch(self, batch_id, **kwargs):
-            seen_by_the_store_write.append((dict(health.gauges), health.batches))
+            seen_by_the_store_write.append((as_samples(health.gauges), health.batches))
             return super().write_batch(batch_id, **kwargs)
 
     class Batch:
@@ -99,20 +106,20 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     store = WatchedStore(f"sqlite:///{tmp_path}/s.db")
     store.create_schema()
     try:
-        job.Sink(store, aggregator, health)(Batch(), 0)
+        sink.Sink(store, aggregator, health)(Batch(), 0)
     finally:
         store.dispose()
     oracle = replay_lines(lines, "ev").document()["gauges"]
     [(gauges_during_write, batches_during_write)] = seen_by_the_store_write
     assert gauges_during_write == oracle and oracle["elrwatch_partition_count"] > 0
     assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
-    assert health.gauges == gauges_during_write
+    assert as_samples(health.gauges) == gauges_during_write
 
 
 def test_trigger_parsing():
-    assert job.parse_trigger("1s") == "1000 milliseconds"
-    assert job.parse_trigger("250ms") == "250 milliseconds"
-    assert job.parse_trigger("10 seconds") == "10 seconds"
+    assert parse_trigger("1s") == "1000 milliseconds"
+    assert parse_trigger("250ms") == "250 milliseconds"
+    assert parse_trigger("10 seconds") == "10 seconds"
 
 
 def _stream_files_job(directory, store_url: str, checkpoint) -> subprocess.CompletedProcess:
@@ -174,13 +181,13 @@ class _State:
 
 
 def _routed(lines: list[str], buckets: int):
-    return pa.Table.from_batches(list(job.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
+    return pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
 
 
 def _payload(frame) -> dict:
     """The bucket's output rows as one payload: the head + the documents of its partition-row chunks."""
-    (head,), chunks = job.decode_payloads(list(frame["payload"]))
-    rows = list(job.iter_partition_rows(chunks))
+    (head,), chunks = payload_module.decode_payloads(list(frame["payload"]))
+    rows = list(payload_module.iter_partition_rows(chunks))
     assert len(rows) == head.pop("partitionCount")
     head["partitions"] = [{"topicId": r[0], "partitionId": r[1], "row": r} for r in rows]
     return head
@@ -214,8 +221,8 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines.insert(9, "not json")
     lines.insert(60, lines[44])  # a duplicate
     routed = _routed(lines, 2)
-    fn = job.make_state_function(job.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40))
-    snapshots = job.SnapshotDir(str(tmp_path))
+    fn = bucket_module.make_state_function(bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40))
+    snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     for b in range(2):
         part = routed[routed.bucket == b]
         state = _State()
@@ -223,9 +230,9 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
         for i in range(0, len(part), step):
             _run(fn, b, part.iloc[i : i + step], state)
             token, row = state.row
-            kept = job._CACHE[b][1]
-            assert job._CACHE[b][0] == token
-            rebuilt = job.BucketState.from_row(row, snapshots, b, 2)
+            kept = bucket_module._CACHE[b][1]
+            assert bucket_module._CACHE[b][0] == token
+            rebuilt = snapshot_module.BucketState.from_row(row, snapshots, b, 2)
             assert _plain(rebuilt.cluster) == _plain(kept.cluster)
             assert rebuilt.counts == kept.counts and rebuilt.emitted_topic_counts == kept.emitted_topic_counts
             assert rebuilt.snapshot == kept.snapshot and rebuilt.delta_rows == kept.delta_rows <= 40 + step
@@ -239,7 +246,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     outputs = {}
     loads = []
     for mode in ("blob", "snapshot"):
-        fn = job.make_state_function(job.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60))
+        fn = bucket_module.make_state_function(bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60))
         workers = [{}, {}]
         got = []
         for b in range(3):
@@ -248,7 +255,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
             for n, i in enumerate(range(0, len(part), 12)):
                 if n == 7:  # a restart: every worker's cache is gone
                     workers = [{}, {}]
-                monkeypatch.setattr(job, "_CACHE", workers[(n // 2) % 2])  # two batches per worker, in turn
+                monkeypatch.setattr(bucket_module, "_CACHE", workers[(n // 2) % 2])  # two batches per worker, in turn
                 p = _run(fn, b, part.iloc[i : i + 12], state)
                 loads.append((mode, p.pop("timing")["cache"]))
                 # partitions touched by one broker record come from a set: their order is not part of the contract
@@ -264,118 +271,118 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
 def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=40, churn=200, seed=2)]
     routed = _routed(lines, 1)
-    fn = job.make_state_function(job.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=20))
+    fn = bucket_module.make_state_function(bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=20))
     state = _State()
     referenced = []
     for i in range(0, len(routed), 15):
         _run(fn, 0, routed.iloc[i : i + 15], state)
-        referenced.append(job._CACHE[0][1].snapshot)
+        referenced.append(bucket_module._CACHE[0][1].snapshot)
     written = [s for s in dict.fromkeys(referenced) if s]
-    assert len(written) > job.SNAPSHOTS_KEPT + 2
+    assert len(written) > snapshot_module.SNAPSHOTS_KEPT + 2
     files = sorted(os.listdir(tmp_path))
-    assert files == sorted(written[-job.SNAPSHOTS_KEPT :])  # the newest; no tmp files left behind
+    assert files == sorted(written[-snapshot_module.SNAPSHOTS_KEPT :])  # the newest; no tmp files left behind
     assert all(f.endswith(".snap") and "-b0000-" in f for f in files)
     # Spark re-runs a batch from the committed row after attempts whose rows never committed wrote snapshots:
     # the snapshot the committed row references survives the rotation, even when it is no longer among the newest
     committed = state.row
-    base = job._CACHE[0][1].snapshot
-    job._CACHE.clear()
+    base = bucket_module._CACHE[0][1].snapshot
+    bucket_module._CACHE.clear()
     retry = _State()
     retry.row = committed
-    for _ in range(job.SNAPSHOTS_KEPT + 1):  # abandoned attempts (a zombie task): none of their rows is committed
+    for _ in range(snapshot_module.SNAPSHOTS_KEPT + 1):  # abandoned attempts (a zombie task): none of their rows is committed
         retry.row = committed
-        job._CACHE.clear()
+        bucket_module._CACHE.clear()
         _run(fn, 0, routed.iloc[:25], retry)  # an old, already applied range: duplicates, still journaled
     assert base in os.listdir(tmp_path)
-    assert len(os.listdir(tmp_path)) == job.SNAPSHOTS_KEPT + 1
+    assert len(os.listdir(tmp_path)) == snapshot_module.SNAPSHOTS_KEPT + 1
 
 
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
-    fn = job.make_state_function(job.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10))
+    fn = bucket_module.make_state_function(bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10))
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
-    job._CACHE.clear()
+    bucket_module._CACHE.clear()
     (tmp_path / name).write_bytes(b"Z" + b"\0" * 40)
-    with pytest.raises(job.SnapshotError, match=r"^bucket 0: snapshot .*\.snap is corrupt \(error: .*\)$"):
+    with pytest.raises(snapshot_module.SnapshotError, match=r"^bucket 0: snapshot .*\.snap is corrupt \(error: .*\)$"):
         _run(fn, 0, routed.iloc[:0], state)
     os.remove(tmp_path / name)
-    with pytest.raises(job.SnapshotError) as err:
+    with pytest.raises(snapshot_module.SnapshotError) as err:
         _run(fn, 0, routed.iloc[:0], state)
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"bucket 0: snapshot {tmp_path / name} referenced by")
-    wrapped = f"org.apache.spark.api.python.PythonException: Traceback...\n  File x\nelrwatch.streaming.job.SnapshotError: {message}\n\tat org..."
-    assert job._one_line(wrapped) == message
+    wrapped = f"org.apache.spark.api.python.PythonException: Traceback...\n  File x\nelrwatch.streaming.snapshots.SnapshotError: {message}\n\tat org..."
+    assert query._one_line(wrapped) == message
 
 
 def test_state_dir_defaults_next_to_a_local_checkpoint(tmp_path):
-    config = job.JobConfig(checkpoint=str(tmp_path / "ck"))
+    config = JobConfig(checkpoint=str(tmp_path / "ck"))
     assert config.snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
-    assert job.JobConfig(checkpoint=f"file://{tmp_path}/ck").snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
-    assert job.JobConfig(checkpoint="s3a://b/ck", state_dir="/mnt/rwx/s").snapshot_dir() == "/mnt/rwx/s"
-    assert job.JobConfig(checkpoint="s3a://b/ck", state_mode="blob").snapshot_dir() is None
+    assert JobConfig(checkpoint=f"file://{tmp_path}/ck").snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
+    assert JobConfig(checkpoint="s3a://b/ck", state_dir="/mnt/rwx/s").snapshot_dir() == "/mnt/rwx/s"
+    assert JobConfig(checkpoint="s3a://b/ck", state_mode="blob").snapshot_dir() is None
     # blob mode still knows where an earlier snapshot-mode run of the checkpoint put its snapshots
-    blob = job.JobConfig(checkpoint=str(tmp_path / "ck"), state_mode="blob")
+    blob = JobConfig(checkpoint=str(tmp_path / "ck"), state_mode="blob")
     assert blob.snapshot_dir() == str(tmp_path / "ck" / "bucket-snapshots")
     with pytest.raises(ValueError, match="not a local path: give --state-dir"):
-        job.JobConfig(checkpoint="s3a://b/ck").snapshot_dir()
+        JobConfig(checkpoint="s3a://b/ck").snapshot_dir()
     with pytest.raises(ValueError, match="--state-mode must be one of snapshot, blob"):
-        job.JobConfig(state_mode="rocks").snapshot_dir()
+        JobConfig(state_mode="rocks").snapshot_dir()
 
 
 def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
-    config = job.JobConfig(buckets=4)
-    assert job.state_tasks(config, "local[2]") == 1  # small batches: one task and one state store per batch
-    assert job.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
-    assert job.state_tasks(job.JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
+    config = JobConfig(buckets=4)
+    assert query.state_tasks(config, "local[2]") == 1  # small batches: one task and one state store per batch
+    assert query.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
+    assert query.state_tasks(JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
 
 
 def test_local_workers_run_this_interpreter_unless_told_otherwise(monkeypatch):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    assert job.local_worker_python(job.JobConfig(), "local[2]") == sys.executable
-    assert job.local_worker_python(job.JobConfig(), "k8s://https://kubernetes.default.svc") is None
-    assert job.local_worker_python(job.JobConfig(), None) is None  # spark-submit's cluster decides
-    chosen = job.JobConfig(spark_conf={"spark.pyspark.python": "/opt/py/bin/python"})
-    assert job.local_worker_python(chosen, "local[2]") is None
+    assert accelerators.local_worker_python(JobConfig(), "local[2]") == sys.executable
+    assert accelerators.local_worker_python(JobConfig(), "k8s://https://kubernetes.default.svc") is None
+    assert accelerators.local_worker_python(JobConfig(), None) is None  # spark-submit's cluster decides
+    chosen = JobConfig(spark_conf={"spark.pyspark.python": "/opt/py/bin/python"})
+    assert accelerators.local_worker_python(chosen, "local[2]") is None
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
-    assert job.local_worker_python(job.JobConfig(), "local[2]") is None
+    assert accelerators.local_worker_python(JobConfig(), "local[2]") is None
 
 
 def test_state_servers_by_default_in_local_mode_only(monkeypatch):
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    assert job.use_state_service(job.JobConfig())
-    assert not job.use_state_service(job.JobConfig(state_service=False))
-    assert not job.use_state_service(job.JobConfig(spark_master="k8s://https://kubernetes.default.svc"))
+    assert accelerators.use_state_service(JobConfig())
+    assert not accelerators.use_state_service(JobConfig(local=LocalTuning(state_service=False)))
+    assert not accelerators.use_state_service(JobConfig(spark_master="k8s://https://kubernetes.default.svc"))
     with pytest.raises(ValueError, match="needs a local Spark master"):
-        job.use_state_service(job.JobConfig(spark_master="spark://host:7077", state_service=True))
+        accelerators.use_state_service(JobConfig(spark_master="spark://host:7077", local=LocalTuning(state_service=True)))
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1234")  # launched by spark-submit: its master, no servers
-    assert not job.use_state_service(job.JobConfig())
+    assert not accelerators.use_state_service(JobConfig())
 
 
 def test_state_keys_are_fixed_for_the_checkpoint(tmp_path):
     from elrwatch.streaming.route import group_keys
 
     ck = str(tmp_path / "ck")
-    keys = job.state_keys(ck, True, 4, 2)
+    keys = query.state_keys(ck, True, 4, 2)
     assert keys == group_keys(4, 2)
-    assert job.state_keys(ck, False, 4, 1) == keys  # a restart keeps them, whatever the session would choose
-    with pytest.raises(job.JobError, match="started with --buckets 4, not 3"):
-        job.state_keys(ck, False, 3, 2)
-    assert job.state_keys(str(tmp_path / "old"), False, 4, 2) is None  # a checkpoint from before: bucket numbers
-    assert job.state_keys(str(tmp_path / "submit"), True, 4, None) is None
+    assert query.state_keys(ck, False, 4, 1) == keys  # a restart keeps them, whatever the session would choose
+    with pytest.raises(query.JobError, match="started with --buckets 4, not 3"):
+        query.state_keys(ck, False, 3, 2)
+    assert query.state_keys(str(tmp_path / "old"), False, 4, 2) is None  # a checkpoint from before: bucket numbers
+    assert query.state_keys(str(tmp_path / "submit"), True, 4, None) is None
 
 
 def test_checkpoint_shuffle_partitions_read_from_the_offset_log(tmp_path):
     offsets = tmp_path / "offsets"
     offsets.mkdir()
-    assert job.checkpoint_shuffle_partitions(str(tmp_path)) is None
+    assert query.checkpoint_shuffle_partitions(str(tmp_path)) is None
     meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": "3"}}
     (offsets / "0").write_text("v1\n" + json.dumps({**meta, "conf": {"spark.sql.shuffle.partitions": "1"}}) + "\n")
     (offsets / "7").write_text("v1\n" + json.dumps(meta) + "\n{}\n")
     (offsets / "12").write_text("v1\n")  # being written: skipped
-    assert job.checkpoint_shuffle_partitions(f"file://{tmp_path}") == 3
+    assert query.checkpoint_shuffle_partitions(f"file://{tmp_path}") == 3
 
 
 def test_a_checkpoint_switches_state_modes(tmp_path):
@@ -383,14 +390,14 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=90, seed=6)]
     part = _routed(lines, 1)
     fns = {
-        m: job.make_state_function(job.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)) for m in job.STATE_MODES
+        m: bucket_module.make_state_function(bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)) for m in STATE_MODES
     }
     got = {}
     for plan in (["snapshot", "blob", "snapshot"], ["blob", "blob", "blob"]):
         state = _State()
         outs = []
         for n, i in enumerate(range(0, len(part), len(part) // 6 + 1)):
-            job._CACHE.clear()  # every batch reads the row (as after a restart with another mode)
+            bucket_module._CACHE.clear()  # every batch reads the row (as after a restart with another mode)
             p = _run(fns[plan[min(n // 2, 2)]], 0, part.iloc[i : i + len(part) // 6 + 1], state)
             p.pop("timing")
             for key in ("partitions", "transitions", "violations"):
@@ -418,14 +425,14 @@ class _Query:
 
 def test_stop_waits_for_the_running_batch_then_gives_up_at_the_bound():
     finishing = _Query(active_polls=3)
-    assert job.wait_for_batch_end(finishing, timeout_s=30) is True
+    assert query.wait_for_batch_end(finishing, timeout_s=30) is True
     assert finishing.polls == 4  # polled until the batch ended, not beyond
     stuck = _Query(active_polls=None)
     started = time.monotonic()
-    assert job.wait_for_batch_end(stuck, timeout_s=0.3) is False
+    assert query.wait_for_batch_end(stuck, timeout_s=0.3) is False
     assert 0.3 <= time.monotonic() - started < 5
     idle = _Query(active_polls=0)
-    assert job.wait_for_batch_end(idle, timeout_s=30) is True and idle.polls == 1
+    assert query.wait_for_batch_end(idle, timeout_s=30) is True and idle.polls == 1
 
 
 def test_health_takes_each_new_progress_of_the_query_once():
@@ -466,10 +473,10 @@ def test_health_takes_each_new_progress_of_the_query_once():
 
 def test_driver_java_options_put_the_user_s_own_last():
     own = "-XX:TieredStopAtLevel=4 -Dcom.example=1"
-    quick = job.driver_java_options(job.JobConfig())
-    assert quick.split() == [*job.G1_RETURN_HEAP_OPTIONS.split(), job.QUICK_START_OPTIONS]
-    assert job.QUICK_START_OPTIONS not in job.driver_java_options(job.JobConfig(jvm_quick_start=False))
-    mine = job.driver_java_options(job.JobConfig(spark_conf={"spark.driver.extraJavaOptions": own}))
+    quick = accelerators.driver_java_options(JobConfig())
+    assert quick.split() == [*accelerators.G1_RETURN_HEAP_OPTIONS.split(), accelerators.QUICK_START_OPTIONS]
+    assert accelerators.QUICK_START_OPTIONS not in accelerators.driver_java_options(JobConfig(local=LocalTuning(jvm_quick_start=False)))
+    mine = accelerators.driver_java_options(JobConfig(spark_conf={"spark.driver.extraJavaOptions": own}))
     assert mine.endswith(own) and mine.startswith(quick), "later flags win in HotSpot: the user's come last"
 
 
@@ -480,10 +487,11 @@ def test_the_driver_jvm_runs_with_the_job_s_options_and_the_user_s(tmp_path):
     checkpoint = str(tmp_path / "ck")
     script = (
         "import json\n"
-        "from elrwatch.streaming import job\n"
-        f"config = job.JobConfig(checkpoint={checkpoint!r}, "
+        "from elrwatch.streaming import query\n"
+        "from elrwatch.streaming.config import JobConfig\n"
+        f"config = JobConfig(checkpoint={checkpoint!r}, "
         "spark_conf={'spark.driver.extraJavaOptions': '-Delrwatch.probe=1'})\n"
-        "spark = job.build_spark(config)\n"
+        "spark = query.build_spark(config)\n"
         "bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()\n"
         "print(json.dumps(list(bean.getInputArguments())))\n"
         "spark.stop()\n"
@@ -493,8 +501,8 @@ def test_the_driver_jvm_runs_with_the_job_s_options_and_the_user_s(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     arguments = json.loads(out.stdout.strip().splitlines()[-1])
-    assert job.QUICK_START_OPTIONS in arguments and "-XX:G1PeriodicGCInterval=15000" in arguments
-    assert arguments.index("-Delrwatch.probe=1") > arguments.index(job.QUICK_START_OPTIONS)
+    assert accelerators.QUICK_START_OPTIONS in arguments and "-XX:G1PeriodicGCInterval=15000" in arguments
+    assert arguments.index("-Delrwatch.probe=1") > arguments.index(accelerators.QUICK_START_OPTIONS)
 
 
 def test_a_class_archive_only_for_a_jvm_this_process_starts_in_local_mode(monkeypatch, tmp_path):
@@ -502,10 +510,10 @@ def test_a_class_archive_only_for_a_jvm_this_process_starts_in_local_mode(monkey
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.setattr(SparkContext, "_gateway", None)
-    local = job.JobConfig(jvm_class_archive_dir=str(tmp_path / "jvm"))
-    archive = job.class_archive_for(local)
+    local = JobConfig(local=LocalTuning(jvm_class_archive_dir=str(tmp_path / "jvm")))
+    archive = accelerators.class_archive_for(local)
     assert archive is not None and archive.path.startswith(str(tmp_path / "jvm"))
-    assert job.class_archive_for(job.JobConfig(jvm_class_archive=False)) is None
-    assert job.class_archive_for(job.JobConfig(spark_master="k8s://https://kubernetes.default.svc")) is None
+    assert accelerators.class_archive_for(JobConfig(local=LocalTuning(jvm_class_archive=False))) is None
+    assert accelerators.class_archive_for(JobConfig(spark_master="k8s://https://kubernetes.default.svc")) is None
     monkeypatch.setattr(SparkContext, "_gateway", object())  # a JVM already runs: its options are set
-    assert job.class_archive_for(local) is None
+    assert accelerators.class_archive_for(local) is None

@@ -1,4 +1,4 @@
-"""Keeping the job's Python workers warm while the stream is idle (streaming/warm.py)."""
+"""Keeping the job's Python workers warm while the stream is idle (streaming/local/warm.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from elrwatch.streaming import warm
-from elrwatch.streaming.job import STATE_POOL_ENV
-from elrwatch.streaming.warm import WorkerWarmer
+from elrwatch.streaming.bucket import STATE_POOL_ENV
+from elrwatch.streaming.local import warm
+from elrwatch.streaming.local.warm import WorkerWarmer
 
 
 class _FakeJob:

@@ -1,23 +1,9 @@
 """The status store: the streaming job's sink and the API's source (DESIGN.md §7).
 
 SQLAlchemy 2 Core over SQLite (embedded default, WAL mode so the API reads while the job writes) or
-PostgreSQL (``postgresql+psycopg://…``). One schema for both. No Spark here: the job hands plain dicts in the
-report-document shape (DESIGN.md §5) to :meth:`StatusStore.write_batch`.
-
-Tables:
-
-* ``partitions`` — one row per partition: key and status columns (indexed for the API's filters and for cursor
-  pagination by ``(topic, partition_id)``) plus ``state``, the partition's compact stored form
-  (``state/report.py``: ``STORED_FIELDS``, ~100 bytes). Readers rebuild the document, its electable sets and its
-  advice from it and the brokers, topics and cluster of the same batch (``report.StoreView``).
-* ``partition_replicas`` — (broker, topic, partition) for the API's ``broker`` filter.
-* ``brokers``, ``topics`` — their JSON documents.
-* ``status_transitions`` — history of status changes per partition.
-* ``quarantined`` — quarantined records with their reasons.
-* ``gauges`` — Prometheus sample name (with labels) → value.
-* ``violations`` — current invariant violations.
-* ``meta`` — key → JSON value: last committed batch id, last event time, updated_at, cluster, counts,
-  quarantine summary.
+PostgreSQL (``postgresql+psycopg://…``). One schema for both (``schema.py``). No Spark here: the job hands the
+buckets' domain rows and documents in the report-document shape (DESIGN.md §5) to
+:meth:`StatusStore.write_batch`; ``rows.py`` maps them to SQL rows.
 """
 
 from __future__ import annotations
@@ -33,20 +19,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 from sqlalchemy import (
-    DDL,
-    BigInteger,
-    Boolean,
-    Column,
     Engine,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
     Table,
-    Text,
     and_,
     bindparam,
     create_engine,
@@ -59,433 +34,61 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.pool import StaticPool
 
-from elrwatch.state.model import NO_LEADER, PartitionState
-from elrwatch.state.report import StoreView, stored_from_doc
-from elrwatch.state.status import STATUSES
+from elrwatch.state.report import StoreView
+from elrwatch.store.rows import (
+    PARTITION_COLUMNS,
+    broker_row,
+    dumps,
+    gauge_value,
+    key_of,
+    last_event_ms,
+    loads,
+    partition_sql_row,
+    partition_store_row,
+    quarantine_row,
+    topic_row,
+    transition_row,
+    violation_row,
+)
+from elrwatch.store.schema import (
+    ALL_TOPICS,
+    CLUSTER,
+    COUNTS,
+    DOC_COLUMNS,
+    DOC_SQL,
+    GENERATION,
+    LAST_BATCH_ID,
+    LAST_EVENT_TIME_MS,
+    LEADERLESS_TRUE,
+    NEEDS_ACTION_TRUE,
+    QUARANTINE_SUMMARY,
+    SCHEMA_VERSION,
+    SQLITE_REPLICA_TRIGGERS,
+    STORE_SCHEMA,
+    UNDER_MIN_ISR_TRUE,
+    UPDATED_AT_MS,
+    StoreSchemaError,
+    brokers_t,
+    gauges_t,
+    meta_t,
+    metadata,
+    partition_replicas_t,
+    partitions_t,
+    quarantined_t,
+    status_transitions_t,
+    topics_t,
+    violations_t,
+)
+from elrwatch.store.sql import WalCheckpointer, bulk_insert, chunks, upsert_partition_rows_sqlite
+from elrwatch.store.urls import DEFAULT_URL, mask_url, resolve_url
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("elrwatch.store")
 
-# Statuses, most severe first (monitor-spec §3). The index is the severity rank (0 = most severe).
-STATUS_ORDER: tuple[str, ...] = STATUSES
-SEVERITY: dict[str, int] = {name: rank for rank, name in enumerate(STATUS_ORDER)}
-# Statuses that always need an operator's attention (the recommendation says what to do).
-ACTION_STATUSES: frozenset[str] = frozenset(STATUS_ORDER[:5])
-
-CHUNK = 10_000  # rows per executemany
 WAL_SIZE_LIMIT = 64 << 20  # SQLite truncates a WAL bigger than this after a complete checkpoint
 QUARANTINE_RECORDS_LIMIT = 1000  # records listed in a document, as state/report.py's quarantine_doc
-
-DEFAULT_URL = "sqlite:///var/elrwatch.db"
-
-metadata = MetaData()
-
-partitions_t = Table(
-    "partitions",
-    metadata,
-    Column("topic_id", String(64), primary_key=True),
-    Column("partition_id", Integer, primary_key=True, autoincrement=False),
-    Column("topic", String(255), nullable=False),
-    Column("status", String(32), nullable=False),
-    Column("severity", Integer, nullable=False),
-    Column("needs_action", Boolean, nullable=False),
-    Column("under_min_isr", Boolean, nullable=False),
-    Column("leaderless", Boolean, nullable=False),
-    Column("leader", Integer, nullable=False),
-    Column("effective_min_isr", Integer, nullable=True),
-    Column("status_since_ms", BigInteger, nullable=True),
-    Column("state", Text, nullable=False),
-    Column("replica_brokers", Text, nullable=False),  # JSON list: the brokers of its partition_replicas rows
-    Index("ix_partitions_topic_partition", "topic", "partition_id", unique=True),
-    Index("ix_partitions_status", "status", "topic", "partition_id"),
-)
-# Partial indexes: only the partitions under min ISR / leaderless / needing an operator are in them, so the
-# update of a partition that is none of these (most of a broker-failure storm: UNDER_REPLICATED, AT_MIN_ISR)
-# does not touch them. A 100k-row storm upsert into 1M rows: 2.2-2.8 s instead of 4.0-4.6 s (bench, session 8).
-# The API's filters use the same `IS true` expressions, which is what lets SQLite and PostgreSQL use them.
-UNDER_MIN_ISR_TRUE = partitions_t.c.under_min_isr.is_(True)
-LEADERLESS_TRUE = partitions_t.c.leaderless.is_(True)
-NEEDS_ACTION_TRUE = partitions_t.c.needs_action.is_(True)
-for _name, _where, _columns in (
-    ("ix_partitions_under_min_isr", UNDER_MIN_ISR_TRUE, ("topic", "partition_id")),
-    ("ix_partitions_leaderless", LEADERLESS_TRUE, ("topic", "partition_id")),
-    ("ix_partitions_action", NEEDS_ACTION_TRUE, ("severity", "topic", "partition_id")),
-):
-    Index(_name, *(partitions_t.c[c] for c in _columns), sqlite_where=_where, postgresql_where=_where)
-
-partition_replicas_t = Table(
-    "partition_replicas",
-    metadata,
-    Column("broker_id", Integer, primary_key=True, autoincrement=False),
-    Column("topic", String(255), primary_key=True),
-    Column("partition_id", Integer, primary_key=True, autoincrement=False),
-    Column("topic_id", String(64), nullable=False),
-    Index("ix_partition_replicas_partition", "topic_id", "partition_id"),
-    sqlite_with_rowid=False,
-)
-
-brokers_t = Table(
-    "brokers",
-    metadata,
-    Column("broker_id", Integer, primary_key=True, autoincrement=False),
-    Column("state", String(32), nullable=False),
-    Column("doc", Text, nullable=False),
-)
-
-topics_t = Table(
-    "topics",
-    metadata,
-    Column("topic_id", String(64), primary_key=True),
-    Column("topic", String(255), nullable=False),
-    Column("doc", Text, nullable=False),
-    Index("ix_topics_topic", "topic"),
-)
-
-status_transitions_t = Table(
-    "status_transitions",
-    metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("batch_id", BigInteger, nullable=True),
-    Column("topic_id", String(64), nullable=True),
-    Column("topic", String(255), nullable=False),
-    Column("partition_id", Integer, nullable=False),
-    Column("from_status", String(32), nullable=True),
-    Column("to_status", String(32), nullable=True),
-    Column("at_ms", BigInteger, nullable=True),
-    Column("offset", BigInteger, nullable=True),
-    Column("position", Text, nullable=True),
-    Index("ix_status_transitions_partition", "topic", "partition_id", "id"),
-)
-
-quarantined_t = Table(
-    "quarantined",
-    metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("batch_id", BigInteger, nullable=True),
-    Column("reason", String(64), nullable=False),
-    Column("position", Text, nullable=True),
-    Column("doc", Text, nullable=False),
-    Index("ix_quarantined_reason", "reason"),
-)
-
-gauges_t = Table(
-    "gauges",
-    metadata,
-    Column("name", String(512), primary_key=True),
-    Column("value", Float, nullable=False),
-)
-
-violations_t = Table(
-    "violations",
-    metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("topic_id", String(64), nullable=True),
-    Column("topic", String(255), nullable=False),
-    Column("partition_id", Integer, nullable=False),
-    Column("kind", String(64), nullable=False),
-    Column("doc", Text, nullable=False),
-    Index("ix_violations_partition", "topic", "partition_id", "kind"),
-)
-
-meta_t = Table(
-    "meta",
-    metadata,
-    Column("key", String(64), primary_key=True),
-    Column("value", Text, nullable=False),
-)
-
-# meta keys
-LAST_BATCH_ID = "last_batch_id"
-LAST_EVENT_TIME_MS = "last_event_time_ms"
-UPDATED_AT_MS = "updated_at_ms"
-CLUSTER = "cluster"
-COUNTS = "counts"
-QUARANTINE_SUMMARY = "quarantined"
-GENERATION = "generation"  # changes with every write: readers' cached StoreView is valid while it is the same
-SCHEMA_VERSION = "schema_version"
-ALL_TOPICS = "\x00all"  # in a cached StoreView's loaded topics: every topic's settings are loaded
-
-#: 2: partitions keep their compact stored form (``state``), documents are rebuilt on read. 1 (no
-#: ``schema_version`` row; a ``doc`` column): whole documents, written by elrwatch before session 8.
-STORE_SCHEMA = 2
-
-
-class StoreSchemaError(ValueError):
-    """The store was written by an elrwatch with another table layout."""
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def _loads(text: str | bytes) -> Any:
-    return orjson.loads(text)
-
-
-def mask_url(url: str | URL) -> str:
-    """The URL as text with its password (if any) replaced by ``***`` — the only form that may be logged."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a parseable URL: reveal nothing of it
-        return "<unparseable store URL>"
-
-
-def resolve_url(url: str, password: str | None = None, password_file: str | Path | None = None) -> URL:
-    """Parse a store URL; set its password from ``password`` or the first line of ``password_file``."""
-    parsed = make_url(url)
-    if password_file is not None:
-        lines = Path(password_file).read_text(encoding="utf-8").splitlines()
-        password = lines[0] if lines else ""
-    if password is not None:
-        parsed = parsed.set(password=password)
-    return parsed
-
-
-PARTITION_COLUMNS = (
-    "topic_id",
-    "partition_id",
-    "topic",
-    "status",
-    "severity",
-    "needs_action",
-    "under_min_isr",
-    "leaderless",
-    "leader",
-    "effective_min_isr",
-    "status_since_ms",
-    "state",
-    "replica_brokers",
-)
-
-
-def partition_state_row(
-    topic_name: str, partition: PartitionState, effective_min_isr: int, stored: bytes | str
-) -> list[Any]:
-    """A partition as a ready ``partitions`` row: the PARTITION_COLUMNS values (``stored``, from
-    ``report.stored_partition``, last) + the sorted broker ids of its replica rows. The streaming job builds
-    these in its state servers straight from the partition's state (no document), and the driver passes them
-    to ``write_batch(partition_rows=…)`` as they are.
-
-    ``needs_action`` is the status class: a partition needs an operator when its status is one of the first
-    five. Every partition whose recommendation has commands has one of them (tests/test_stored_partition.py),
-    so this equals the former rule (those five, or commands) without computing advice."""
-    status = partition.status or "HEALTHY"
-    brokers = set(partition.replicas)
-    brokers.update(partition.adding_replicas)
-    replica_brokers = sorted(brokers)
-    return [
-        partition.topic_id,
-        partition.partition_id,
-        topic_name,
-        status,
-        SEVERITY.get(status, len(STATUS_ORDER)),
-        status in ACTION_STATUSES,
-        len(partition.isr) < effective_min_isr,
-        partition.leader == NO_LEADER,
-        partition.leader,
-        effective_min_isr,
-        partition.status_since_ms,
-        stored if isinstance(stored, str) else stored.decode(),
-        _dumps(replica_brokers),
-        replica_brokers,
-    ]
-
-
-def partition_store_row(doc: Mapping[str, Any]) -> list[Any]:
-    """``partition_state_row`` of a partition document (DESIGN §5 shape: a report loaded into a store)."""
-    partition = PartitionState(
-        doc["topicId"],
-        int(doc["partitionId"]),
-        tuple(doc.get("replicas") or ()),
-        tuple(doc.get("isr") or ()),
-        leader=NO_LEADER if doc.get("leader") is None else int(doc["leader"]),
-        adding_replicas=tuple(doc.get("addingReplicas") or ()),
-    )
-    partition.status = doc.get("status") or ""
-    partition.status_since_ms = doc.get("statusSinceMs")
-    min_isr = doc.get("effectiveMinIsr")
-    return partition_state_row(doc["topic"], partition, 1 if min_isr is None else int(min_isr), stored_from_doc(doc))
-
-
-def _broker_row(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {"broker_id": int(doc["brokerId"]), "state": str(doc.get("state", "")), "doc": _dumps(doc)}
-
-
-def _topic_row(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {"topic_id": doc["topicId"], "topic": doc["topic"], "doc": _dumps(doc)}
-
-
-def _violation_row(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "topic_id": doc.get("topicId"),
-        "topic": doc["topic"],
-        "partition_id": int(doc["partitionId"]),
-        "kind": str(doc["kind"]),
-        "doc": _dumps(doc),
-    }
-
-
-def _quarantine_row(doc: Mapping[str, Any], batch_id: int | None) -> dict[str, Any]:
-    return {
-        "batch_id": batch_id,
-        "reason": str(doc.get("reason", "")),
-        "position": doc.get("position"),
-        "doc": _dumps(doc),
-    }
-
-
-def _transition_row(doc: Mapping[str, Any], batch_id: int | None) -> dict[str, Any]:
-    return {
-        "batch_id": batch_id,
-        "topic_id": doc.get("topicId"),
-        "topic": doc["topic"],
-        "partition_id": int(doc["partitionId"]),
-        "from_status": doc.get("from"),
-        "to_status": doc.get("to"),
-        "at_ms": doc.get("atMs"),
-        "offset": doc.get("offset"),
-        "position": doc.get("position"),
-    }
-
-
-def _chunks(rows: Iterable[Any], size: int = CHUNK) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _bulk_insert(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-    """executemany of same-shaped rows; on SQLite straight to the driver (SQLAlchemy's per-row parameter
-    processing costs more than SQLite's insert itself)."""
-    if not rows:
-        return
-    if conn.dialect.name != "sqlite":
-        conn.execute(insert(table), rows)
-        return
-    columns = list(rows[0])
-    sql = f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-    conn.exec_driver_sql(sql, [tuple(row[c] for c in columns) for row in rows])
-
-
-def _upsert_partition_rows_sqlite(conn: Connection, rows: list[list[Any]]) -> None:
-    """Insert or update partition rows (``partition_state_row``) in place (SQLite, straight to the driver).
-
-    An update rewrites only the indexes whose columns changed (a storm changes ISR and status, rarely the
-    replicas), where delete + insert rewrote all of ``partitions``' indexes. The replica rows follow the
-    ``replica_brokers`` column by triggers (``_SQLITE_REPLICA_TRIGGERS``), only when it changes: a storm's
-    updates leave them alone (keeping them from Python cost 1.1-1.4 s of a 100k-partition storm's write).
-    Violations of these partitions are deleted (the caller inserts their current ones).
-    """
-    if not rows:
-        return
-    n = len(PARTITION_COLUMNS)
-    # The key and the topic name never change for a (topic id, partition): leaving ``topic`` out of the update
-    # spares its unique index (a 100k-row storm upsert into 1M rows: 2.9-3.4 s instead of 3.4-3.8 s).
-    fixed = ("topic_id", "partition_id", "topic")
-    updates = ", ".join(f"{c} = excluded.{c}" for c in PARTITION_COLUMNS if c not in fixed)
-    conn.exec_driver_sql(
-        f"INSERT INTO {partitions_t.name} ({', '.join(PARTITION_COLUMNS)}) VALUES ({', '.join('?' * n)}) "
-        f"ON CONFLICT (topic_id, partition_id) DO UPDATE SET {updates}",
-        [tuple(r[:n]) for r in rows],
-    )
-    conn.exec_driver_sql(
-        f"DELETE FROM {violations_t.name} WHERE topic = ? AND partition_id = ?", [(r[2], r[1]) for r in rows]
-    )
-
-
-#: SQLite keeps ``partition_replicas`` from ``partitions.replica_brokers`` itself: when a row is inserted, and
-#: when an update changes the list (a reassignment), not on the updates that leave it as it was. (``NOT EXISTS``,
-#: not ``INSERT OR IGNORE``: inside a trigger the outer upsert's conflict handling would override the IGNORE.)
-_SQLITE_REPLICA_TRIGGERS = (
-    DDL(
-        "CREATE TRIGGER IF NOT EXISTS partitions_replicas_insert AFTER INSERT ON partitions BEGIN "
-        "INSERT INTO partition_replicas (broker_id, topic, partition_id, topic_id) "
-        "SELECT value, new.topic, new.partition_id, new.topic_id FROM json_each(new.replica_brokers) "
-        "WHERE NOT EXISTS (SELECT 1 FROM partition_replicas r WHERE r.broker_id = value AND r.topic = new.topic "
-        "AND r.partition_id = new.partition_id); END"
-    ),
-    DDL(
-        "CREATE TRIGGER IF NOT EXISTS partitions_replicas_update AFTER UPDATE OF replica_brokers ON partitions "
-        "WHEN old.replica_brokers IS NOT new.replica_brokers BEGIN "
-        "DELETE FROM partition_replicas WHERE topic_id = new.topic_id AND partition_id = new.partition_id "
-        "AND broker_id NOT IN (SELECT value FROM json_each(new.replica_brokers)); "
-        "INSERT INTO partition_replicas (broker_id, topic, partition_id, topic_id) "
-        "SELECT value, new.topic, new.partition_id, new.topic_id FROM json_each(new.replica_brokers) "
-        "WHERE NOT EXISTS (SELECT 1 FROM partition_replicas r WHERE r.broker_id = value AND r.topic = new.topic "
-        "AND r.partition_id = new.partition_id); END"
-    ),
-)
-
-
-def _key_of(item: Any) -> tuple[str, int]:
-    """(topicId, partitionId) from a tuple or from a dict with those keys."""
-    if isinstance(item, Mapping):
-        return str(item["topicId"]), int(item["partitionId"])
-    topic_id, partition_id = item
-    return str(topic_id), int(partition_id)
-
-
-class _WalCheckpointer:
-    """A daemon thread running ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection when asked.
-
-    The store's writer connections run with ``wal_autocheckpoint=0``: a commit only appends to the WAL, and this
-    thread copies the WAL into the database file while the job computes its next batch (SQLite releases the GIL).
-    PASSIVE never blocks readers or the writer; what a checkpoint leaves, the next one copies. ``stop()`` runs a
-    last checkpoint, so a stopped job leaves a short WAL.
-    """
-
-    def __init__(self, database: str, busy_timeout_ms: int) -> None:
-        self.database = database
-        self.busy_timeout_ms = busy_timeout_ms
-        self.wanted = threading.Event()
-        self.stopping = False
-        self.thread = threading.Thread(target=self._run, name="elrwatch-wal-checkpoint", daemon=True)
-        self.thread.start()
-
-    def request(self) -> None:
-        self.wanted.set()
-
-    def _checkpoint(self, conn: sqlite3.Connection) -> None:
-        started = time.monotonic()
-        busy, wal_frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        log.debug(
-            "WAL checkpoint: %s of %s frames copied in %.2fs%s",
-            copied,
-            wal_frames,
-            time.monotonic() - started,
-            " (busy)" if busy else "",
-        )
-
-    def _run(self) -> None:
-        conn = sqlite3.connect(self.database, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
-        try:
-            while True:
-                self.wanted.wait()
-                self.wanted.clear()
-                if self.stopping:
-                    break
-                try:
-                    self._checkpoint(conn)
-                except sqlite3.Error as exc:  # e.g. busy: the next request retries
-                    log.warning("WAL checkpoint of %s failed: %s", self.database, exc)
-            self._checkpoint(conn)
-        except sqlite3.Error as exc:
-            log.warning("WAL checkpoint of %s failed: %s", self.database, exc)
-        finally:
-            conn.close()
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """Run a last checkpoint and end the thread (bounded wait)."""
-        self.stopping = True
-        self.wanted.set()
-        self.thread.join(timeout)
 
 
 class StatusStore:
@@ -528,7 +131,7 @@ class StatusStore:
             and database != ":memory:"
             and not (database.startswith("file:") or parsed.query)
         )
-        self._checkpointer: _WalCheckpointer | None = None
+        self._checkpointer: WalCheckpointer | None = None
         # hide_parameters: never put row data (or anything secret) into exception messages.
         self.engine: Engine = create_engine(parsed, hide_parameters=True, **kwargs)
         if self.is_sqlite:
@@ -600,7 +203,7 @@ class StatusStore:
                     )
             metadata.create_all(conn, checkfirst=True)
             if conn.dialect.name == "sqlite":
-                for trigger in _SQLITE_REPLICA_TRIGGERS:
+                for trigger in SQLITE_REPLICA_TRIGGERS:
                     conn.execute(trigger)
             if conn.execute(select(meta_t.c.key).where(meta_t.c.key == LAST_BATCH_ID)).first() is None:
                 conn.execute(insert(meta_t).values(key=LAST_BATCH_ID, value="null"))  # the row writers lock
@@ -619,10 +222,10 @@ class StatusStore:
         if lock:  # PostgreSQL: concurrent writers of the same batch serialize here (SQLite: BEGIN IMMEDIATE)
             stmt = stmt.with_for_update()
         text = conn.execute(stmt).scalar()
-        return default if text is None else _loads(text)
+        return default if text is None else loads(text)
 
     def _meta_put(self, conn: Connection, key: str, value: Any) -> None:
-        text = _dumps(value)
+        text = dumps(value)
         result = conn.execute(update(meta_t).where(meta_t.c.key == key).values(value=text))
         if result.rowcount == 0:
             conn.execute(insert(meta_t).values(key=key, value=text))
@@ -642,7 +245,7 @@ class StatusStore:
             index_elements=[table.c[k] for k in keys],
             set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys},
         )
-        for chunk in _chunks(rows):
+        for chunk in chunks(rows):
             conn.execute(stmt, chunk)
 
     def _delete_partitions(self, conn: Connection, keys: list[tuple[str, int]]) -> None:
@@ -685,7 +288,7 @@ class StatusStore:
         """Apply one micro-batch in one transaction; False (a no-op) if ``batch_id`` was already committed.
 
         * ``partitions``: partition documents (DESIGN §5 shape) to insert or replace; ``partition_rows``: the
-          same as ``partition_store_row`` rows (consumed lazily, chunk by chunk);
+          same as the buckets' ``state.partition_row`` rows (consumed lazily, chunk by chunk);
           ``removed``: ``(topicId, partitionId)`` pairs (or dicts with those keys) to delete.
         * ``brokers`` / ``topics``: documents to insert or replace; ``removed_topics``: topic ids to delete.
         * ``transitions``: ``{"topic","topicId","partitionId","from","to","atMs","offset","position"}`` dicts,
@@ -699,7 +302,7 @@ class StatusStore:
         * ``meta``: ``lastEventTimeMs``, ``cluster``, ``counts`` (each optional) — stored as given.
         """
         partition_docs = list(partitions)
-        removed_keys = [_key_of(item) for item in removed]
+        removed_keys = [key_of(item) for item in removed]
         with self._writer.begin() as conn:
             last = self._meta_get(conn, LAST_BATCH_ID, lock=True)
             if last is not None and batch_id <= last:
@@ -707,42 +310,25 @@ class StatusStore:
                 return False
             if removed_keys:
                 self._delete_partitions(conn, removed_keys)
-            rows = itertools.chain((partition_store_row(d) for d in partition_docs), partition_rows)
-            n = len(PARTITION_COLUMNS)
-            for chunk in _chunks(rows):
-                if conn.dialect.name == "sqlite":
-                    _upsert_partition_rows_sqlite(conn, chunk)
-                    continue
-                self._delete_partitions(conn, [(r[0], r[1]) for r in chunk])
-                _bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in chunk])
-                replicas = [
-                    {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in chunk for b in r[n]
-                ]
-                _bulk_insert(conn, partition_replicas_t, replicas)
+            rows = itertools.chain(
+                (partition_store_row(d) for d in partition_docs), (partition_sql_row(r) for r in partition_rows)
+            )
+            self._write_partitions(conn, rows)
             if violations is not None:
-                for chunk in _chunks(_violation_row(v) for v in violations):
+                for chunk in chunks(violation_row(v) for v in violations):
                     conn.execute(insert(violations_t), chunk)
-            self._upsert(conn, brokers_t, [_broker_row(b) for b in brokers], ["broker_id"])
-            self._upsert(conn, topics_t, [_topic_row(t) for t in topics], ["topic_id"])
+            self._upsert(conn, brokers_t, [broker_row(b) for b in brokers], ["broker_id"])
+            self._upsert(conn, topics_t, [topic_row(t) for t in topics], ["topic_id"])
             removed_topic_ids = list(removed_topics)
             if removed_topic_ids:
                 conn.execute(delete(topics_t).where(topics_t.c.topic_id.in_(removed_topic_ids)))
-            for chunk in _chunks(_transition_row(t, batch_id) for t in transitions):
-                _bulk_insert(conn, status_transitions_t, chunk)
-            q_rows = [_quarantine_row(q, batch_id) for q in quarantined]
-            if q_rows:
-                for chunk in _chunks(q_rows):
-                    conn.execute(insert(quarantined_t), chunk)
-                summary = self._meta_get(conn, QUARANTINE_SUMMARY, {"count": 0, "byReason": {}})
-                summary["count"] = int(summary.get("count", 0)) + len(q_rows)
-                by_reason = summary.setdefault("byReason", {})
-                for row in q_rows:
-                    by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
-                self._meta_put(conn, QUARANTINE_SUMMARY, summary)
+            for chunk in chunks(transition_row(t, batch_id) for t in transitions):
+                bulk_insert(conn, status_transitions_t, chunk)
+            self._append_quarantined(conn, [quarantine_row(q, batch_id) for q in quarantined])
             if gauges is not None:  # the complete set: samples that disappeared must not linger
                 conn.execute(delete(gauges_t))
-                rows = [{"name": n, "value": float(v)} for n, v in gauges.items() if v is not None]
-                for chunk in _chunks(rows):
+                gauge_rows = [{"name": n, "value": float(v)} for n, v in gauges.items() if v is not None]
+                for chunk in chunks(gauge_rows):
                     conn.execute(insert(gauges_t), chunk)
             meta_in = dict(meta or {})
             if "lastEventTimeMs" in meta_in:
@@ -757,12 +343,40 @@ class StatusStore:
         self._request_checkpoint()
         return True
 
+    def _write_partitions(self, conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
+        """Insert or replace partition rows (``rows.partition_sql_row``), chunk by chunk, with their replica rows
+        (SQLite: in place, its triggers keep the replica rows; PostgreSQL: delete + insert)."""
+        n = len(PARTITION_COLUMNS)
+        for chunk in chunks(rows):
+            if conn.dialect.name == "sqlite":
+                upsert_partition_rows_sqlite(conn, chunk)
+                continue
+            self._delete_partitions(conn, [(r[0], r[1]) for r in chunk])
+            bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in chunk])
+            replicas = [
+                {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in chunk for b in r[n]
+            ]
+            bulk_insert(conn, partition_replicas_t, replicas)
+
+    def _append_quarantined(self, conn: Connection, q_rows: list[dict[str, Any]]) -> None:
+        """Append quarantined-record rows and add them to the quarantine summary (count, byReason)."""
+        if not q_rows:
+            return
+        for chunk in chunks(q_rows):
+            conn.execute(insert(quarantined_t), chunk)
+        summary = self._meta_get(conn, QUARANTINE_SUMMARY, {"count": 0, "byReason": {}})
+        summary["count"] = int(summary.get("count", 0)) + len(q_rows)
+        by_reason = summary.setdefault("byReason", {})
+        for row in q_rows:
+            by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
+        self._meta_put(conn, QUARANTINE_SUMMARY, summary)
+
     def _request_checkpoint(self) -> None:
         """Ask the background checkpointer to copy the WAL into the database file (SQLite files only)."""
         if not self._fast_sqlite:
             return
         if self._checkpointer is None:
-            self._checkpointer = _WalCheckpointer(str(self.url.database), self._busy_timeout_ms)
+            self._checkpointer = WalCheckpointer(str(self.url.database), self._busy_timeout_ms)
         self._checkpointer.request()
 
     def load_document(self, doc: Mapping[str, Any], *, batch_id: int | None = None) -> None:
@@ -773,28 +387,28 @@ class StatusStore:
                 conn.execute(delete(table))
             last_event: int | None = None
             # One pass over the partitions: ``doc["partitions"]`` may be a generator (1M in benchmarks).
-            for chunk in _chunks(doc.get("partitions", ())):
+            for chunk in chunks(doc.get("partitions", ())):
                 rows = [partition_store_row(d) for d in chunk]
                 n = len(PARTITION_COLUMNS)
-                _bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in rows])
+                bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in rows])
                 if conn.dialect.name != "sqlite":  # SQLite: the insert trigger adds them
                     replicas = [
                         {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]}
                         for r in rows
                         for b in r[n]
                     ]
-                    _bulk_insert(conn, partition_replicas_t, replicas)
+                    bulk_insert(conn, partition_replicas_t, replicas)
                 stamps = [d["lastTimestampMs"] for d in chunk if d.get("lastTimestampMs")]
                 if stamps:
                     last_event = max(last_event or 0, *stamps)
-            for chunk in _chunks(_broker_row(b) for b in doc.get("brokers", ())):
+            for chunk in chunks(broker_row(b) for b in doc.get("brokers", ())):
                 conn.execute(insert(brokers_t), chunk)
-            for chunk in _chunks(_topic_row(t) for t in doc.get("topics", ())):
+            for chunk in chunks(topic_row(t) for t in doc.get("topics", ())):
                 conn.execute(insert(topics_t), chunk)
-            for chunk in _chunks(_violation_row(v) for v in doc.get("violations", ())):
+            for chunk in chunks(violation_row(v) for v in doc.get("violations", ())):
                 conn.execute(insert(violations_t), chunk)
             q = doc.get("quarantined") or {}
-            for chunk in _chunks(_quarantine_row(r, batch_id) for r in q.get("records", ())):
+            for chunk in chunks(quarantine_row(r, batch_id) for r in q.get("records", ())):
                 conn.execute(insert(quarantined_t), chunk)
             self._meta_put(
                 conn,
@@ -805,13 +419,13 @@ class StatusStore:
                 },
             )
             gauge_rows = [{"name": k, "value": float(v)} for k, v in (doc.get("gauges") or {}).items()]
-            for chunk in _chunks(gauge_rows):
+            for chunk in chunks(gauge_rows):
                 conn.execute(insert(gauges_t), chunk)
             if "cluster" in doc:
                 self._meta_put(conn, CLUSTER, doc["cluster"])
             if "counts" in doc:
                 self._meta_put(conn, COUNTS, doc["counts"])
-            last_event = _last_event_ms(doc, last_event)
+            last_event = last_event_ms(doc, last_event)
             if last_event is not None:
                 self._meta_put(conn, LAST_EVENT_TIME_MS, last_event)
             self._meta_put(conn, LAST_BATCH_ID, None if batch_id is None else int(batch_id))
@@ -851,19 +465,19 @@ class StatusStore:
         generation = found[0][0] if found else None
         cached = self._view
         if cached is None or generation is None or cached[0] != generation:
-            brokers = [_loads(d) for (d,) in rows(f"SELECT doc FROM {brokers_t.name}")]
+            brokers = [loads(d) for (d,) in rows(f"SELECT doc FROM {brokers_t.name}")]
             cluster_text = rows(meta_sql, CLUSTER)
-            fresh = StoreView.from_docs(brokers, _loads(cluster_text[0][0]) if cluster_text else {}, [])
+            fresh = StoreView.from_docs(brokers, loads(cluster_text[0][0]) if cluster_text else {}, [])
             cached = self._view = (generation, fresh, set())
         _generation, store_view, loaded = cached
         if ALL_TOPICS in loaded or (topic is not None and topic in loaded):
             return store_view
         if topic is None:
-            store_view.learn_topics([_loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name}")])
+            store_view.learn_topics([loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name}")])
             loaded.add(ALL_TOPICS)
         else:
             store_view.learn_topics(
-                [_loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name} WHERE topic = {mark}", topic)]
+                [loads(d) for (d,) in rows(f"SELECT doc FROM {topics_t.name} WHERE topic = {mark}", topic)]
             )
             loaded.add(topic)
         return store_view
@@ -873,16 +487,16 @@ class StatusStore:
         """The whole store as one report document in the DESIGN §5 shape (same as ``elrwatch replay``)."""
         with self._reading() as conn:
             store_view = self._store_view(conn)
-            ordered = select(*_DOC_COLUMNS).order_by(partitions_t.c.topic, partitions_t.c.partition_id)
+            ordered = select(*DOC_COLUMNS).order_by(partitions_t.c.topic, partitions_t.c.partition_id)
             parts = [store_view.document(*row) for row in conn.execute(ordered)]
-            broker_docs = [_loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
-            topic_docs = [_loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
+            broker_docs = [loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
+            topic_docs = [loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
             gauge_map = {
-                n: _gauge_value(v)
+                n: gauge_value(v)
                 for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value).order_by(gauges_t.c.name))
             }
             violation_docs = [
-                _loads(d)
+                loads(d)
                 for (d,) in conn.execute(
                     select(violations_t.c.doc).order_by(
                         violations_t.c.topic,
@@ -893,7 +507,7 @@ class StatusStore:
                 )
             ]
             q_records = [
-                _loads(d)
+                loads(d)
                 for (d,) in conn.execute(
                     select(quarantined_t.c.doc).order_by(quarantined_t.c.id).limit(QUARANTINE_RECORDS_LIMIT)
                 )
@@ -928,15 +542,15 @@ class StatusStore:
                 ).all()
             )
         return {
-            "lastBatchId": _loads(rows[LAST_BATCH_ID]) if LAST_BATCH_ID in rows else None,
-            "lastEventTimeMs": _loads(rows[LAST_EVENT_TIME_MS]) if LAST_EVENT_TIME_MS in rows else None,
-            "updatedAtMs": _loads(rows[UPDATED_AT_MS]) if UPDATED_AT_MS in rows else None,
+            "lastBatchId": loads(rows[LAST_BATCH_ID]) if LAST_BATCH_ID in rows else None,
+            "lastEventTimeMs": loads(rows[LAST_EVENT_TIME_MS]) if LAST_EVENT_TIME_MS in rows else None,
+            "updatedAtMs": loads(rows[UPDATED_AT_MS]) if UPDATED_AT_MS in rows else None,
         }
 
     def summary(self) -> dict[str, Any]:
         """Gauges, meta and cluster info: reads only the small gauges and meta tables (never partitions)."""
         with self.engine.connect() as conn:
-            gauge_map = {n: _gauge_value(v) for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value))}
+            gauge_map = {n: gauge_value(v) for n, v in conn.execute(select(gauges_t.c.name, gauges_t.c.value))}
             rows = dict(
                 conn.execute(
                     select(meta_t.c.key, meta_t.c.value).where(
@@ -946,7 +560,7 @@ class StatusStore:
                     )
                 ).all()
             )
-        values = {k: _loads(v) for k, v in rows.items()}
+        values = {k: loads(v) for k, v in rows.items()}
         return {
             "gauges": gauge_map,
             "lastBatchId": values.get(LAST_BATCH_ID),
@@ -978,7 +592,7 @@ class StatusStore:
         """One partition's document as JSON text, or None (the API's hot path: a SQLite file is read with a
         plain sqlite3 connection, the row and its StoreView in one read transaction)."""
         doc = self.get_partition(topic, partition_id)
-        return None if doc is None else _dumps(doc)
+        return None if doc is None else dumps(doc)
 
     def get_partition(self, topic: str, partition_id: int) -> dict[str, Any] | None:
         """One partition's full document, or None."""
@@ -986,7 +600,7 @@ class StatusStore:
             conn = self._sqlite_reader()
             conn.execute("BEGIN")  # one snapshot: the row and the brokers/topics/cluster it is read with
             try:
-                row = conn.execute(f"{_DOC_SQL} WHERE topic = ? AND partition_id = ?", (topic, partition_id)).fetchone()
+                row = conn.execute(f"{DOC_SQL} WHERE topic = ? AND partition_id = ?", (topic, partition_id)).fetchone()
                 if row is None:
                     return None
                 return self._store_view(conn, topic).document(*row)
@@ -994,7 +608,7 @@ class StatusStore:
                 conn.execute("COMMIT")
         with self._reading() as conn:
             row = conn.execute(
-                select(*_DOC_COLUMNS).where(partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id)
+                select(*DOC_COLUMNS).where(partitions_t.c.topic == topic, partitions_t.c.partition_id == partition_id)
             ).first()
             return None if row is None else self._store_view(conn, topic).document(*row)
 
@@ -1003,7 +617,7 @@ class StatusStore:
         p, r = partitions_t, partition_replicas_t
         keys = select(r.c.topic_id, r.c.partition_id).where(r.c.broker_id.in_(list(broker_ids))).distinct().subquery()
         stmt = (
-            select(*_DOC_COLUMNS)
+            select(*DOC_COLUMNS)
             .join(keys, and_(p.c.topic_id == keys.c.topic_id, p.c.partition_id == keys.c.partition_id))
             .order_by(p.c.topic, p.c.partition_id)
         )
@@ -1038,13 +652,13 @@ class StatusStore:
         if broker is not None:
             r = partition_replicas_t
             stmt = (
-                select(*_DOC_COLUMNS)
+                select(*DOC_COLUMNS)
                 .select_from(r.join(p, and_(p.c.topic_id == r.c.topic_id, p.c.partition_id == r.c.partition_id)))
                 .where(r.c.broker_id == broker)
             )
             order_topic, order_partition = r.c.topic, r.c.partition_id
         else:
-            stmt = select(*_DOC_COLUMNS)
+            stmt = select(*DOC_COLUMNS)
             order_topic, order_partition = p.c.topic, p.c.partition_id
         if status:
             stmt = stmt.where(p.c.status.in_(list(status)) if len(status) > 1 else p.c.status == status[0])
@@ -1069,7 +683,7 @@ class StatusStore:
     ) -> tuple[list[dict[str, Any]], tuple[int, str, int] | None]:
         """Partitions that need an operator, most severe status first, then by (topic, partition)."""
         p = partitions_t
-        stmt = select(*_DOC_COLUMNS, p.c.severity).where(NEEDS_ACTION_TRUE)
+        stmt = select(*DOC_COLUMNS, p.c.severity).where(NEEDS_ACTION_TRUE)
         if after is not None:
             sev, a_topic, a_partition = after
             stmt = stmt.where(
@@ -1115,32 +729,10 @@ class StatusStore:
     def list_topics(self) -> list[dict[str, Any]]:
         """Topic documents, by name."""
         with self.engine.connect() as conn:
-            return [_loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
+            return [loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
 
     def list_brokers(self) -> list[dict[str, Any]]:
         """Broker documents, by id."""
         with self.engine.connect() as conn:
-            return [_loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
+            return [loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
 
-
-#: The columns a partition's document is rebuilt from (``StoreView.document``'s arguments, in order).
-_DOC_COLUMNS = (
-    partitions_t.c.topic,
-    partitions_t.c.topic_id,
-    partitions_t.c.partition_id,
-    partitions_t.c.effective_min_isr,
-    partitions_t.c.state,
-)
-_DOC_SQL = f"SELECT {', '.join(c.name for c in _DOC_COLUMNS)} FROM {partitions_t.name}"
-
-
-def _gauge_value(value: float) -> int | float:
-    """Integral gauge values come back as ints (so documents compare equal to replay's)."""
-    return int(value) if float(value).is_integer() and abs(value) < 2**53 else value
-
-
-def _last_event_ms(doc: Mapping[str, Any], newest_partition_ms: int | None) -> int | None:
-    seconds = (doc.get("gauges") or {}).get("elrwatch_last_event_timestamp_seconds")
-    if seconds:
-        return int(float(seconds) * 1000)
-    return newest_partition_ms

@@ -2,7 +2,7 @@
 parsing and verifying them again.
 
 Spark's start is CPU-bound on small machines: a restart's driver JVM spent 25 s of CPU before its first batch
-(2 cores, 20k partitions), most of it compiling code (see `job.driver_java_options`) and loading about 20k
+(2 cores, 20k partitions), most of it compiling code (see `accelerators.driver_java_options`) and loading about 20k
 classes. With an archive of those classes its CPU fell to 8–10 s with C1 only, and Spark was ready after 4 s
 instead of 6.6–8.3 s (docs/PERFORMANCE.md, session 10).
 

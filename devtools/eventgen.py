@@ -1,7 +1,8 @@
 """A small, fast generator of plausible KRaft metadata events (envelope lines with offset + timestamp).
 
-Used by the streaming tests, the benchmarks, and as ``elrwatch produce --simulate`` / ``elrwatch demo`` when the
-full simulator (``elrwatch.state.simulator``) is not available. It models what the controller writes when
+Developer tooling, off the product's runtime path: used by the streaming tests, the benchmarks, and as
+``elrwatch produce --simulate`` / ``elrwatch demo`` when the full simulator (``elrwatch.state.simulator``) is not
+available (both import it only then). It models what the controller writes when
 brokers fail and return (json-format.md §1.3): on a fence, PartitionChangeRecords remove the broker from ISRs
 (moving it to the ELR when the ISR falls below min ISR, ELR enabled) and elect a new leader from the ISR, then
 the fence record; on an unfence, the unfence record first, then the broker rejoins ISRs and leaderless
@@ -221,3 +222,16 @@ def scenario(
     lines.extend(gen.steps(steps))
     lines.extend(gen.churn(churn))
     return lines
+
+
+def simulated_lines(
+    topics: int, partitions: int, brokers: int, steps: int, churn: int, seed: int, loop: bool = False
+) -> Iterator[bytes]:
+    """Events of the built-in generator: bootstrap, broker failures/recoveries, leader churn (``loop``: forever)."""
+    gen = EventGenerator(topics=topics, partitions=partitions, brokers=brokers, seed=seed)
+    yield from gen.bootstrap()
+    while True:
+        yield from gen.steps(steps)
+        yield from gen.churn(churn)
+        if not loop:
+            return

@@ -6,7 +6,7 @@ they read a record: a 10-record batch after a quiet minute took 3.3–5.2 s inst
 20k and 100k partitions), and the first batch of an incident is the one an operator waits for.
 
 While no batch has completed for ``idle_s`` seconds, the driver runs a tiny Spark job per worker pool (the
-source's and the state function's, `job.STATE_POOL_ENV`) with one task per core: each task takes an idle
+source's and the state function's, `bucket.STATE_POOL_ENV`) with one task per core: each task takes an idle
 worker of its pool, imports what the pool's real tasks import, and hands the worker back with a fresh idle
 time. No Spark import at module level; the functions run in the workers.
 """
@@ -34,7 +34,7 @@ SOURCE_MODULES = (
     "elrwatch.state.records",
     "elrwatch.state.routing",
 )
-STATE_MODULES = ("pandas", "pyarrow", "elrwatch.streaming.job", "elrwatch.streaming.state_service")
+STATE_MODULES = ("pandas", "pyarrow", "elrwatch.streaming.bucket", "elrwatch.streaming.local.state_service")
 
 
 def warm_worker(batches: Iterator[Any], modules: tuple[str, ...]) -> Iterator[Any]:

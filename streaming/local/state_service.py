@@ -9,7 +9,7 @@ committed state row (token, blob) to its server and stores the row the server re
 in one process, whichever worker Spark picks, and two tasks' servers apply their buckets in parallel.
 
 Exactly-once is unchanged: a server applies a batch to its cached state only when the committed token matches
-(`job.run_bucket`), otherwise it rebuilds the bucket from the row (snapshot + delta). After each batch a server
+(`bucket.run_bucket`), otherwise it rebuilds the bucket from the row (snapshot + delta). After each batch a server
 writes the row it returned to ``<state-dir>/lane-bucket-<nnnn>.last``; a restarted job's servers preload those while
 Spark starts, and the first batch hits them if Spark committed that row (a token mismatch just means a reload).
 
@@ -40,19 +40,31 @@ from dataclasses import asdict
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 
-from elrwatch.streaming.job import LAST_ROW_PREFIX, BucketState, SnapshotError, StateSettings, run_bucket
+from elrwatch.streaming.bucket import StateSettings, run_bucket
+from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc
 from elrwatch.streaming.route import lane_of
+from elrwatch.streaming.snapshots import BucketState, SnapshotError
 
 log = logging.getLogger("elrwatch.state-service")
 
 KEY_ENV = "ELRWATCH_STATE_SERVICE_KEY"
+LAST_ROW_PREFIX = "lane-bucket-"  # the restart hints in the snapshot directory
 LAST_ROW_SUFFIX = ".last"
 CONNECT_TIMEOUT_S = 120.0  # a restarting server (driver's check every few seconds) or one still preloading
 _PR_SET_PDEATHSIG = 1
 
 
 def last_row_path(state_dir: str, bucket: int) -> str:
+    """The restart hint of ``bucket``: the state row its server returned last."""
     return os.path.join(state_dir, f"{LAST_ROW_PREFIX}{bucket:04d}{LAST_ROW_SUFFIX}")
+
+
+def remove_restart_hints(state_dir: str) -> None:
+    """Delete the restart hints in ``state_dir`` (a new checkpoint would only preload them for nothing)."""
+    for name in os.listdir(state_dir):
+        if name.startswith(LAST_ROW_PREFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(state_dir, name))
 
 
 class ServiceError(RuntimeError):
@@ -167,17 +179,12 @@ def preload_at_low_priority(
 
 def serve(address: str, key: bytes, settings: StateSettings, lane: int, lanes: int, keys: list[int]) -> None:
     """Serve requests on ``address`` forever (one per connection, in order)."""
-    import gc
-
     cache: dict[int, tuple[str, BucketState]] = {}
     hint_warned = False
     with Listener(address, family="AF_UNIX", authkey=key) as listener:
-        gc.disable()
-        try:
+        with gc_paused():
             preload_at_low_priority(settings, lane, lanes, keys, cache)
-        finally:
-            gc.enable()
-        gc.freeze()
+        keep_out_of_gc()
         while True:
             try:
                 conn = listener.accept()
@@ -241,7 +248,7 @@ class StateService:
             sys.executable,
             "-P",  # the installed elrwatch (the driver's), never an `elrwatch` folder in the working directory
             "-m",
-            "elrwatch.streaming.state_service",
+            "elrwatch.streaming.local.state_service",
             "--address",
             self.addresses[lane],
             "--lane",

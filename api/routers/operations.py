@@ -1,0 +1,56 @@
+"""Operations endpoints: liveness, readiness and the API's own metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from elrwatch.api.dependencies import RegistryDep, SettingsDep, StoreDep
+from elrwatch.api.errors import ApiError
+from elrwatch.api.models import Health
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+def healthz() -> dict[str, Any]:
+    """The process is up (no store access, no auth)."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    response_model=Health,
+    responses={503: {"description": "Store unreachable or data too old"}},
+    summary="Readiness",
+)
+def readyz(store: StoreDep, settings: SettingsDep) -> Any:
+    """The store answers and was written within ``ready_max_age_seconds``."""
+    meta = store.get_meta()
+    updated = meta["updatedAtMs"]
+    age = None if updated is None else round(time.time() - updated / 1000, 3)
+    if settings.ready_max_age_seconds > 0:
+        if age is None:
+            raise ApiError(503, "Not ready", "the store has never been written")
+        if age > settings.ready_max_age_seconds:
+            raise ApiError(
+                503, "Not ready", f"store data is {age:.0f} s old (limit {settings.ready_max_age_seconds:.0f} s)"
+            )
+    return {"status": "ready", "updatedAgeSeconds": age}
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="The API's own metrics",
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}
+    },
+)
+def metrics(registry: RegistryDep) -> Response:
+    """Request counts and latencies of this API (Prometheus text format)."""
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,56 @@
+"""/v1/whatif: what if these brokers go down now?"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from elrwatch.api.dependencies import StoreDep
+from elrwatch.api.errors import ApiError
+from elrwatch.api.models import WhatIf
+from elrwatch.api.params import INT32_MAX
+
+router = APIRouter(tags=["partitions"])
+
+
+def whatif_available() -> bool:
+    """True once ``elrwatch.state.whatif`` (the what-if engine) is part of the build."""
+    try:
+        return importlib.util.find_spec("elrwatch.state.whatif") is not None
+    except ImportError:
+        return False
+
+
+@router.get(
+    "/v1/whatif",
+    response_model=WhatIf,
+    responses={503: {"description": "What-if not available in this build"}},
+    summary="What if these brokers go down now?",
+)
+def whatif(
+    store: StoreDep,
+    down: Annotated[
+        str, Query(pattern=r"^\d{1,10}(,\d{1,10}){0,63}$", description="Broker ids, e.g. `1,2`.", examples=["1,2"])
+    ],
+    unclean: Annotated[
+        bool,
+        Query(
+            description="The brokers restart after an unclean shutdown (losing their ELR seats) "
+            "instead of being fenced."
+        ),
+    ] = False,
+    limit: Annotated[int, Query(ge=0, le=10000, description="At most this many partitions per list.")] = 1000,
+) -> Any:
+    """Which partitions would go under min ISR, leaderless, or need an unclean election if the brokers in
+    ``down`` failed now, one after another (``elrwatch.state.whatif`` through the controller model, over the
+    partitions with a replica on those brokers)."""
+    brokers_down = list(dict.fromkeys(int(b) for b in down.split(",")))
+    if any(b > INT32_MAX for b in brokers_down):
+        raise ApiError(422, "Invalid request", "broker ids must be 32-bit integers")
+    if not whatif_available():
+        raise ApiError(503, "What-if not available", "what-if not available in this build")
+    from elrwatch.api.whatif import run_whatif
+
+    return run_whatif(store, brokers_down, unclean=unclean, limit=limit)

@@ -1,0 +1,335 @@
+"""The state stage: apply one micro-batch's rows to a bucket (load its state, apply, save it, emit its output).
+
+Each bucket holds a whole ``ClusterState(bucket=(i, n))``. The rows are applied per source in (source, seq)
+order, the sources merged by metadata offset; the core's positions skip anything already applied (re-run batch,
+restart, duplicates in the topic). Pipeline counts (events by type, duplicates, quarantine, ...) are kept in the
+same state, by the bucket that reports the record (its partition's owner; bucket 0 for broadcasts), so they are
+exactly-once too. The bucket emits one payload: changed partitions as domain rows (``state.partition_row``),
+removed partitions, status transitions, quarantined records, violations of the changed partitions, topic
+documents whose owned partition count changed, and its gauge contributions and counts (absolute values).
+
+The same `run_bucket` runs in a Spark Python worker (`state_function`) or in a local state server
+(``local/state_service.py``). No Spark import.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import pickle
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
+from elrwatch.streaming.payload import encode_payload
+from elrwatch.streaming.route import KIND_ERROR, KIND_RECORD, KIND_SKIPPED, decode_record
+from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir
+
+#: The environment variable that puts the state function's Python workers in a pool of their own (see
+#: `query.build_query`); the local warm-ups (``local/warm.py``) keep that pool alive too.
+STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """What the state stage needs to apply a bucket's micro-batch (the same in a Spark worker or a state server)."""
+
+    buckets: int
+    default_min_isr: int = 1
+    use_cache: bool = True
+    state_mode: str = DEFAULT_STATE_MODE
+    state_dir: str | None = None
+    delta_max_records: int = DELTA_MAX_RECORDS
+
+    def snapshots(self) -> SnapshotDir | None:
+        return SnapshotDir(self.state_dir) if self.state_dir else None
+
+
+# Per Python worker: bucket → (token, BucketState), at most every bucket. Spark reuses Python workers, so the state
+# a worker wrote last time is usually still in memory: when the state row's token matches, nothing is read or
+# replayed (see build_query and state_tasks for how the job makes the same worker see the same buckets).
+_CACHE: dict[int, tuple[str, BucketState]] = {}
+
+
+def _remember(
+    bucket: int, token: str, bs: BucketState, limit: int, cache: dict[int, tuple[str, BucketState]] | None = None
+) -> None:
+    """Cache the bucket's state in this process (``cache``: this worker's module-level `_CACHE` by default).
+
+    Module-level on purpose: the state function is a closure that cloudpickle ships *by value* with a copy of
+    the globals it names, so a ``_CACHE`` written from inside it would be a per-task copy, never seen again.
+    """
+    cache = _CACHE if cache is None else cache
+    while len(cache) >= limit:
+        cache.pop(next(iter(cache)))
+    cache[bucket] = (token, bs)
+
+
+def _load_bucket(
+    bucket: int,
+    buckets: int,
+    row: tuple[str, bytes] | None,
+    default_min_isr: int,
+    use_cache: bool,
+    snapshots: SnapshotDir | None,
+    cache: dict[int, tuple[str, BucketState]],
+) -> tuple[BucketState, str]:
+    """(the bucket's state, how it was loaded: "hit" from this process's cache, "catch-up" of a stale cached
+    state, "miss": from the row alone). ``row``: the (token, blob) of the bucket's Spark state, None if none."""
+    from elrwatch.state.cluster import ClusterState
+    from elrwatch.state.gauges import PipelineCounts
+
+    if row is not None:
+        token, blob = row
+        cached = cache.pop(bucket, None) if use_cache else None
+        if cached is not None and cached[0] == token:
+            return cached[1], "hit"
+        stale = cached[1] if cached is not None else None
+        del cached
+        with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
+            bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
+        keep_out_of_gc()  # long-lived
+        return bs, "catch-up" if bs.caught_up else "miss"
+    cache.pop(bucket, None)
+    cluster = ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
+    return BucketState(cluster, PipelineCounts(), {}), "miss"
+
+
+def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
+    """Rows per source in seq order; sources merged by metadata offset (best global order available)."""
+    if len(pdf) == 0:
+        return iter(())
+    pdf = pdf.sort_values(["src", "seq"], kind="stable")
+    srcs = pdf["src"].to_numpy()
+    moffs = pdf["moff"].to_numpy().tolist()
+    kinds = pdf["kind"].to_numpy().tolist()
+    recs = pdf["rec"].to_numpy().tolist()
+    rows = list(zip(moffs, kinds, recs, strict=True))
+    if srcs[0] == srcs[-1]:  # one source (the common case: sorted, so first == last means all equal)
+        return ((k, 0, r) for _, k, r in rows)
+    streams = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or srcs[i] != srcs[start]:
+            streams.append(rows[start:i])
+            start = i
+    merged = heapq.merge(*streams, key=lambda row: row[0])
+    return ((k, 0, r) for _, k, r in merged)
+
+
+def process_bucket(
+    bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState
+) -> dict[str, Any]:
+    """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
+    partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
+    quarantined = apply_rows(bucket, buckets, rows, bs)
+    return bucket_payload(bucket, bs, quarantined)
+
+
+def apply_rows(bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState) -> list[Any]:
+    """Apply the rows in order to the bucket's state, journal its records, count what this bucket reports (its
+    partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records."""
+    from elrwatch.state.cluster import PARTITION_TYPES, Outcome
+    from elrwatch.state.routing import bucket_of
+
+    cluster, counts = bs.cluster, bs.counts
+    quarantined: list[dict[str, Any]] = []
+    loads = pickle.loads
+    journal = bs.journal.append
+    for kind, _unused, rec in rows:
+        if kind == KIND_RECORD:
+            journal(rec)
+            record = decode_record(rec)
+            if record.type in PARTITION_TYPES:
+                reports = bucket_of(record.data["topicId"], record.data["partitionId"], buckets) == bucket
+            else:
+                reports = bucket == 0
+            outcome = cluster.apply(record)
+            if not reports:
+                continue
+            counts.events_by_type[record.type] += 1
+            if record.timestamp_ms is not None and (
+                counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
+            ):
+                counts.last_event_ms = record.timestamp_ms
+            if outcome is Outcome.APPLIED:
+                counts.applied += 1
+            elif outcome is Outcome.DUPLICATE:
+                counts.duplicates += 1
+            elif outcome is Outcome.QUARANTINED:
+                error = cluster.last_error
+                if error is not None:
+                    if not error.raw:
+                        import orjson
+
+                        error.raw = orjson.dumps(record.envelope()).decode()
+                    counts.quarantined_by_reason[error.reason] += 1
+                    quarantined.append(error.to_dict())
+        elif kind == KIND_ERROR:
+            error = loads(rec)
+            counts.events_by_type[error.type or "invalid"] += 1
+            counts.quarantined_by_reason[error.reason] += 1
+            quarantined.append(error.to_dict())
+        elif kind == KIND_SKIPPED:
+            type_name = rec.decode()
+            counts.events_by_type[type_name] += 1
+            counts.skipped_by_type[type_name] += 1
+        else:
+            counts.ignored_lines += 1
+    return quarantined
+
+
+def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
+    """The bucket's output after a batch: what changed since the last drain (partition rows, removals,
+    transitions, violations, topic documents whose owned partition count changed), its gauges and counts; bucket
+    0 adds the shared gauges, the changed brokers and the cluster document."""
+    from elrwatch.state import report
+    from elrwatch.state.gauges import encode_gauges, partition_gauges, shared_gauges
+    from elrwatch.state.partition_row import partition_row
+
+    cluster, counts = bs.cluster, bs.counts
+    changes = cluster.drain_changes()
+    rows_out = []
+    violations = []
+    stored_partition, min_isr_of = report.stored_partition, cluster.effective_min_isr
+    for topic, partition in changes.partitions:
+        stored = stored_partition(cluster, topic, partition)
+        rows_out.append(partition_row(topic.name, partition, min_isr_of(topic), stored))
+        for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
+            violations.append(
+                {"topic": topic.name, "topicId": topic.topic_id, "partitionId": partition.partition_id, **v.to_dict()}
+            )
+    topics: dict[str, dict[str, Any]] = {}
+    dirty = {t.topic_id for t in changes.topics}
+    for topic in cluster.topics.values():
+        n = len(topic.partitions)
+        if topic.topic_id in dirty or bs.emitted_topic_counts.get(topic.topic_id) != n:
+            topics[topic.topic_id] = report.topic_doc(cluster, topic)
+            bs.emitted_topic_counts[topic.topic_id] = n
+    removed_topics = [tid for tid, _name in changes.removed_topics]
+    for tid in removed_topics:
+        bs.emitted_topic_counts.pop(tid, None)
+    payload: dict[str, Any] = {
+        "bucket": bucket,
+        "partitions": rows_out,
+        "removed": [[tid, pid] for tid, pid, _name in changes.removed],
+        "transitions": [t.to_dict() for t in changes.transitions],
+        "quarantined": quarantined,
+        "violations": violations,
+        "topics": topics,
+        "removedTopics": removed_topics,
+        "gauges": encode_gauges(partition_gauges(cluster)),
+        "counts": {
+            "eventsByType": dict(counts.events_by_type),
+            "quarantinedByReason": dict(counts.quarantined_by_reason),
+            "duplicates": counts.duplicates,
+            "skippedByType": dict(counts.skipped_by_type),
+            "ignoredLines": counts.ignored_lines,
+            "applied": counts.applied,
+            "lastEventMs": counts.last_event_ms,
+        },
+    }
+    if bucket == 0:
+        payload["shared"] = encode_gauges(shared_gauges(cluster))
+        payload["brokers"] = [report.broker_doc(b) for b in changes.brokers]
+        payload["cluster"] = report.cluster_doc(cluster)
+    return payload
+
+
+def run_bucket(
+    bucket: int,
+    settings: StateSettings,
+    row: tuple[str, bytes] | None,
+    rows: Iterator[tuple[str, int, bytes | None]],
+    n_rows: int,
+    cache: dict[int, tuple[str, BucketState]] | None = None,
+) -> tuple[str, bytes, list[bytes]]:
+    """Apply one micro-batch's ordered rows to a bucket: (new token, new state row, output bodies).
+
+    ``row`` is the bucket's committed (token, blob), None for a new bucket; ``cache`` the process's cached
+    states (default: this worker's `_CACHE`). The caller stores (token, row) as the bucket's new Spark state.
+    """
+    cache = _CACHE if cache is None else cache
+    snapshots = settings.snapshots()
+    started = time.perf_counter()
+    bs, how = _load_bucket(
+        bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache
+    )
+    loaded = time.perf_counter()
+    with gc_paused():  # a storm's 25k documents per bucket allocate ~1M young objects, none in cycles
+        payload = process_bucket(bucket, settings.buckets, rows, bs)
+        del rows
+        processed = time.perf_counter()
+        token = uuid.uuid4().hex
+        snapshot_before = bs.snapshot
+        blob = save_bucket(bs, settings, snapshots, bucket, token)
+        if settings.use_cache:
+            _remember(bucket, token, bs, settings.buckets, cache)
+        saved = time.perf_counter()
+        payload["timing"] = {
+            "load": round(loaded - started, 3),
+            "cache": how,
+            "process": round(processed - loaded, 3),
+            "save": round(saved - processed, 3),
+            "snapshot": bs.snapshot != snapshot_before,
+            "deltaRows": bs.delta_rows,
+            "pid": os.getpid(),
+        }
+        bodies = encode_payload(payload)
+        del payload
+    keep_out_of_gc(collect_first=True)  # the batch's cycles (young objects only: the state is frozen), then freeze
+    trim_after_big_batch(n_rows, collect_first=False)
+    return token, blob, bodies
+
+
+def save_bucket(
+    bs: BucketState, settings: StateSettings, snapshots: SnapshotDir | None, bucket: int, token: str
+) -> bytes:
+    """The bucket's new Spark state row: the delta (and a new snapshot when due) in snapshot mode, else the blob."""
+    if settings.state_mode == "snapshot":
+        assert snapshots is not None  # make_state_function checks it
+        return bs.to_row(snapshots, bucket, token, settings.delta_max_records)
+    bs.journal = []
+    return bs.to_blob()
+
+
+def make_state_function(
+    settings: StateSettings, service: Any = None, keys: list[int] | None = None
+) -> Callable[[tuple, Iterator[Any], Any], Iterator[Any]]:
+    """The applyInPandasWithState function (closure over the job's settings).
+
+    ``service``: a `state_service.ServiceClient` when the buckets live in the job's state servers (local mode):
+    the function then only forwards each group to its bucket's server and stores the state row it returns.
+    ``keys``: the group key of each bucket (`route.group_keys`); None: the bucket number is the key.
+    """
+    bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
+    if settings.state_mode == "snapshot" and settings.snapshots() is None:
+        raise ValueError("snapshot state mode needs a state directory")
+
+    def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        group_key = int(key[0])
+        bucket = bucket_of_key[group_key] if bucket_of_key is not None else group_key
+        row = (state.get[0], bytes(state.get[1])) if state.exists else None
+        frames = [pdf for pdf in pdfs if len(pdf)]
+        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
+        del frames
+        rows = _ordered_rows(pdf) if pdf is not None else iter(())
+        n_rows = len(pdf) if pdf is not None else 0
+        if service is not None:
+            rows_list = list(rows)
+            del pdf, rows
+            token, blob, bodies = service.call(bucket, group_key, row, rows_list)
+            del rows_list
+            trim_after_big_batch(n_rows)  # a big batch's rows and request
+        else:
+            del pdf
+            token, blob, bodies = run_bucket(bucket, settings, row, rows, n_rows)
+        state.update((token, blob))
+        yield pd.DataFrame({"bucket": [bucket] * len(bodies), "payload": bodies})
+
+    return update

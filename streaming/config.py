@@ -1,0 +1,173 @@
+"""The streaming job's configuration: what `elrwatch stream` was asked to do (one default per setting: the
+CLI's defaults are these), and what follows from it (the source's options, the state stage's settings, the Spark
+master)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from elrwatch.store.urls import DEFAULT_URL, mask_url
+from elrwatch.streaming.bucket import StateSettings
+from elrwatch.streaming.local.tuning import LocalTuning
+from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, STATE_MODES
+
+SOURCES = ("kafka", "kafka-native", "files")
+DEFAULT_SNAPSHOT_SUBDIR = "bucket-snapshots"
+
+
+@dataclass
+class JobConfig:
+    """Everything `elrwatch stream` needs (the CLI fills it from options / env)."""
+
+    source: str = "kafka"
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    path: str | None = None
+    store: str = DEFAULT_URL
+    store_password_file: str | None = None
+    checkpoint: str = "var/checkpoint"
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    trigger: str = "1s"
+    buckets: int = 2
+    max_records_per_batch: int | None = None
+    starting_offsets: str = "earliest"
+    available_now: bool = False
+    default_min_isr: int = 1
+    security_protocol: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password_file: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password_file: str | None = None
+    source_timeout_ms: int = 15000
+    spark_master: str | None = None  # None: spark-submit's master when launched by it, else local[2]
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_driver_memory: str = "2g"  # spark.driver.memory (local mode: the whole JVM's heap)
+    spark_jars_packages: str | None = None  # spark.jars.packages, e.g. the Kafka connector for kafka-native
+    spark_log_level: str | None = None  # None: FATAL, the job reports a failing batch itself as one line
+    changelog_checkpointing: bool = True
+    state_cache: bool = True
+    state_mode: str = DEFAULT_STATE_MODE  # snapshot: snapshot files + delta in the state row; blob: the whole state
+    state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
+    state_delta_max_records: int = DELTA_MAX_RECORDS
+    state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: see state_tasks()
+    local: LocalTuning = field(default_factory=LocalTuning)  # the local-mode accelerators' knobs
+    bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
+
+    def snapshot_dir(self) -> str | None:
+        """The absolute bucket snapshot directory; ValueError when snapshot mode has none.
+
+        Blob mode writes no snapshots but still reads the snapshot rows a checkpoint may hold from an earlier
+        snapshot-mode run: its directory is returned when known (None otherwise)."""
+        if self.state_mode not in STATE_MODES:
+            raise ValueError(f"--state-mode must be one of {', '.join(STATE_MODES)}, got {self.state_mode!r}")
+        if self.state_dir:
+            return os.path.abspath(self.state_dir)
+        checkpoint = self.checkpoint.removeprefix("file://").removeprefix("file:")
+        if "://" in checkpoint:
+            if self.state_mode != "snapshot":
+                return None
+            raise ValueError(
+                f"--checkpoint {self.checkpoint} is not a local path: give --state-dir (a filesystem shared "
+                "by the driver and every executor) or use --state-mode blob"
+            )
+        return os.path.abspath(os.path.join(checkpoint, DEFAULT_SNAPSHOT_SUBDIR))
+
+    def state_settings(self) -> StateSettings:
+        """The state stage's settings of this job."""
+        return StateSettings(
+            self.buckets,
+            self.default_min_isr,
+            self.state_cache,
+            self.state_mode,
+            self.snapshot_dir(),
+            self.state_delta_max_records,
+        )
+
+    def source_options(self) -> dict[str, str]:
+        """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
+        from elrwatch.streaming.sources import security_options
+
+        opts: dict[str, str] = {"timeout.ms": str(self.source_timeout_ms)}
+        if self.source == "files":
+            if not self.path:
+                raise ValueError("--path is required with --source files")
+            opts["path"] = self.path
+        else:
+            if not self.bootstrap_servers or not self.topic:
+                raise ValueError(f"--bootstrap-servers and --topic are required with --source {self.source}")
+            opts.update(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "topic": self.topic,
+                    "startingOffsets": self.starting_offsets,
+                }
+            )
+            opts.update(
+                security_options(
+                    self.security_protocol,
+                    self.ssl_cafile,
+                    self.ssl_certfile,
+                    self.ssl_keyfile,
+                    self.ssl_password_file,
+                    self.sasl_mechanism,
+                    self.sasl_username,
+                    self.sasl_password_file,
+                )
+            )
+        if self.max_records_per_batch:
+            opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
+        return opts
+
+
+def spark_master(config: JobConfig) -> str | None:
+    """The master to set: ``--spark-master`` if given; none when spark-submit launched us (the Spark operator's
+    driver, `spark-submit --master k8s://…`), so its master and executors are used; else local mode on 2 cores."""
+    if config.spark_master:
+        return config.spark_master
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit's PythonRunner for the driver process
+        return None
+    return "local[2]"
+
+
+def is_local(master: str | None) -> bool:
+    """Whether ``master`` is Spark's local mode (None: spark-submit's master, a cluster)."""
+    return master is not None and master.startswith("local")
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def parse_trigger(text: str) -> str:
+    """``1s`` / ``500ms`` / ``2m`` / ``1.5s`` → Spark's ``"<n> milliseconds"``; Spark's own forms pass through."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)\s*", text)
+    if match:
+        millis = round(float(match.group(1)) * _UNITS[match.group(2)])
+        return f"{max(millis, 0)} milliseconds"
+    return text
+
+
+def options_summary(config: JobConfig) -> Mapping[str, Any]:
+    """The configuration without secrets (for the startup log line)."""
+    skip = {"ssl_password_file", "sasl_password_file", "store_password_file"}
+    data = {k: v for k, v in config.__dict__.items() if k not in skip and k != "local"}
+    data.update(asdict(config.local))
+    data["store"] = _masked(config.store)
+    with contextlib.suppress(ValueError):
+        data["state_dir"] = config.snapshot_dir()
+    return data
+
+
+def _masked(url: str) -> str:
+    try:
+        return mask_url(url)
+    except Exception:
+        return "<store url>"

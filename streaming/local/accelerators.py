@@ -1,0 +1,165 @@
+"""The local-mode accelerators of one run of the job, behind one object (`Accelerators`) that the query's wiring
+(``query.py``) asks at fixed points: before Spark starts (state servers, the JVM's options and class archive,
+the workers' interpreter), when the query runs (the state servers' client, keeping workers warm), in its wait loop
+(restarting a dead state server, warm-ups), and after Spark stops (writing the class archive).
+
+Each accelerator decides here, once, whether it applies (``--state-service``, ``--keep-workers-warm``,
+``--jvm-quick-start``, ``--jvm-class-archive``: `LocalTuning`) and to which master; on a cluster the state
+servers, the class archive and the interpreter choice are off, so the cluster path runs without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from elrwatch.streaming.bucket import STATE_POOL_ENV, StateSettings
+from elrwatch.streaming.config import JobConfig, is_local, spark_master
+
+log = logging.getLogger("elrwatch.stream")
+
+# C1 only: HotSpot's optimising compiler (C2) is most of the JVM's CPU while Spark starts.
+QUICK_START_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+# G1 returns unused heap to the OS when idle (after the initial load the heap is mostly garbage; without this the
+# JVM kept ~2.7 GB resident at 1M partitions).
+G1_RETURN_HEAP_OPTIONS = "-XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+
+
+def driver_java_options(config: JobConfig, archive_options: str = "") -> str:
+    """``spark.driver.extraJavaOptions`` of the job: G1 returning idle heap, C1-only compilation with
+    ``--jvm-quick-start``, then the user's own value from ``--spark-conf`` (later flags win in HotSpot).
+
+    C1 only: a restart's JVM used 13.5 instead of 25.4 s of CPU before its first batch, on 2 cores the
+    difference between a 22 s and a 27 s restart (20k partitions), for a few per cent of sustained throughput
+    (the job's hot code is Python; docs/PERFORMANCE.md, session 10). In local mode the driver JVM is the whole of Spark.
+    ``archive_options``: the class archive's (`class_archive_for`)."""
+    parts = [G1_RETURN_HEAP_OPTIONS]
+    if config.local.jvm_quick_start:
+        parts.append(QUICK_START_OPTIONS)
+    if archive_options:  # jvm_archive.ClassArchive.java_options
+        parts.append(archive_options)
+    own = config.spark_conf.get("spark.driver.extraJavaOptions")
+    if own:
+        parts.append(own)
+    return " ".join(parts)
+
+
+def local_worker_python(config: JobConfig, master: str | None) -> str | None:
+    """The interpreter for Spark's Python workers and planner processes to set (``PYSPARK_PYTHON``): in local
+    mode this process's own, unless ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` says otherwise.
+
+    Spark's default is whatever ``python3`` the PATH finds first: another installation without elrwatch, or a
+    version manager's shim that costs 0.1-0.4 s per process (a query's start and a restart's first batch spawn
+    about ten). On a cluster the executors' interpreter is the cluster's to choose (None)."""
+    if not is_local(master):
+        return None
+    if os.environ.get("PYSPARK_PYTHON") or "spark.pyspark.python" in config.spark_conf:
+        return None
+    return sys.executable
+
+
+def use_state_service(config: JobConfig) -> bool:
+    """Whether the buckets live in the driver's state servers: ``--state-service``, default on in local mode."""
+    master = spark_master(config)
+    local = is_local(master)
+    if config.local.state_service is None:
+        return local
+    if config.local.state_service and not local:
+        raise ValueError("--state-service needs a local Spark master (the servers run next to the driver)")
+    return config.local.state_service
+
+
+def class_archive_for(config: JobConfig) -> Any:
+    """The JVM class archive (`jvm_archive.ClassArchive`) of the JVM `build_spark` is about to start, or None:
+    turned off, not local mode, or a JVM already running in this process (its options are set)."""
+    master = spark_master(config)
+    if not config.local.jvm_class_archive or not is_local(master):
+        return None
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return None
+    from elrwatch.streaming.local import jvm_archive
+
+    directory = config.local.jvm_class_archive_dir or jvm_archive.default_archive_dir()
+    return jvm_archive.prepare(directory, jvm_archive.spark_jars_dir())
+
+
+def launched_jvm() -> Any:
+    """The JVM process PySpark started for this process (its ``Popen``), or None."""
+    from pyspark import SparkContext
+
+    return getattr(SparkContext._gateway, "proc", None)
+
+
+class Accelerators:
+    """The local-mode accelerators of one job run (see the module's docstring); every method is a no-op for an
+    accelerator that does not apply."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.master = spark_master(config)
+        self.service: Any = None  # state_service.StateService
+        self.archive: Any = None  # jvm_archive.ClassArchive
+        self.warmer: Any = None  # warm.WorkerWarmer
+
+    def start_state_service(self, settings: StateSettings, lanes: int, keys: list[int] | None) -> None:
+        """Start the state servers (before Spark: a restart's servers preload their buckets while the JVM
+        starts)."""
+        if not use_state_service(self.config):
+            return
+        from elrwatch.streaming.local.state_service import StateService
+
+        self.service = StateService(settings, lanes, keys)
+        self.service.start()
+
+    def state_client(self) -> Any:
+        """What the state function needs to reach the state servers (`state_service.ServiceClient`), or None."""
+        return self.service.client() if self.service is not None else None
+
+    def prepare_jvm(self) -> None:
+        """Map (or arrange to write) the JVM class archive of the JVM Spark is about to start."""
+        self.archive = class_archive_for(self.config)
+        if self.archive is not None:
+            doing = "to write at the stop (after a batch)" if self.archive.writing else "mapping"
+            log.info("JVM class archive: %s %s", doing, self.archive.path)
+
+    def java_options(self) -> str:
+        """``spark.driver.extraJavaOptions`` (`driver_java_options` with the class archive's options)."""
+        return driver_java_options(self.config, self.archive.java_options() if self.archive is not None else "")
+
+    def worker_python(self, master: str | None) -> str | None:
+        """The interpreter of Spark's Python workers to set (`local_worker_python`), or None."""
+        return local_worker_python(self.config, master)
+
+    def start_warming(self, spark: Any) -> None:
+        """Keep the Python workers warm through quiet periods (not for a run that drains its source and ends)."""
+        if not self.config.local.keep_workers_warm or self.config.available_now:
+            return
+        from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
+
+        pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
+        self.warmer = WorkerWarmer(spark, pools)
+
+    def tick(self, batches_completed: int) -> None:
+        """From the driver's wait loop: restart a state server that died, warm the workers when idle."""
+        if self.service is not None:
+            self.service.check()
+        if self.warmer is not None:
+            self.warmer.tick(batches_completed)
+
+    def after_spark_stop(self, jvm: Any, batches_completed: int) -> None:
+        """Write the class archive of the stopped JVM (``jvm``: `launched_jvm()` before the stop) if it is to be
+        written and the job completed a batch (the streaming classes are loaded)."""
+        if self.archive is not None:
+            self.archive.finish(jvm, write=batches_completed > 0)
+
+    def stop(self) -> None:
+        """Stop the state servers."""
+        if self.service is not None:
+            self.service.stop()
+            self.service = None

@@ -1,0 +1,244 @@
+"""The driver's sink (``foreachBatch``): merge the buckets' payloads (`Aggregator`: partition gauges summed,
+broker/cluster gauges and documents from bucket 0, topic partition counts summed), serve the gauges, write the
+status store (``StatusStore.write_batch(batch_id, ...)``: a re-run batch id is a no-op). The aggregator's
+per-bucket values are saved next to Spark's checkpoint, so a restarted driver still sums buckets that have no new
+data."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any
+
+from elrwatch.streaming.local.memory import gc_paused, trim_after_big_batch
+from elrwatch.streaming.payload import decode_payloads, iter_partition_rows
+
+if TYPE_CHECKING:
+    from elrwatch.state.gauges import Gauges
+
+log = logging.getLogger("elrwatch.stream")
+
+DRIVER_FILE = "elrwatch-driver.json"
+
+
+class Aggregator:
+    """Driver-side merge of the buckets' outputs; its per-bucket values survive restarts in a side file."""
+
+    def __init__(self, buckets: int, path: str | None = None) -> None:
+        self.buckets = buckets
+        self.path = path
+        self.bucket_gauges: dict[int, Gauges] = {}
+        self.bucket_counts: dict[int, dict[str, Any]] = {}
+        self.shared: Gauges = {}
+        self.topic_docs: dict[int, dict[str, dict[str, Any]]] = {}
+        self.cluster: dict[str, Any] | None = None
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+            if saved.get("buckets") == buckets:
+
+                self.bucket_gauges = {int(k): _saved_gauges(v) for k, v in saved["bucketGauges"].items()}
+                self.bucket_counts = {int(k): v for k, v in saved["bucketCounts"].items()}
+                self.shared = _saved_gauges(saved["shared"])
+                self.topic_docs = {int(k): v for k, v in saved["topicDocs"].items()}
+                self.cluster = saved.get("cluster")
+
+    def save(self, batch_id: int) -> None:
+        from elrwatch.state.gauges import encode_gauges
+
+        if not self.path:
+            return
+        data = {
+            "batchId": batch_id,
+            "buckets": self.buckets,
+            "bucketGauges": {b: encode_gauges(g) for b, g in self.bucket_gauges.items()},
+            "bucketCounts": self.bucket_counts,
+            "shared": encode_gauges(self.shared),
+            "topicDocs": self.topic_docs,
+            "cluster": self.cluster,
+        }
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".driver-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, self.path)
+
+    def absorb(self, payloads: list[dict[str, Any]]) -> dict[str, Any]:
+        """Merge one micro-batch's bucket payloads; return the `StatusStore.write_batch` arguments."""
+        from elrwatch.state.gauges import as_samples, decode_gauges
+
+        partitions: list[dict[str, Any]] = []
+        removed: list[list[Any]] = []
+        transitions: list[dict[str, Any]] = []
+        quarantined: list[dict[str, Any]] = []
+        violations: list[dict[str, Any]] = []
+        brokers: list[dict[str, Any]] = []
+        removed_topics: set[str] = set()
+        touched_topics: set[str] = set()
+        for p in sorted(payloads, key=lambda p: p["bucket"]):
+            b = p["bucket"]
+            partitions.extend(p.get("partitions", ()))
+            removed.extend(p["removed"])
+            transitions.extend(p["transitions"])
+            quarantined.extend(p["quarantined"])
+            violations.extend(p["violations"])
+            self.bucket_gauges[b] = decode_gauges(p["gauges"])
+            self.bucket_counts[b] = p["counts"]
+            docs = self.topic_docs.setdefault(b, {})
+            docs.update(p["topics"])
+            touched_topics.update(p["topics"])
+            for tid in p["removedTopics"]:
+                removed_topics.add(tid)
+            if b == 0:
+                self.shared = decode_gauges(p["shared"])
+                brokers.extend(p["brokers"])
+                self.cluster = p["cluster"]
+        for tid in removed_topics:
+            for docs in self.topic_docs.values():
+                docs.pop(tid, None)
+        topics = [self.topic_doc(tid) for tid in sorted(touched_topics - removed_topics)]
+        return {
+            "partitions": partitions,
+            "removed": [tuple(r) for r in removed],
+            "brokers": brokers,
+            "topics": [t for t in topics if t is not None],
+            "removed_topics": sorted(removed_topics),
+            "transitions": transitions,
+            "quarantined": quarantined,
+            "violations": violations,
+            "gauges": as_samples(self.gauges()),
+            "meta": self.meta(),
+        }
+
+    def topic_doc(self, topic_id: str) -> dict[str, Any] | None:
+        """The topic's document (from the lowest bucket that has it) with the partition count summed."""
+        base = None
+        total = 0
+        for b in sorted(self.topic_docs):
+            doc = self.topic_docs[b].get(topic_id)
+            if doc is None:
+                continue
+            base = base or doc
+            total += int(doc.get("partitionCount", 0))
+        if base is None:
+            return None
+        return {**base, "partitionCount": total}
+
+    def counts(self) -> Any:
+        from elrwatch.state.gauges import PipelineCounts
+
+        total = PipelineCounts()
+        for c in self.bucket_counts.values():
+            total.events_by_type.update(c["eventsByType"])
+            total.quarantined_by_reason.update(c["quarantinedByReason"])
+            total.skipped_by_type.update(c["skippedByType"])
+            total.duplicates += c["duplicates"]
+            total.ignored_lines += c["ignoredLines"]
+            total.applied += c["applied"]
+            if c.get("lastEventMs") is not None:
+                total.last_event_ms = max(total.last_event_ms or 0, c["lastEventMs"])
+        return total
+
+    def gauges(self) -> Gauges:
+        """The cluster's gauges: partition gauges summed over buckets, shared ones from bucket 0, pipeline."""
+        from elrwatch.state.gauges import pipeline_gauges, sum_gauges
+
+        out = sum_gauges(self.bucket_gauges.values())
+        out.update(self.shared)
+        out.update(pipeline_gauges(self.counts()))
+        return dict(sorted(out.items()))
+
+    def meta(self) -> dict[str, Any]:
+        from elrwatch.state.report import counts_doc
+
+        counts = self.counts()
+        meta: dict[str, Any] = {"counts": counts_doc(counts)}
+        if counts.last_event_ms is not None:
+            meta["lastEventTimeMs"] = counts.last_event_ms
+        if self.cluster is not None:
+            meta["cluster"] = self.cluster
+        return meta
+
+
+def _saved_gauges(saved: Any) -> Gauges:
+    """Gauges of the driver file: ``encode_gauges`` rows, or (a file written before gauges were keyed by
+    (name, labels)) a map of sample names, whose labels hold no ``,`` or ``"``."""
+    from elrwatch.state.gauges import decode_gauges, key
+
+    if not isinstance(saved, dict):
+        return decode_gauges(saved)
+    out: Gauges = {}
+    for name, value in saved.items():
+        metric, _, inner = name.partition("{")
+        pairs = (pair.split("=", 1) for pair in inner.rstrip("}").split(",")) if inner else ()
+        out[key(metric, **{label: text.strip('"') for label, text in pairs})] = value
+    return out
+
+
+class Sink:
+    """foreachBatch: merge the buckets' payloads, serve their gauges, write the store (idempotent per batch),
+    then the batch's health metrics (batches, duration, input events)."""
+
+    def __init__(self, store: Any, aggregator: Aggregator, health: Any) -> None:
+        self.store = store
+        self.aggregator = aggregator
+        self.health = health
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+
+        started = time.monotonic()
+        rows = batch_df.collect()  # runs the batch: source, route, state (the sink is lazy until here)
+        collected = time.monotonic()
+        with gc_paused():  # decoding and writing allocate a young object per value and make no cycles
+            payloads, chunks = decode_payloads([r["payload"] for r in rows])
+            del rows
+            n_buckets = len(payloads)
+            events_before = sum(self.aggregator.counts().events_by_type.values())
+            args = self.aggregator.absorb(payloads)
+            events_total = args["meta"]["counts"]["events"]
+            n_quarantined = len(args["quarantined"])
+            changed = len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads)
+            args["partition_rows"] = iter_partition_rows(chunks)
+            gauges = self.aggregator.gauges()
+            if self.health is not None:
+                self.health.gauges_ready(gauges)  # /metrics (alerts) before the store write (REST), not after
+            absorbed = time.monotonic()
+            written = self.store.write_batch(batch_id, **args)
+            stored = time.monotonic()
+            timing = _timing_summary(payloads, collected - started, absorbed - collected, stored - absorbed)
+            del payloads, chunks, args  # before trimming: a load's transitions alone are ~1M dicts
+        trim_after_big_batch(changed)
+        self.aggregator.save(batch_id)
+        if self.health is not None:
+            duration = time.monotonic() - started
+            self.health.batch_written(batch_id, gauges, duration, input_events=events_total - events_before)
+        log.info(
+            "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s)%s",
+            batch_id,
+            n_buckets,
+            changed,
+            n_quarantined,
+            events_total,
+            time.monotonic() - started,
+            timing,
+            "" if written else " (already committed: store unchanged)",
+        )
+
+
+def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float, store_s: float) -> str:
+    """Where the batch's time went: Spark running the batch (source, route, state: per bucket its load with
+    cache hit/miss, apply + documents, state save), merging the payloads on the driver, the store write."""
+    parts = [f"run {run_s:.2f}"]
+    for p in sorted(payloads, key=lambda p: p["bucket"]):
+        t = p.get("timing")
+        if t:
+            parts.append(
+                f"b{p['bucket']} {t['cache']} load {t['load']:.2f} process {t['process']:.2f} "
+                f"save {t['save']:.2f}{' snapshot' if t['snapshot'] else ''}"
+            )
+    parts.append(f"merge {merge_s:.2f}; store {store_s:.2f}")
+    return "; ".join(parts)

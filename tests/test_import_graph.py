@@ -1,0 +1,89 @@
+"""The import graph of elrwatch has no cycles: a module never imports (at the top or inside a function) a module
+that imports it back, directly or through others. Read from the sources with ast, over the packages pyproject.toml
+maps."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _modules() -> dict[str, Path]:
+    """Module name → source file of every module of the packages pyproject.toml maps."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    out: dict[str, Path] = {}
+    for package, folder in config["package-dir"].items():
+        for path in (ROOT / folder).glob("*.py"):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            out[name] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the elrwatch modules it imports (anywhere in its source)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_covers_every_package() -> None:
+    graph = import_graph()
+    for package in ("elrwatch.state", "elrwatch.store", "elrwatch.streaming.local", "elrwatch.api.routers"):
+        assert any(name.startswith(package) for name in graph), package
+    assert "elrwatch.store" in graph["elrwatch.api.dependencies"]
+    assert "elrwatch.streaming.bucket" in graph["elrwatch.streaming.local.state_service"]
+
+
+def test_cycles_are_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_elrwatch_has_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
