@@ -33,6 +33,9 @@ COPY state/ state/
 COPY streaming/ streaming/
 COPY store/ store/
 COPY api/ api/
+COPY bridge/ bridge/
+# Developer tooling (the demo's cluster harness, event generator): packaged, never on the product's runtime path.
+COPY devtools/ devtools/
 RUN python -m venv /opt/elrwatch/venv \
  && /opt/elrwatch/venv/bin/pip install "mypy==2.4.1" "setuptools==84.2.1" "wheel==0.48.0" "orjson==3.13.0" \
  && ELRWATCH_COMPILE=1 /opt/elrwatch/venv/bin/pip install --no-build-isolation . \
