@@ -212,11 +212,19 @@ def connection_failures() -> Iterator[_ConnectionFailureTap]:
     """While inside, ``.last`` holds the last connection failure kafka-python logged (None if none)."""
     tap = _ConnectionFailureTap()
     logger = logging.getLogger("kafka")
+    level, propagate = logger.level, logger.propagate
+    if logger.getEffectiveLevel() > logging.WARNING:
+        # Someone silenced kafka-python (e.g. `elrwatch bridge`, which counts failures itself): the tap still needs
+        # its warnings, and nothing else gets them.
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
     logger.addHandler(tap)
     try:
         yield tap
     finally:
         logger.removeHandler(tap)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def unreachable_error(
@@ -225,8 +233,11 @@ def unreachable_error(
     """The one-line error for a Kafka client that could not connect, with the cause kafka-python logged. Over SASL,
     kafka-python sometimes sees only the broker closing the connection after rejecting the credentials."""
     cause = f"; last connection error: {last}" if last else ""
-    if security_protocol.upper().startswith("SASL") and (last is None or "disconnected" in last):
-        cause += " (with SASL, a broker that closes the connection has usually rejected the credentials or mechanism)"
+    named = last is not None and any(marker in last for marker in _ConnectionFailureTap.SPECIFIC)
+    if security_protocol.upper().startswith("SASL") and not named:
+        # kafka-python may see only the connection closed, or a request timing out after it, not the broker's answer
+        cause += " (with SASL, a connection that fails without a named cause usually means the broker rejected the " \
+                 "credentials or mechanism)"
     return SourceError(f"cannot reach Kafka at {servers} within {timeout_s:g}s: {type(exc).__name__}{cause}")
 
 

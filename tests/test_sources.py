@@ -319,3 +319,28 @@ def test_job_and_produce_build_the_same_security_options(monkeypatch):
     cli_opts = _kafka_options("h:9093", "t", "SASL_PLAINTEXT", None, None, None, None, "PLAIN", "u", None)
     assert {k: v for k, v in job_opts.items() if k not in ("timeout.ms", "startingOffsets")} == cli_opts
     assert cli_opts["sasl.password.env"] == "ELRWATCH_SASL_PASSWORD"
+
+
+def test_connection_failure_tap_works_when_kafka_python_was_silenced():
+    """`elrwatch bridge` sets the kafka logger to CRITICAL in-process: the tap must still see the failures (and
+    keep them off other handlers), then restore the logger as it was."""
+    import logging
+
+    from elrwatch.streaming.sources import connection_failures, unreachable_error
+
+    logger = logging.getLogger("kafka")
+    saved = (logger.level, logger.propagate)
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with connection_failures() as tap:
+            logging.getLogger("kafka.conn").warning(
+                "Bootstrap connection to 127.0.0.1:1 failed: [Errno 111] Connection refused (backoff 50 ms)")
+        assert tap.last == "[Errno 111] Connection refused"
+        assert (logger.level, logger.propagate) == (logging.CRITICAL, saved[1])
+        sasl = unreachable_error("h:1", 3, TimeoutError(), "[Error 7] RequestTimedOutError", "SASL_SSL")
+        assert "rejected the credentials" in str(sasl)
+        named = unreachable_error("h:1", 3, TimeoutError(), "SSLCertVerificationError CERTIFICATE_VERIFY_FAILED", "SASL_SSL")
+        assert "rejected the credentials" not in str(named)
+    finally:
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
