@@ -1,6 +1,6 @@
 """The bridge's loop: read (admin poll or metadata log) → publish envelopes → remember what was published.
 
-Exactly-once across restarts (README "elrwatch bridge"): every publish goes through a small JSON **state file**
+Exactly-once across restarts (docs/BRIDGE.md): every publish goes through a small JSON **state file**
 written atomically (temp file + rename):
 
 1. the records about to be published are written to the state file as ``pending``, with their offsets, together

@@ -42,7 +42,7 @@ FENCE_BROKER_RECORD = "FENCE_BROKER_RECORD"
 UNFENCE_BROKER_RECORD = "UNFENCE_BROKER_RECORD"
 CONFIG_RECORD = "CONFIG_RECORD"
 FEATURE_LEVEL_RECORD = "FEATURE_LEVEL_RECORD"
-#: elrwatch's own record: what KIP-966's GetReplicaLogInfo would return for one replica (README "Record types").
+#: elrwatch's own record: what KIP-966's GetReplicaLogInfo would return for one replica (docs/INPUT.md "Input: events").
 REPLICA_LOG_INFO_RECORD = "REPLICA_LOG_INFO_RECORD"
 
 #: Kafka type name → schema file (the types elrwatch uses).
