@@ -94,6 +94,21 @@ def bench_log_bridge(buf: bytes) -> float:
     return rate
 
 
+def jvm_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes (Linux /proc; 0 for one that is gone)."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 class TimedReader:
     """A ClusterReader that records how long each admin call takes (one DescribeTopicPartitions page each)."""
 
@@ -126,7 +141,7 @@ class TimedReader:
 
 def bench_cluster(partitions: int, per_topic: int, polls: int) -> None:
     from elrwatch.bridge.admin import KafkaClusterReader, diff, poll_view
-    from elrwatch.devtools.kafka_cluster import KafkaCluster
+    from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
     from elrwatch.streaming.sources import kafka_python_config
 
     # Many partitions on 3 small JVMs: small index files and no flush pressure.
@@ -137,9 +152,14 @@ def bench_cluster(partitions: int, per_topic: int, polls: int) -> None:
         for t in range(topics):
             count = min(per_topic, partitions - t * per_topic)
             cluster.create_topic(f"bench-{t:04d}", partitions=count, replication_factor=1, wait=False)
-        cluster.wait_for(lambda: len(cluster.describe_topic_partitions()) >= partitions
-                         and all(p["leader"] >= 0 for p in cluster.describe_topic_partitions().values()),
-                         f"{partitions} partitions with leaders", timeout=1800, interval=5)
+        def all_led() -> bool:
+            try:
+                state = cluster.describe_topic_partitions()
+            except ClusterError:  # a topic just created is not in the brokers' metadata yet (UNKNOWN_TOPIC)
+                return False
+            return len(state) >= partitions and all(p["leader"] >= 0 for p in state.values())
+
+        cluster.wait_for(all_led, f"{partitions} partitions with leaders", timeout=1800, interval=5)
         print(f"cluster  {partitions:,} partitions in {topics} topics (RF 1, 3 brokers) created in "
               f"{time.monotonic() - started:.0f} s")
         cluster.wait_metadata_quiet(quiet_for=2.0, timeout=300)
@@ -156,6 +176,8 @@ def bench_cluster(partitions: int, per_topic: int, polls: int) -> None:
             print(f"admin    first poll: admin calls {t1 - t0:.2f} s + diff {t2 - t1:.2f} s "
                   f"({len(events):,} records derived) for {partitions:,} partitions")
             steady_calls, steady_diff = [], []
+            broker_pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
+            cpu_before, wall_before = jvm_cpu_seconds(broker_pids), time.perf_counter()
             for _ in range(polls):
                 t0 = time.perf_counter()
                 new = poll_view(reader, view, 2000, lambda r, m: errors.append((r, m)))
@@ -165,7 +187,13 @@ def bench_cluster(partitions: int, per_topic: int, polls: int) -> None:
                 view = new
                 steady_calls.append(t1 - t0)
                 steady_diff.append(t2 - t1)
+            broker_cpu = jvm_cpu_seconds(broker_pids) - cpu_before
+            steady_wall = time.perf_counter() - wall_before
             calls, diffs = statistics.median(steady_calls), statistics.median(steady_diff)
+            print(f"brokers  load of the steady polls: {broker_cpu:.2f} CPU s over {steady_wall:.2f} s of polling "
+                  f"({broker_cpu / max(steady_wall, 1e-9):.2f} cores busy, all 3 brokers; "
+                  f"{broker_cpu / polls:.2f} CPU s per poll); at the default 2 s interval that is "
+                  f"{broker_cpu / polls / max(2.0, (calls + diffs)):.2f} cores of the cluster")
             print("admin    time per call over all polls: " + ", ".join(
                 f"{name} {sum(times) / len(times):.2f} s x{len(times)}" for name, times in reader.times.items()))
             print(f"admin    steady poll (nothing changed, median of {polls}): admin calls {calls:.2f} s + diff "
