@@ -22,6 +22,7 @@ import logging
 import os
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -157,7 +158,39 @@ def _lines(events: list[dict[str, Any]]) -> list[bytes]:
     return [orjson.dumps(e) for e in events]
 
 
-class AdminBridge:
+class _Delivery(ABC):
+    """Publishing with the state file, shared by both bridges: pending first (a crash re-publishes these exact
+    lines), then the acknowledged publish, then the state without pending."""
+
+    publisher: Publisher
+    metrics: Metrics
+    pending: list[bytes]
+
+    @abstractmethod
+    def _save(self, pending: list[bytes]) -> None:
+        """Write the state file: this bridge's position and ``pending``."""
+
+    def _deliver(self, lines: list[bytes]) -> int:
+        """Publish ``lines``; their count, or 0 when not acknowledged (kept pending, retried)."""
+        self._save(lines)
+        if not self._publish(lines):
+            self.pending = lines
+            return 0
+        self._save([])
+        return len(lines)
+
+    def _publish(self, lines: list[bytes]) -> bool:
+        try:
+            self.publisher.publish(lines)
+        except Exception as exc:
+            self.metrics.error("publish_failed", f"{len(lines)} records not acknowledged: {type(exc).__name__}: {exc}")
+            return False
+        self.metrics.published.inc(len(lines))
+        self.metrics.last_offset.set(orjson.loads(lines[-1])["offset"])
+        return True
+
+
+class AdminBridge(_Delivery):
     """Polls with a `ClusterReader` and publishes what changed (see admin.py)."""
 
     def __init__(self, reader: ClusterReader, publisher: Publisher, state: StateFile, metrics: Metrics,
@@ -212,25 +245,10 @@ class AdminBridge:
                                                     "the last poll: REMOVE_TOPIC_RECORD published")
         lines = _lines(events)
         self.view, self.next_offset = new, events[-1]["offset"] + 1
-        self._save(lines)  # pending first: a crash now re-publishes these exact lines
-        if not self._publish(lines):
-            self.pending = lines
-            return 0
-        self._save([])
-        return len(lines)
-
-    def _publish(self, lines: list[bytes]) -> bool:
-        try:
-            self.publisher.publish(lines)
-        except Exception as exc:
-            self.metrics.error("publish_failed", f"{len(lines)} records not acknowledged: {type(exc).__name__}: {exc}")
-            return False
-        self.metrics.published.inc(len(lines))
-        self.metrics.last_offset.set(orjson.loads(lines[-1])["offset"])
-        return True
+        return self._deliver(lines)
 
 
-class LogBridge:
+class LogBridge(_Delivery):
     """Follows a metadata log directory (`MetadataLogTail`) and publishes its records with their real offsets."""
 
     def __init__(self, log_dir: str | os.PathLike, publisher: Publisher, state: StateFile, metrics: Metrics) -> None:
@@ -277,23 +295,8 @@ class LogBridge:
                 self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
                                                    f"{rec.decoded.type} (published again, marked diverged)")
             events.append(rec.decoded.envelope(**extra) | {"offset": rec.offset})
-        lines = _lines(events)
-        self._save(lines)
-        if not self._publish(lines):
-            self.pending = lines
-            return 0
-        self._save([])
-        return len(lines)
+        return self._deliver(_lines(events))
 
-    def _publish(self, lines: list[bytes]) -> bool:
-        try:
-            self.publisher.publish(lines)
-        except Exception as exc:
-            self.metrics.error("publish_failed", f"{len(lines)} records not acknowledged: {type(exc).__name__}: {exc}")
-            return False
-        self.metrics.published.inc(len(lines))
-        self.metrics.last_offset.set(orjson.loads(lines[-1])["offset"])
-        return True
 
 
 def run(bridge: AdminBridge | LogBridge, interval_s: float, duration_s: float = 0.0,

@@ -20,6 +20,8 @@ from typing import Any
 import orjson
 import pytest
 
+from elrwatch.devtools.kafka_cluster import ClusterError
+
 pytestmark = [pytest.mark.real_kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: Snapshot and segment-roll settings of the nodes whose logs the tests read (the harness keeps everything by
@@ -312,7 +314,13 @@ def test_decoder_equals_dump_log_segments(live: tuple[Any, Bridges]) -> None:
     compared = files = 0
     for node in (cluster.controller, cluster.brokers[1]):
         for path in [*cluster.metadata_log_files(node), *cluster.metadata_snapshot_files(node)]:
-            compared += compare_with_dump(path, cluster.dump_log_segments([path]))
+            try:
+                dump = cluster.dump_log_segments([path])
+            except ClusterError:
+                if path.exists():
+                    raise
+                continue  # broker 1 deletes what a newer snapshot covers (retention 2 s) while we read
+            compared += compare_with_dump(path, dump)
             files += 1
     assert files >= 4 and compared >= 100, (files, compared)
 
