@@ -170,6 +170,14 @@ class _Delivery(ABC):
     def _save(self, pending: list[bytes]) -> None:
         """Write the state file: this bridge's position and ``pending``."""
 
+    def _retry_pending(self) -> int:
+        """Publish what a failed publish or a crashed run left pending (same lines, same offsets)."""
+        if not self._publish(self.pending):
+            return 0
+        sent, self.pending = len(self.pending), []
+        self._save([])
+        return sent
+
     def _deliver(self, lines: list[bytes]) -> int:
         """Publish ``lines``; their count, or 0 when not acknowledged (kept pending, retried)."""
         self._save(lines)
@@ -215,12 +223,7 @@ class AdminBridge(_Delivery):
         """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
         self.steps += 1
         if self.pending:
-            if not self._publish(self.pending):
-                return 0
-            sent = len(self.pending)
-            self.pending = []
-            self._save([])
-            return sent
+            return self._retry_pending()
         started = time.monotonic()
         try:
             new = poll_view(self.reader, self.view, self.page_size, self.metrics.error)
@@ -269,12 +272,7 @@ class LogBridge(_Delivery):
         """Read what was appended and publish it; returns how many records were published."""
         self.steps += 1
         if self.pending:
-            if not self._publish(self.pending):
-                return 0
-            sent = len(self.pending)
-            self.pending = []
-            self._save([])
-            return sent
+            return self._retry_pending()
         started = time.monotonic()
         try:
             records = self.tail.poll()

@@ -289,8 +289,8 @@ _INT_RANGES = {
 
 
 def _version_range(spec: str | None) -> tuple[int, int] | None:
-    """Kafka's version spec ("0+", "1-3", "none") → inclusive (low, high) or None."""
-    if spec is None or spec == "none":
+    """Kafka's version spec ("0+", "1-3", "none") → inclusive (low, high) or None (also for an absent spec)."""
+    if not spec or spec == "none":
         return None
     if spec.endswith("+"):
         return int(spec[:-1]), 1 << 30
