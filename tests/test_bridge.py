@@ -138,7 +138,7 @@ def test_varints_and_uuids() -> None:
         metadata_log.read_uvarint(b"\x80\x80", 0)
 
 
-def test_gzip_batch_and_missing_codec() -> None:
+def test_gzip_batch_and_missing_codec(monkeypatch: pytest.MonkeyPatch) -> None:
     values = [v for _, v in real_values()[:5]]
     plain = metadata_log.scan(make_batch(0, values))
     zipped = metadata_log.scan(make_batch(0, values, codec=1))
@@ -146,8 +146,7 @@ def test_gzip_batch_and_missing_codec() -> None:
         metadata_log.dumps_payload(d) for d in plain.records]
     from kafka import codec
 
-    if codec.has_snappy():
-        pytest.skip("python-snappy is installed here")
+    monkeypatch.setattr(codec, "has_snappy", lambda: False)  # the same whether python-snappy is installed or not
     # A snappy batch without the library: a counted error, the next batch still decoded.
     buf = make_batch(0, values, codec=2) + make_batch(5, values)
     result = metadata_log.scan(buf)
