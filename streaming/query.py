@@ -33,6 +33,8 @@ from typing import Any
 
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
+from elrwatch.streaming.connector import ConnectorError, ConnectorJars
+from elrwatch.streaming.connector import resolve as resolve_connector
 from elrwatch.streaming.local.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.local.memory import ARROW_POOL_ENV
 from elrwatch.streaming.local.state_service import remove_restart_hints
@@ -70,6 +72,7 @@ def run(
     if config.buckets < 1:
         raise JobError("--buckets must be >= 1")
     config.source_options()  # validates required options early
+    connector = kafka_connector(config)
     snapshot_dir = config.snapshot_dir()
     store = StatusStore(config.store, password_file=config.store_password_file)
     store.create_schema()
@@ -93,13 +96,27 @@ def run(
         keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
         accelerators.start_state_service(config.state_settings(), partitions or 1, keys)
         return _run_query(
-            config, store, aggregator, health, accelerators, keys, began, stop_event, on_started, handle_signals
+            config, store, aggregator, health, accelerators, keys, began, stop_event, on_started, handle_signals,
+            connector,
         )
     finally:
         accelerators.stop()
         store.dispose()
         if exporter is not None:
             exporter.shutdown()
+
+
+def kafka_connector(config: JobConfig) -> ConnectorJars | None:
+    """Where ``--source kafka-native`` gets Spark's Kafka connector (streaming/connector.py); None for the other
+    sources; a one-line JobError naming a missing jar before Spark starts."""
+    if config.source != "kafka-native":
+        return None
+    try:
+        found = resolve_connector(config.spark_jars, config.spark_jars_packages)
+    except ConnectorError as exc:
+        raise JobError(str(exc)) from None
+    log.info("Spark's Kafka connector: %s", found.origin)
+    return found
 
 
 def start_fresh(config: JobConfig, store: Any, driver_file: str, snapshot_dir: str | None) -> None:
@@ -193,9 +210,12 @@ def _checkpoint_has_batches(checkpoint: str) -> bool:
     return os.path.isdir(offsets) and any(not f.startswith(".") for f in os.listdir(offsets))
 
 
-def build_spark(config: JobConfig, accelerators: Accelerators | None = None) -> Any:
+def build_spark(
+    config: JobConfig, accelerators: Accelerators | None = None, connector: ConnectorJars | None = None
+) -> Any:
     """A Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow); ``accelerators``:
-    the run's local-mode accelerators (the driver JVM's options and class archive, the workers' interpreter)."""
+    the run's local-mode accelerators (the driver JVM's options and class archive, the workers' interpreter);
+    ``connector``: where the kafka-native source's jars come from (`kafka_connector`)."""
     from pyspark.sql import SparkSession
 
     accelerators = accelerators or Accelerators(config)
@@ -230,6 +250,8 @@ def build_spark(config: JobConfig, accelerators: Accelerators | None = None) -> 
         .config("spark.driver.extraJavaOptions", accelerators.java_options())
         .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
     )
+    if connector is not None and connector.jars:  # served to the executors by the driver
+        builder = builder.config("spark.jars", ",".join(connector.jars))
     if config.spark_jars_packages:  # e.g. the Kafka connector for --source kafka-native
         builder = builder.config("spark.jars.packages", config.spark_jars_packages)
     for key, value in {**ARROW_POOL_ENV, "PYTHONSAFEPATH": "1"}.items():  # executors' Python workers (cluster mode)
@@ -303,6 +325,7 @@ def _run_query(
     stop_event: threading.Event | None,
     on_started: Any,
     handle_signals: bool,
+    connector: ConnectorJars | None = None,
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
     from elrwatch.state import core_build
@@ -310,7 +333,7 @@ def _run_query(
 
     log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
     accelerators.prepare_jvm()
-    spark = build_spark(config, accelerators)
+    spark = build_spark(config, accelerators, connector)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
     stop_event = stop_event or threading.Event()

@@ -773,6 +773,17 @@ def register(spark: Any) -> None:
     spark.dataSource.register(FilesDataSource)
 
 
+def preflight(options: Mapping[str, str]) -> dict[str, list[int]]:
+    """The event topics' partitions, asked through kafka-python with the job's options: for Spark's own source
+    (whose JVM client retries an unreachable cluster, rejected credentials or a missing topic silently) the same
+    one-line SourceError within ``timeout.ms`` as for ``kafka``, before the query starts."""
+    reader = KafkaStreamReader(options)
+    try:
+        return reader._partitions()
+    finally:
+        reader.stop()
+
+
 def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
     """The streaming DataFrame of ``source`` (``kafka`` | ``kafka-native`` | ``files``), common columns."""
     from pyspark.sql import functions as F
@@ -784,14 +795,15 @@ def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
         register(spark)
         return spark.readStream.format(FILES_FORMAT).options(**dict(options)).load()
     if source == "kafka-native":
+        preflight(options)
         try:
             df = spark.readStream.format("kafka").options(**native_kafka_options(options)).load()
         except Exception as exc:
             if "kafka" in str(exc) and ("Failed to find" in str(exc) or "DATA_SOURCE_NOT_FOUND" in str(exc)):
                 raise SourceError(
-                    "--source kafka-native needs Spark's Kafka connector on the classpath (spark-sql-kafka-0-10, "
-                    "e.g. --spark-jars-packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>); "
-                    "--source kafka needs nothing extra"
+                    "--source kafka-native needs Spark's Kafka connector on the classpath (spark-sql-kafka-0-10: "
+                    "`make spark-jars` and --spark-jars, see streaming/connector.py); --source kafka needs nothing "
+                    "extra"
                 ) from None
             raise
         return df.select(
