@@ -87,16 +87,19 @@ class KafkaPublisher:
     """Publishes to the event topic with ``elrwatch produce``'s keys (per-topic and per-broker order kept)."""
 
     def __init__(self, options: dict[str, str], topic: str, timeout_s: float = 30.0) -> None:
-        from elrwatch.streaming.produce import make_producer
+        from elrwatch.streaming.produce import EventKeys, make_producer
 
         self.topic = topic
         self.timeout_s = timeout_s
         self.producer = make_producer(options, linger_ms=5)
+        self.keys = EventKeys()
+
+    def learn_topic(self, name: str, topic_id: str) -> None:
+        """A topic published before a restart: its config records keep its partitions' key."""
+        self.keys.learn(name, topic_id)
 
     def publish(self, lines: list[bytes]) -> None:
-        from elrwatch.streaming.produce import key_of
-
-        futures = [self.producer.send(self.topic, key=key_of(line), value=line) for line in lines]
+        futures = [self.producer.send(self.topic, key=self.keys(line), value=line) for line in lines]
         self.producer.flush(self.timeout_s)
         for future in futures:
             future.get(timeout=self.timeout_s)  # raises the send's error
@@ -213,6 +216,10 @@ class AdminBridge(_Delivery):
         self.next_offset: int = int(doc.get("nextOffset", 0))
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
         self.steps = 0  # how many times `step` ran (tests wait for polls with it)
+        learn = getattr(publisher, "learn_topic", None)
+        if learn is not None and self.view is not None:  # a restart: keep keying the known topics' configs
+            for name, topic in self.view.topics.items():
+                learn(name, topic.topic_id)
 
     def _save(self, pending: list[bytes]) -> None:
         self.state.save({"source": "admin", "nextOffset": self.next_offset,
@@ -263,6 +270,10 @@ class LogBridge(_Delivery):
         self.tail = MetadataLogTail(log_dir, tail_state, metrics.error)
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
         self.steps = 0  # how many times `step` ran (tests wait for polls with it)
+        learn = getattr(publisher, "learn_topic", None)
+        if learn is not None and self.view is not None:  # a restart: keep keying the known topics' configs
+            for name, topic in self.view.topics.items():
+                learn(name, topic.topic_id)
 
     def _save(self, pending: list[bytes]) -> None:
         self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(),

@@ -3,11 +3,16 @@
 Keys (Kafka's default partitioner hashes the key, so one key always lands in one partition, in order):
 * TOPIC_RECORD, PARTITION_RECORD, PARTITION_CHANGE_RECORD, REPLICA_LOG_INFO_RECORD, REMOVE_TOPIC_RECORD:
   ``topic:<topicId>`` (a partition record can never overtake the creation of its topic);
+* a topic's CONFIG_RECORD and CLEAR_ELR_RECORD, which name the topic instead of giving its id: the same
+  ``topic:<topicId>`` once a TOPIC_RECORD told the name's id (:class:`EventKeys`, which `produce` and the bridge use;
+  the stateless :func:`key_of` and an unknown name key them by type name);
 * broker records (register, change, fence, unfence, unregister): ``broker:<id>``;
 * every other type: the type name; lines that are not valid events: ``invalid``.
 Records of one topic (hence of one partition) and of one broker therefore keep their order; across keys the job
 re-orders each micro-batch by metadata offset (``"offset"`` in the envelope, always set by the simulator and the
-generator).
+generator). A topic's min ISR change and the ELR clearing that follows it must stay in order with its partition
+changes: applied after a later change of a partition, the clearing would be skipped there as already applied
+(found on a 2-partition event topic with capped batches: a partition epoch one short).
 """
 
 from __future__ import annotations
@@ -39,8 +44,14 @@ BROKER_ID_FIELD = {
 }
 
 
-def key_of(line: bytes | str) -> bytes:
-    """The Kafka message key of one event line (envelope or kafka-dump-log line); never raises."""
+TOPIC_CONFIG_RESOURCE = 2  # ConfigRecord.resourceType of a topic
+
+
+def key_of(line: bytes | str, topic_ids: dict[str, str] | None = None) -> bytes:
+    """The Kafka message key of one event line (envelope or kafka-dump-log line); never raises.
+
+    ``topic_ids``: topic name -> id, learnt from TOPIC_RECORDs (updated here) and used for the records that name a
+    topic (`EventKeys`)."""
     text = line.decode("utf-8", "replace") if isinstance(line, bytes | bytearray) else line
     stripped = text.strip()
     if stripped.startswith("|"):
@@ -59,11 +70,36 @@ def key_of(line: bytes | str) -> bytes:
     if type_name in TOPIC_SCOPED_TYPES and "topicId" in data:
         # One key per topic: its TOPIC_RECORD, partition records and removal share an event-topic partition, so a
         # partition record can never overtake the creation of its topic (which would be quarantined as unknown).
+        if topic_ids is not None and type_name == "TOPIC_RECORD" and isinstance(data.get("name"), str):
+            topic_ids[data["name"]] = str(data["topicId"])
         return f"topic:{data['topicId']}".encode()
+    if topic_ids:
+        name = None
+        if type_name == "CLEAR_ELR_RECORD":
+            name = data.get("topicName")
+        elif type_name == "CONFIG_RECORD" and data.get("resourceType") == TOPIC_CONFIG_RESOURCE:
+            name = data.get("resourceName")
+        if isinstance(name, str) and name in topic_ids:
+            return f"topic:{topic_ids[name]}".encode()
     field = BROKER_ID_FIELD.get(type_name)
     if field is not None and field in data:
         return f"broker:{data[field]}".encode()
     return type_name.encode()
+
+
+class EventKeys:
+    """`key_of` with a memory of topic names: a topic's CONFIG_RECORD and CLEAR_ELR_RECORD get its partitions' key
+    once its TOPIC_RECORD was keyed (or `learn` was told), so they keep their order with its partition changes."""
+
+    def __init__(self) -> None:
+        self.topic_ids: dict[str, str] = {}
+
+    def learn(self, name: str, topic_id: str) -> None:
+        """A topic known from elsewhere (a restarted bridge's state)."""
+        self.topic_ids[name] = topic_id
+
+    def __call__(self, line: bytes | str) -> bytes:
+        return key_of(line, self.topic_ids)
 
 
 @dataclass
@@ -131,18 +167,19 @@ def produce_lines(
     out: Any = sys.stderr,
     producer: Any = None,
 ) -> ProduceResult:
-    """Send every non-blank line (value = the line, key = `key_of`). ``rate`` > 0 paces to events/s."""
+    """Send every non-blank line (value = the line, key = `EventKeys`). ``rate`` > 0 paces to events/s."""
     own = producer is None
     producer = producer or make_producer(options)
     started = last_report = time.monotonic()
     sent = 0
+    keys = EventKeys()
     try:
         for line in lines:
             value = line.encode() if isinstance(line, str) else bytes(line)
             value = value.rstrip(b"\r\n")
             if not value.strip():
                 continue
-            producer.send(topic, key=key_of(value), value=value)
+            producer.send(topic, key=keys(value), value=value)
             sent += 1
             if rate > 0:
                 ahead = started + sent / rate - time.monotonic()

@@ -627,3 +627,27 @@ def test_kafka_reader_keeps_only_configs_set_on_the_resource() -> None:
     assert got == {(4, ""): (0, {"min.insync.replicas": "2"}), (2, "a"): (0, {"min.insync.replicas": "3"}),
                    (2, "b"): (0, {})}
     assert len(sent) == 2  # batched
+
+
+def test_admin_restart_keeps_keying_known_topics_configs_with_their_partitions(tmp_path: Path) -> None:
+    """A restarted bridge tells its publisher the topics it published: their min ISR changes keep the key of
+    their partition changes (`produce.EventKeys`), so the two stay in order on a multi-partition event topic."""
+    from elrwatch.streaming.produce import EventKeys
+
+    class KeyingPublisher(MemoryPublisher):
+        def __init__(self) -> None:
+            super().__init__()
+            self.keys = EventKeys()
+
+        def learn_topic(self, name: str, topic_id: str) -> None:
+            self.keys.learn(name, topic_id)
+
+    reader = FakeReader()
+    state_file = StateFile(tmp_path / "admin.json")
+    admin_bridge(reader, state_file)[0].step()
+    pub = KeyingPublisher()
+    admin_bridge(reader, state_file, pub)
+    config = orjson.dumps({"type": "CONFIG_RECORD", "version": 0,
+                           "data": {"resourceType": 2, "resourceName": "a", "name": "min.insync.replicas",
+                                    "value": "3"}})
+    assert pub.keys(config) == f"topic:{TOPIC_A}".encode()

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from elrwatch.devtools.eventgen import simulated_lines
-from elrwatch.streaming.produce import key_of
+from elrwatch.streaming.produce import EventKeys, key_of
 
 
 def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -55,6 +55,24 @@ def test_keys_keep_partition_and_broker_order():
     assert key_of("| offset: 0 CreateTime: 1 SnapshotHeader {}") == b"other"
 
 
+def test_a_topics_config_and_elr_clearing_share_its_key_once_its_name_is_known():
+    """A min ISR change and the ELR clearing after it name the topic: keyed with its partitions, they cannot be
+    applied after a later partition change (which would skip the clearing there as already applied)."""
+    clear = '{"type":"CLEAR_ELR_RECORD","version":0,"data":{"topicName":"a"}}'
+    config = '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":2,"resourceName":"a","name":"min.insync.replicas","value":"2"}}'
+    cluster_config = '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":4,"resourceName":"","name":"x","value":"1"}}'
+    keys = EventKeys()
+    assert keys(clear) == b"CLEAR_ELR_RECORD" and keys(config) == b"CONFIG_RECORD"  # name not known yet
+    assert keys('{"type":"TOPIC_RECORD","version":0,"data":{"name":"a","topicId":"x"}}') == b"topic:x"
+    assert keys(clear) == keys(config) == b"topic:x"
+    assert keys(cluster_config) == b"CONFIG_RECORD"
+    assert keys('{"type":"CLEAR_ELR_RECORD","version":0,"data":{"topicName":""}}') == b"CLEAR_ELR_RECORD"  # all
+    restarted = EventKeys()
+    restarted.learn("a", "x")
+    assert restarted(config) == b"topic:x"
+    assert key_of(config) == b"CONFIG_RECORD"  # the stateless form
+
+
 @pytest.mark.e2e
 def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     from kafka import KafkaConsumer, TopicPartition
@@ -88,8 +106,9 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     finally:
         consumer.close()
     by_key: dict[bytes, set[int]] = {}
+    want_keys = _keys_in_order(lines)
     for record in got:
-        assert record.key == key_of(record.value)
+        assert record.key == want_keys[record.value]
         by_key.setdefault(record.key, set()).add(record.partition)
     assert all(len(parts) == 1 for parts in by_key.values())  # one key, one partition: order kept
     order = {line: i for i, line in enumerate(lines)}
@@ -101,6 +120,12 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     assert missing.returncode == 2 and missing.stderr.startswith("elrwatch: error:")
+
+
+def _keys_in_order(lines: list) -> dict:
+    """Each line's key as `produce` gives it, the lines keyed in order (topic names learnt on the way)."""
+    keys = EventKeys()
+    return {(line.encode() if isinstance(line, str) else line): keys(line) for line in lines}
 
 
 def _check_simulated_records(got: list, expected: list[bytes]) -> dict:
@@ -116,8 +141,9 @@ def _check_simulated_records(got: list, expected: list[bytes]) -> dict:
     assert len({r.value for r in got}) == len(got)  # none sent twice
     # the keying rule, and one key -> one event-topic partition
     key_partitions: dict[bytes, set[int]] = {}
+    want_keys = _keys_in_order(expected)
     for r in got:
-        assert r.key == key_of(r.value)
+        assert r.key == want_keys[r.value]
         key_partitions.setdefault(r.key, set()).add(r.partition)
     assert all(len(parts) == 1 for parts in key_partitions.values()), key_partitions
     # per metadata partition and per broker: one key, and the topic's order is the simulator's order
