@@ -542,3 +542,53 @@ def test_kafka_native_without_the_connector_names_the_missing_jar(tmp_path):
         assert all(name in errors[0] for name in names), errors[0]
         assert "Traceback" not in done.stderr and "starting Spark" not in done.stderr
         assert time.monotonic() - started < 30
+
+
+@pytest.mark.real_kafka
+@KAFKA_SOURCES
+def test_event_topic_leader_killed_mid_stream_the_job_goes_on(real_kafka_cluster, tmp_path, source):
+    """The event topic at replication factor 3 on the 3-broker cluster: kill -9 of the broker leading it while the
+    job reads; the job fails over to the new leader by itself and the store equals the replay oracle."""
+    import uuid
+
+    cluster = real_kafka_cluster
+    events = _events(tmp_path, records=3000, seed=29)
+    oracle = _replay(events)
+    topic = f"meta-failover-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    cluster.wait_for(lambda: len(cluster.describe_topic_partitions([topic])[(topic, 0)]["isr"]) == 3, "ISR of 3")
+    _produce(cluster, events, topic, 1)
+    url = f"sqlite:///{tmp_path}/store.db"
+    job = StreamJob(
+        tmp_path,
+        "--source",
+        source,
+        "--bootstrap-servers",
+        cluster.bootstrap,
+        "--topic",
+        topic,
+        "--store",
+        url,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--buckets",
+        "2",
+        "--max-records-per-batch",
+        "250",
+        "--trigger",
+        "200 milliseconds",
+    )
+    leader = cluster.describe_topic_partitions([topic])[(topic, 0)]["leader"]
+    try:
+        _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events", 0) >= 500, 240, "a few batches", job)
+        cluster.kill_broker(leader)
+        assert _store_doc(url)["counts"]["events"] < oracle["counts"]["events"], "the kill came too late"
+        want = oracle["counts"]["events"]
+        _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events") == want, 300, "every event", job)
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.wait(90) == 0, job.output()[-3000:]
+    finally:
+        job.kill()
+        cluster.start_broker(leader)  # the session's cluster is shared: every broker back
+    assert_same_as_oracle(_store_doc(url), oracle)
+    assert_history_as_oracle(url, events)
