@@ -1,4 +1,5 @@
-"""Raw kafka-python consumption of a whole topic: the ceiling the streaming job's throughput is compared to.
+"""Raw consumption of a whole topic, by kafka-python and by Kafka's own JVM consumer (its ConsumerPerformance
+tool, from the jars of `make kafka-jars`): the ceilings the streaming job's throughput is compared to.
 
     python bench/consume_raw.py --bootstrap-servers 127.0.0.1:9092 --topic T
 """
@@ -6,7 +7,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import time
+from pathlib import Path
+
+KAFKA_LIBS = Path(os.environ.get("ELRWATCH_KAFKA_LIBS", Path(__file__).resolve().parent.parent / ".tools/kafka/libs"))
 
 
 def consume_all(bootstrap: str, topic: str, timeout_s: float = 300.0) -> tuple[int, float]:
@@ -38,6 +44,30 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 300.0) -> tuple[i
         consumer.close()
 
 
+def consume_all_jvm(bootstrap: str, topic: str, records: int, heap: str = "512m") -> dict[str, float]:
+    """Kafka's ConsumerPerformance reading ``records`` records of ``topic`` from the beginning (a JVM with the
+    default JIT, as Spark's executors run it); its figures: ``records_s`` over the whole run, ``fetch_records_s``
+    without the consumer group's join (Spark's source assigns partitions and has no join), ``seconds``."""
+    done = subprocess.run(
+        ["java", f"-Xmx{heap}", "-cp", str(KAFKA_LIBS / "*"), "org.apache.kafka.tools.ConsumerPerformance",
+         "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+         "--timeout", "120000", "--command-property", "auto.offset.reset=earliest"],
+        capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    if done.returncode != 0 or len(lines) < 2:
+        raise RuntimeError(f"ConsumerPerformance failed ({done.returncode}): {done.stderr[-2000:]}")
+    header = [h.strip() for h in lines[0].split(",")]
+    values = dict(zip(header, (v.strip() for v in lines[-1].split(",")), strict=False))
+    fetch_ms = float(values["fetch.time.ms"])
+    return {
+        "records": float(values["data.consumed.in.nMsg"]),
+        "records_s": float(values["nMsg.sec"]),
+        "fetch_records_s": float(values["fetch.nMsg.sec"]),
+        "seconds": fetch_ms / 1000,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bootstrap-servers", required=True)
@@ -45,6 +75,9 @@ def main() -> None:
     args = parser.parse_args()
     n, seconds = consume_all(args.bootstrap_servers, args.topic)
     print(f"raw kafka-python consumption: {n} records in {seconds:.2f}s = {n / seconds:,.0f} records/s")
+    jvm = consume_all_jvm(args.bootstrap_servers, args.topic, n)
+    print(f"raw JVM consumption (ConsumerPerformance): {jvm['fetch_records_s']:,.0f} records/s without the group "
+          f"join, {jvm['records_s']:,.0f} with it")
 
 
 if __name__ == "__main__":

@@ -473,6 +473,7 @@ def stream(
     from elrwatch.streaming import query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python's connection chatter (kafka-native's check)
     try:
         config = options.job_config(values)
     except options.OptionError as exc:
