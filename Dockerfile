@@ -44,6 +44,14 @@ RUN python -m venv /opt/elrwatch/venv \
  && /opt/elrwatch/venv/bin/python -c \
     "from elrwatch.state import core_build; b = core_build(); print('core', b); assert b == 'compiled (mypyc)'"
 
+# ---------------------------------------------------------------------------------------------------- connector
+# Spark's Kafka connector for --source kafka-native (tools/spark/pom.xml: spark-sql-kafka-0-10 in pyspark's version,
+# its token provider, kafka-clients, commons-pool2), fetched from Maven Central as `make spark-jars` does.
+FROM maven:3.9-eclipse-temurin-17 AS connector
+WORKDIR /src
+COPY tools/spark/pom.xml pom.xml
+RUN mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/connector
+
 # ---------------------------------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="elrwatch" \
@@ -59,6 +67,8 @@ RUN apt-get update \
  && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java
 
 COPY --from=build /opt/elrwatch/venv /opt/elrwatch/venv
+# In pyspark's own jars: on the classpath of the driver and of every executor without spark.jars (connector.py).
+COPY --from=connector /connector/ /opt/elrwatch/venv/lib/python3.11/site-packages/pyspark/jars/
 
 ENV JAVA_HOME=/opt/java \
     SPARK_HOME=/opt/elrwatch/venv/lib/python3.11/site-packages/pyspark \
