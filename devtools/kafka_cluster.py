@@ -5,6 +5,7 @@ fetched from Maven Central (``tools/kafka/pom.xml`` → ``.tools/kafka/libs/``):
 
 * storage is formatted with Kafka's own ``StorageTool format`` and ``eligible.leader.replicas.version=1``;
 * session, heartbeat and replica-lag timeouts are short, so that a fence or an ISR shrink takes a second or two;
+* every node's JVM is small (``-Xmx384m``, SerialGC, C1 only); ``heap=`` and ``jvm_opts=`` change that for benches;
 * the harness can create topics with configs, kill -9 / SIGSTOP / stop cleanly / restart a broker, change
   ``min.insync.replicas`` at topic and cluster level, run unclean and preferred elections and reassignments, and
   dump the controller's ``__cluster_metadata`` with Kafka's ``DumpLogSegments --cluster-metadata-decoder``;
@@ -26,6 +27,7 @@ import atexit
 import contextlib
 import glob
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,7 +36,7 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -44,10 +46,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LIBS = REPO_ROOT / ".tools" / "kafka" / "libs"
 #: The Kafka version pinned in tools/kafka/pom.xml (checked against the jars found).
 KAFKA_VERSION = "4.4.0"
+#: The maximum heap of every Kafka node by default (``KafkaCluster(heap=...)`` changes it): enough for tests and a
+#: few tens of thousands of partitions; 100k partitions on 3 brokers need ≈ 2g (bench/bridge.py).
+DEFAULT_HEAP = "384m"
 #: Small heaps and a quick JIT keep four JVMs near 1.5 GB and start each in a few seconds.
-DEFAULT_JVM_OPTS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
+DEFAULT_JVM_OPTS = ("-Xms64m", f"-Xmx{DEFAULT_HEAP}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
                     "-Djava.awt.headless=true")
 TOOL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+_JVM_SIZE = re.compile(r"[1-9][0-9]*[kKmMgG]?")
 #: The name of the extra client listener that ``listener_security`` adds on the first broker.
 SECURE_LISTENER = "SECURE"
 
@@ -247,7 +253,18 @@ class KafkaCluster:
         start_timeout: float = 60.0,
         listener_security: dict[str, Any] | None = None,
         controller_id: int = 0,
+        heap: str = DEFAULT_HEAP,
+        jvm_opts: Sequence[str] = (),
     ) -> None:
+        """``heap``: the ``-Xmx`` of every node, controller and brokers (a JVM size: ``"384m"``, ``"2g"``).
+        ``jvm_opts``: extra JVM options for every node, after the defaults (`DEFAULT_JVM_OPTS`); not a second
+        garbage collector, which the JVM refuses next to the default ``-XX:+UseSerialGC``."""
+        if not _JVM_SIZE.fullmatch(heap):
+            raise ClusterError(f"heap {heap!r} is not a JVM size such as 384m or 2g")
+        if isinstance(jvm_opts, str):
+            raise ClusterError("jvm_opts is a sequence of options, not one string")
+        self.node_jvm_opts: tuple[str, ...] = (
+            *(o for o in DEFAULT_JVM_OPTS if not o.startswith("-Xmx")), f"-Xmx{heap}", *jvm_opts)
         self.libs = kafka_libs(libs)
         self.java = java_executable()
         self._own_dir = base_dir is None
@@ -442,8 +459,8 @@ class KafkaCluster:
         self._write_props(node)
         log = open(node.log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
         try:
-            node.proc = subprocess.Popen(self._java_cmd("kafka.Kafka", str(node.props_path), jvm_opts=DEFAULT_JVM_OPTS),
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            cmd = self._java_cmd("kafka.Kafka", str(node.props_path), jvm_opts=self.node_jvm_opts)
+            node.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             log.close()
         node.stopped = False

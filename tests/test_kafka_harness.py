@@ -43,11 +43,14 @@ def _assert_nothing_left(cluster: KafkaCluster) -> None:
 def test_start_roundtrip_stop_leaves_no_process():
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    cluster = KafkaCluster(brokers=1)
+    cluster = KafkaCluster(brokers=1, heap="320m", jvm_opts=["-Delrwatch.harness.test=1"])
     try:
         cluster.start()
         pids = cluster.running_pids()
         assert len(pids) == 2 and sorted(pids) == sorted(_processes_of(cluster))  # the controller and the broker
+        for pid in pids:  # heap= replaces the default -Xmx of every node, jvm_opts= is added
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert b"-Xmx320m" in args and b"-Xmx384m" not in args and b"-Delrwatch.harness.test=1" in args, args
         assert cluster.describe_cluster() == {1: False}  # registered, unfenced
         cluster.create_topic("harness", partitions=2)  # replication factor: 1 on a 1-broker cluster
         producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=20)
@@ -92,6 +95,12 @@ def test_port_taken_fails_at_once_and_starts_nothing():
             cluster.start()
         assert time.monotonic() - started < FAIL_FAST_S
     _assert_nothing_left(cluster)
+
+
+def test_a_bad_heap_size_fails_before_anything_starts():
+    for heap in ("2 g", "-Xmx2g", "", "0m"):
+        with pytest.raises(ClusterError, match="is not a JVM size"):
+            KafkaCluster(brokers=1, heap=heap)
 
 
 def test_missing_jars_fail_with_the_make_target(tmp_path):
