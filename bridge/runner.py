@@ -270,13 +270,16 @@ class LogBridge(_Delivery):
         self.tail = MetadataLogTail(log_dir, tail_state, metrics.error)
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
         self.steps = 0  # how many times `step` ran (tests wait for polls with it)
+        # topic name -> id of every TOPIC_RECORD published: a restart resumes the log past them, and the publisher
+        # still needs them to key a topic's config and ELR-clearing records with its partitions
+        self.topic_ids: dict[str, str] = {str(k): str(v) for k, v in (doc.get("topics") or {}).items()}
         learn = getattr(publisher, "learn_topic", None)
-        if learn is not None and self.view is not None:  # a restart: keep keying the known topics' configs
-            for name, topic in self.view.topics.items():
-                learn(name, topic.topic_id)
+        if learn is not None:  # a restart: keep keying the known topics' configs
+            for name, topic_id in self.topic_ids.items():
+                learn(name, topic_id)
 
     def _save(self, pending: list[bytes]) -> None:
-        self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(),
+        self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(), "topics": self.topic_ids,
                          "pending": [line.decode() for line in pending]})
 
     def step(self) -> int:
@@ -303,7 +306,10 @@ class LogBridge(_Delivery):
                 extra["diverged"] = True
                 self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
                                                    f"{rec.decoded.type} (published again, marked diverged)")
-            events.append(rec.decoded.envelope(**extra) | {"offset": rec.offset})
+            event = rec.decoded.envelope(**extra) | {"offset": rec.offset}
+            if event.get("type") == "TOPIC_RECORD" and isinstance(event.get("data"), dict):
+                self.topic_ids[str(event["data"].get("name"))] = str(event["data"].get("topicId"))
+            events.append(event)
         return self._deliver(_lines(events))
 
 

@@ -651,3 +651,41 @@ def test_admin_restart_keeps_keying_known_topics_configs_with_their_partitions(t
                            "data": {"resourceType": 2, "resourceName": "a", "name": "min.insync.replicas",
                                     "value": "3"}})
     assert pub.keys(config) == f"topic:{TOPIC_A}".encode()
+
+
+def test_log_bridge_restart_keeps_keying_known_topics_configs_with_their_partitions(tmp_path: Path) -> None:
+    """The metadata-log bridge keeps the topics it published in its state file: restarted past their TOPIC_RECORDs,
+    it still tells its publisher, so their min ISR changes keep the key of their partition changes."""
+    from elrwatch.streaming.produce import EventKeys
+
+    class KeyingPublisher(MemoryPublisher):
+        def __init__(self) -> None:
+            super().__init__()
+            self.keys = EventKeys()
+
+        def learn_topic(self, name: str, topic_id: str) -> None:
+            self.keys.learn(name, topic_id)
+
+    values = real_values()
+    topics = {}
+    for _, value in values:
+        type_name, _version, data = metadata_log.decode_value(value)
+        if type_name == "TOPIC_RECORD":
+            topics[data["name"]] = data["topicId"]
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    write_segment(log_dir, 0, make_batch(0, [v for _, v in values]))
+    state_file = StateFile(tmp_path / "log.json")
+    first = LogBridge(log_dir, MemoryPublisher(), state_file, Metrics())
+    assert first.step() > 0
+    published = {e["data"]["name"]: e["data"]["topicId"] for e in map(orjson.loads, first.publisher.lines)
+                 if e["type"] == "TOPIC_RECORD"}
+    assert topics and published == topics
+    pub = KeyingPublisher()
+    restarted = LogBridge(log_dir, pub, state_file, Metrics())  # a new process, past every TOPIC_RECORD
+    assert restarted.step() == 0
+    for name, topic_id in published.items():
+        config = orjson.dumps({"type": "CONFIG_RECORD", "version": 0,
+                               "data": {"resourceType": 2, "resourceName": name, "name": "min.insync.replicas",
+                                        "value": "3"}})
+        assert pub.keys(config) == f"topic:{topic_id}".encode()
