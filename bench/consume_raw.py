@@ -10,6 +10,7 @@ import argparse
 import os
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 KAFKA_LIBS = Path(os.environ.get("ELRWATCH_KAFKA_LIBS", Path(__file__).resolve().parent.parent / ".tools/kafka/libs"))
@@ -67,6 +68,49 @@ def consume_all_jvm(bootstrap: str, topic: str, records: int, heap: str = "512m"
         "seconds": fetch_ms / 1000,
     }
 
+
+class JvmProducer:
+    """Kafka's own ConsoleProducer fed ``key<TAB>value`` lines on stdin, with `elrwatch produce`'s keys: publishes a
+    burst of events about as fast as a controller writes them (≈ 10x kafka-python's producer, which on these 2 cores
+    also takes a core from the job under test). The JVM starts when the object is made (make it ahead of a timed
+    burst) and waits on its stdin; `send` (once) returns when Kafka acknowledged every line (the producer flushes
+    and exits when its stdin closes)."""
+
+    def __init__(self, bootstrap: str, topic: str, heap: str = "512m") -> None:
+        cmd = ["java", f"-Xmx{heap}", "-cp", str(KAFKA_LIBS / "*"), "org.apache.kafka.tools.ConsoleProducer",
+               "--bootstrap-server", bootstrap, "--topic", topic, "--request-required-acks", "1",
+               "--reader-property", "parse.key=true", "--reader-property", "key.separator=\t",
+               "--command-property", "linger.ms=20", "--command-property", "batch.size=262144",
+               "--command-property", "max.in.flight.requests.per.connection=1"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def send(self, lines: Iterable[bytes], timeout_s: float = 600.0) -> tuple[int, float, float]:
+        """(lines sent, monotonic time the first line was written, monotonic time all were acknowledged)."""
+        from elrwatch.streaming.produce import EventKeys
+
+        keys = EventKeys()
+        payload = b"".join(keys(line) + b"\t" + line.rstrip(b"\n") + b"\n" for line in lines)
+        proc = self.proc
+        assert proc.stdin is not None and proc.stderr is not None
+        first = time.monotonic()
+        try:
+            proc.stdin.write(payload)
+            proc.stdin.close()
+            err = proc.stderr.read()
+            code = proc.wait(timeout_s)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if code != 0:
+            raise RuntimeError(f"ConsoleProducer failed ({code}): {err.decode(errors='replace')[-2000:]}")
+        return payload.count(b"\n"), first, time.monotonic()
+
+    def close(self) -> None:
+        """End the JVM if `send` never ran."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)

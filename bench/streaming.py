@@ -46,7 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from consume_raw import consume_all, consume_all_jvm  # noqa: E402
+from consume_raw import JvmProducer, consume_all, consume_all_jvm  # noqa: E402
 
 from elrwatch.devtools.eventgen import EventGenerator  # noqa: E402
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
@@ -59,11 +59,16 @@ BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* event
 
 
 def _unexeced_jvm_child(parent: int, child: int, comm: dict[int, str]) -> bool:
-    """Whether ``child`` is a fork of the JVM ``parent`` that has not exec'd yet (it shares the JVM's memory)."""
+    """Whether ``child`` is a fork of the JVM ``parent`` that has not exec'd yet (it shares the JVM's memory).
+
+    Same executable *and* same command line: a JVM that the parent JVM started (a standalone worker's executor)
+    runs the same ``java`` but exec'd its own command line, and its memory is its own."""
     if comm.get(parent) != "java":
         return False
     try:
-        return os.readlink(f"/proc/{child}/exe") == os.readlink(f"/proc/{parent}/exe")
+        if os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{parent}/exe"):
+            return False
+        return Path(f"/proc/{child}/cmdline").read_bytes() == Path(f"/proc/{parent}/cmdline").read_bytes()
     except OSError:
         return False
 
@@ -114,6 +119,10 @@ def _kind(pid: int, root: int) -> str:
     except OSError:
         return "other"
     if "java" in cmd.split(" ", 1)[0]:
+        if "CoarseGrainedExecutorBackend" in cmd:
+            return "executor jvm"
+        if "deploy.worker.Worker" in cmd:
+            return "worker jvm"
         return "jvm"
     if "elrwatch.streaming.local.state_service" in cmd:
         return "state servers"
@@ -130,9 +139,10 @@ def _kind(pid: int, root: int) -> str:
     return "other"
 
 
-def rss_breakdown(root: int) -> dict[str, float]:
+def rss_breakdown(root: int, extra_roots: list[int] | tuple[int, ...] = ()) -> dict[str, float]:
     """RSS (MB) of the job's process tree by kind (python driver, jvm, python workers, ...), and its PSS total
-    (forked Python workers share their parent's pages: RSS counts them once per process, PSS divides them)."""
+    (forked Python workers share their parent's pages: RSS counts them once per process, PSS divides them).
+    ``extra_roots``: a standalone cluster's workers, counted with their executors and Python workers."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -160,6 +170,10 @@ def rss_breakdown(root: int) -> dict[str, float]:
         out[kind + " (n)"] = out.get(kind + " (n)", 0) + 1
         pss += fields.get("Pss", 0) / 1000
     out["PSS total"] = pss
+    for extra in extra_roots:
+        for key, value in rss_breakdown(extra).items():
+            key = key.replace("python driver", "worker jvm")  # the root of its own tree: a worker, not the driver
+            out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -180,10 +194,7 @@ class RssPeak:
         workers = sum(rss_tree_mb(root, processes) for root in self.extra_roots)
         now += workers
         if now > self.mb:
-            self.mb, self.parts = now, rss_breakdown(self.root)
-            if self.extra_roots:
-                self.parts["cluster workers + executors"] = workers
-                self.parts["cluster workers + executors (n)"] = len(self.extra_roots)
+            self.mb, self.parts = now, rss_breakdown(self.root, self.extra_roots)
             self.biggest = sorted(processes, reverse=True)[:4]
 
     def print_at_peak(self, label: str) -> None:
@@ -194,8 +205,9 @@ class RssPeak:
             print(f"  biggest processes at {label}: {biggest}", flush=True)
 
 
-def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None) -> None:
-    parts = parts or rss_breakdown(root)
+def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None,
+                    extra_roots: list[int] | tuple[int, ...] = ()) -> None:
+    parts = parts or rss_breakdown(root, extra_roots)
     text = ", ".join(
         f"{k} {v:,.0f} MB ({int(parts[k + ' (n)'])})"
         for k, v in parts.items()
@@ -205,6 +217,7 @@ def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None
 
 
 EXTRA_JOB_ARGS: list[str] = []  # --job-args
+STORM_PRODUCER = ["jvm"]  # --storm-producer
 
 
 class Job:
@@ -459,11 +472,15 @@ def phase_storm_restart(
     # docs/PERFORMANCE.md (their Kafka stand-in could not read back a partition of more than ~200k records).
     create_topic(opts, topic, max(2, -(-partitions // 125_000)))
     producer = fast_producer(opts)
+    jvm_producer = STORM_PRODUCER[0] == "jvm"
     t = time.monotonic()
-    res = produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer)
+    if jvm_producer:
+        res_sent = JvmProducer(kafka.bootstrap, topic).send(gen.bootstrap())[0]
+    else:
+        res_sent = produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer).sent
     print(
-        f"storm: loading {partitions:,} partitions ({res.sent:,} events produced in {time.monotonic() - t:.0f}s,"
-        f" {brokers} brokers)",
+        f"storm: loading {partitions:,} partitions ({res_sent:,} events produced in {time.monotonic() - t:.0f}s by "
+        f"{'Kafka ConsoleProducer (JVM)' if jvm_producer else 'kafka-python'}, {brokers} brokers)",
         flush=True,
     )
     url = f"sqlite:///{workdir}/{name}.db"
@@ -495,6 +512,7 @@ def phase_storm_restart(
     # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but keeps more
     # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md, session 12).
     job = Job(workdir, name, *args)
+    burst: JvmProducer | None = None
     try:
         boot_ms = gen.now_ms
 
@@ -515,15 +533,21 @@ def phase_storm_restart(
         report(f"initial load of {partitions:,} partitions (startup incl.)", load_s, "s", "-", None)
         report("  RSS peak during the load (one batch of every record)", load_peak.mb, "MB", "-", None)
         load_peak.print_at_peak("the load's peak")
+        # The storm's producer JVM starts now and waits on its stdin, so that its start is not in the storm.
+        burst = JvmProducer(kafka.bootstrap, topic) if jvm_producer else None
         time.sleep(5)
         after_load = rss_tree_mb(job.proc.pid) + sum(rss_tree_mb(r) for r in extra_roots)
         report(f"  RSS after the load, {partitions:,} partitions", after_load, "MB", "<= 3,000", after_load <= 3000)
-        print_breakdown("after the load", job.proc.pid)
+        print_breakdown("after the load", job.proc.pid, extra_roots=extra_roots)
         victim = 0
         storm_lines = list(gen.fence(victim))
-        t_first = time.monotonic()
-        produce_lines(opts, topic, storm_lines, out=None, producer=producer)
-        t_last = time.monotonic()
+        if burst is not None:
+            _, t_first, t_last = burst.send(storm_lines)
+        else:
+            t_first = time.monotonic()
+            produce_lines(opts, topic, storm_lines, out=None, producer=producer)
+            t_last = time.monotonic()
+        report("  storm: produced in (first record written -> last acknowledged)", t_last - t_first, "s", "-", None)
         last_ms = gen.now_ms
 
         storm_peak = RssPeak(job.proc.pid, baseline_mb=after_load, extra_roots=extra_roots)
@@ -559,7 +583,10 @@ def phase_storm_restart(
         peak = storm_peak.mb
         report(f"RSS peak, job process tree, {partitions:,} partitions", peak, "MB", "<= 3,000", peak <= 3000)
         storm_peak.print_at_peak("the storm's peak")
-        print_breakdown("after the storm", job.proc.pid)
+        print_breakdown("after the storm", job.proc.pid, extra_roots=extra_roots)
+        # the storm's last batch logs its breakdown (printed below) once the driver is done with it
+        total = res_sent + len(storm_lines)
+        poll(lambda: any(events >= total for _, _, events in job.batches()), 120, "the storm batch's log line", job)
         if not restart:
             return
         # Kill the job once Spark has committed the storm's batch (its commit log file): killed before, the
@@ -587,8 +614,10 @@ def phase_storm_restart(
         report("restart from checkpoint -> first completed batch", took, "s", "<= 30", took <= 30)
         after_restart = rss_tree_mb(job.proc.pid) + sum(rss_tree_mb(r) for r in extra_roots)
         report(f"RSS after restart, {partitions:,} partitions", after_restart, "MB", "<= 3,000", None)
-        print_breakdown("after restart", job.proc.pid)
+        print_breakdown("after restart", job.proc.pid, extra_roots=extra_roots)
     finally:
+        if burst is not None:
+            burst.close()
         job.kill()
         job.print_batches(job.log_path.rsplit("/", 1)[-1].split("-")[0] + " job")
         producer.close()
@@ -656,6 +685,15 @@ def main() -> None:
         "--no-class-archive", action="store_true", help="jobs start without the JVM class archive (A/B runs)"
     )
     parser.add_argument(
+        "--storm-producer",
+        choices=("jvm", "kafka-python"),
+        default="jvm",
+        help="storm: who publishes the load and the storm. jvm (default): Kafka's ConsoleProducer, a burst of 100k "
+        "records in ~1 s as a controller writes a broker's failure; kafka-python: elrwatch produce's client, ~10 s "
+        "for 100k records on these 2 cores, competing with the job for them (the figures of sessions before "
+        "2026-11-25)",
+    )
+    parser.add_argument(
         "--keep-workdir",
         action="store_true",
         help="keep the work directory (job logs, store, checkpoint: ~0.8 GB at 1M partitions) after a run that "
@@ -668,6 +706,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
+    STORM_PRODUCER[0] = args.storm_producer
     if args.no_class_archive:
         EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
     phases = set(args.phases.split(","))

@@ -280,6 +280,8 @@ def run_bucket(
         }
         bodies = encode_payload(payload)
         del payload
+        if settings.use_cache:  # a state kept for the next batches: its first broker change must not scan it all
+            bs.cluster.index_brokers()
     keep_out_of_gc(collect_first=True)  # the batch's cycles (young objects only: the state is frozen), then freeze
     trim_after_big_batch(n_rows, collect_first=False)
     return token, blob, bodies

@@ -211,3 +211,38 @@ def test_duplicates_interleaved_in_the_stream_change_nothing(seed: int, steps: i
     # and every re-delivered record was still read and counted as an event of its type
     extra = Counter(json.loads(text)["type"] for text in redelivered)
     assert replayer.counts.events_by_type == clean.counts.events_by_type + extra
+
+
+@STREAMS
+@given(seed=st.integers(0, 10_000), steps=st.integers(20, 150), index_at=st.integers(0, 400))
+def test_an_eagerly_built_broker_index_changes_nothing(seed: int, steps: int, index_at: int) -> None:
+    """`ClusterState.index_brokers` (the streaming job builds the broker → partitions index once a bucket is loaded,
+    before any broker change) gives the same states, changes and transitions as the index built lazily by the first
+    broker change, wherever in the stream it is built, and the index stays exact as partitions change."""
+    lines = random_stream(seed, steps=steps)
+    lazy, eager = ClusterState(), ClusterState()
+    for i, text in enumerate(lines):
+        if i == min(index_at, len(lines) - 1):
+            eager.index_brokers()
+        for cluster in (lazy, eager):
+            record = parse_line(text, "events/0", i, f"events/0@{i}")
+            if isinstance(record, Record):
+                cluster.apply(record)
+        if i % 25 == 0:
+            a, b = lazy.drain_changes(), eager.drain_changes()
+            assert sorted((t.topic_id, p.partition_id) for t, p in a.partitions) == sorted(
+                (t.topic_id, p.partition_id) for t, p in b.partitions
+            )
+            # a broker change visits its partitions in the index's set order (by object identity) either way
+            assert sorted(map(str, (t.to_dict() for t in a.transitions))) == sorted(
+                map(str, (t.to_dict() for t in b.transitions))
+            )
+    assert state_of(lazy) == state_of(eager)
+    eager.index_brokers()
+    for broker in eager.brokers:  # the maintained index holds exactly the partitions that name the broker
+        expected = {
+            (p.topic_id, p.partition_id)
+            for _, p in eager.iter_partitions()
+            if broker in {*p.replicas, *p.isr, *p.elr, *p.last_known_elr}
+        }
+        assert {(p.topic_id, p.partition_id) for p in eager._partitions_of_broker(broker)} == expected

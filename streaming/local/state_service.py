@@ -143,6 +143,7 @@ def _preload(
         except (SnapshotError, ValueError, EOFError, TypeError) as exc:
             log.warning("lane %d: bucket %d not preloaded (%s); it loads from Spark's state", lane, bucket, exc)
             continue
+        bs.cluster.index_brokers()  # as run_bucket leaves a cached state (a storm's fence record needs it)
         cache[bucket] = (token, bs)
         log.info("lane %d: bucket %d preloaded in %.1fs", lane, bucket, time.perf_counter() - started)
 

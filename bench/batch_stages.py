@@ -1,0 +1,153 @@
+"""Where a streaming micro-batch's Python time goes, stage by stage, outside Spark (one process, one core).
+
+The job's Python work for one batch, run in-process on the same rows a micro-batch carries: parse + route
+(`route.route_batches`, the read task's share), the state stage's pandas frame and ordering (`bucket._ordered_rows`),
+each bucket's apply (`bucket.apply_rows`) and payload (`bucket.bucket_payload` + `payload.encode_payload`), the
+state save, and the driver's decode + merge (`sink.Aggregator`). What Spark adds on top (JVM fetch, Arrow hops,
+the shuffle, scheduling) is the batch's run time in the job's log minus these figures.
+
+Two workloads: ``churn`` (the throughput phase of bench/streaming.py: 10k partitions, 100k single-partition leader
+moves per batch) and ``storm`` (a broker fenced on a cluster of ``--partitions``: ~``--storm-partitions`` changes).
+
+Run: python bench/batch_stages.py [--events 100000] [--partitions 1000000] [--storm-partitions 100000] [--buckets 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from elrwatch.devtools.eventgen import EventGenerator
+from elrwatch.state import core_build
+from elrwatch.streaming.bucket import StateSettings, apply_rows, bucket_payload, run_bucket
+from elrwatch.streaming.payload import decode_payloads, encode_payload
+from elrwatch.streaming.route import route_batches
+from elrwatch.streaming.sink import Aggregator
+
+
+def arrow_batches(lines: list[bytes], first_offset: int = 0, topic: str = "events", chunk: int = 10_000) -> Iterator[Any]:
+    """The rows a Kafka source hands to the route stage (value, topic, partition, offset from ``first_offset``),
+    ``chunk`` a batch."""
+    import pyarrow as pa
+
+    for start in range(0, len(lines), chunk):
+        part = lines[start : start + chunk]
+        n = len(part)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([x.decode() for x in part], pa.string()),
+                pa.array([topic] * n, pa.string()),
+                pa.array([0] * n, pa.int32()),
+                pa.array(range(first_offset + start, first_offset + start + n), pa.int64()),
+            ],
+            names=["value", "topic", "partition", "offset"],
+        )
+
+
+def timed(label: str, fn: Callable[[], Any], events: int) -> Any:
+    gc.collect()
+    started = time.perf_counter()
+    out = fn()
+    took = time.perf_counter() - started
+    print(f"  {label:<58} {took:7.3f} s  {took / max(events, 1) * 1e6:6.2f} µs/event", flush=True)
+    return out, took
+
+
+def route_all(lines: list[bytes], buckets: int, first_offset: int = 0) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_batches(list(route_batches(arrow_batches(lines, first_offset), buckets)))
+
+
+def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int) -> None:
+    """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``."""
+    print(f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core)")
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = StateSettings(buckets=buckets, state_dir=tmp)
+        cache: dict[int, Any] = {}
+        rows: dict[int, tuple[str, bytes]] = {}
+        table = route_all(warm, buckets).to_pandas()
+        for bucket, frame in table.groupby("bucket"):
+            from elrwatch.streaming.bucket import _ordered_rows
+
+            token, blob, _ = run_bucket(int(bucket), settings, None, _ordered_rows(frame), len(frame), cache)
+            rows[int(bucket)] = (token, blob)
+        del table
+        total = 0.0
+        routed, took = timed("parse + validate + route (read task)", lambda: route_all(batch, buckets, len(warm)), len(batch))
+        total += took
+        frames, took = timed("Arrow -> pandas, per bucket (state task)",
+                             lambda: dict(tuple(routed.to_pandas().groupby("bucket"))), len(batch))
+        total += took
+        from elrwatch.streaming.bucket import _ordered_rows
+
+        ordered, took = timed("order the rows (sort by source, seq)",
+                              lambda: {b: list(_ordered_rows(f)) for b, f in frames.items()}, len(batch))
+        total += took
+        payloads: list[bytes] = []
+        apply_s = payload_s = save_s = 0.0
+        applied = 0
+        for bucket, bucket_rows in ordered.items():
+            token, bs = cache[int(bucket)]
+            gc.disable()
+            t0 = time.perf_counter()
+            applied_before = bs.counts.applied
+            quarantined = apply_rows(int(bucket), buckets, iter(bucket_rows), bs)
+            applied += bs.counts.applied - applied_before
+            t1 = time.perf_counter()
+            payload = bucket_payload(int(bucket), bs, quarantined)
+            payloads.extend(encode_payload(payload))
+            t2 = time.perf_counter()
+            bs.to_row(settings.snapshots(), int(bucket), token, settings.delta_max_records)
+            t3 = time.perf_counter()
+            gc.enable()
+            apply_s += t1 - t0
+            payload_s += t2 - t1
+            save_s += t3 - t2
+        n = len(batch)
+        print(f"  ({applied:,} records applied, {sum(len(r) for r in ordered.values()):,} rows in the buckets)")
+        for label, took in (("apply (every bucket, one after the other)", apply_s),
+                            ("changed partitions -> payload rows + encoding", payload_s),
+                            ("state save (snapshot delta)", save_s)):
+            print(f"  {label:<58} {took:7.3f} s  {took / n * 1e6:6.2f} µs/event", flush=True)
+            total += took
+
+        def merge() -> Any:
+            decoded, _chunks = decode_payloads(payloads)
+            return Aggregator(buckets).absorb(decoded)
+
+        _, took = timed("driver: decode payloads + merge (gauges ready)", merge, n)
+        total += took
+        print(f"  {'total Python work of the batch':<58} {total:7.3f} s  {total / n * 1e6:6.2f} µs/event "
+              f"-> {n / total:,.0f} events/s on one core", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=100_000, help="churn: events in the batch")
+    parser.add_argument("--partitions", type=int, default=1_000_000, help="storm: cluster size")
+    parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions changed")
+    parser.add_argument("--buckets", type=int, default=4)
+    parser.add_argument("--workloads", default="churn,storm")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}; one process")
+    workloads = set(args.workloads.split(","))
+    if "churn" in workloads:
+        gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=1)
+        warm = list(gen.bootstrap()) + list(gen.churn(args.events))
+        one_batch("churn (bench/streaming.py's throughput phase)", warm, list(gen.churn(args.events)), 2)
+    if "storm" in workloads:
+        brokers = max(4, round(3 * args.partitions / args.storm_partitions))
+        topics = max(1, args.partitions // 10_000)
+        gen = EventGenerator(topics=topics, partitions=args.partitions // topics, brokers=brokers, seed=3)
+        warm = list(gen.bootstrap())
+        one_batch("storm (bench/streaming.py's storm phase)", warm, list(gen.fence(0)), args.buckets)
+
+
+if __name__ == "__main__":
+    main()
