@@ -218,6 +218,7 @@ def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None
 
 EXTRA_JOB_ARGS: list[str] = []  # --job-args
 STORM_PRODUCER = ["jvm"]  # --storm-producer
+EVENT_PARTITIONS = [0]  # --event-partitions (0: one per 125k metadata partitions, at least 2)
 
 
 class Job:
@@ -470,7 +471,7 @@ def phase_storm_restart(
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
     # One event-topic partition per 125k metadata partitions (at least 2): the layout of the earlier figures in
     # docs/PERFORMANCE.md (their Kafka stand-in could not read back a partition of more than ~200k records).
-    create_topic(opts, topic, max(2, -(-partitions // 125_000)))
+    create_topic(opts, topic, EVENT_PARTITIONS[0] or max(2, -(-partitions // 125_000)))
     producer = fast_producer(opts)
     jvm_producer = STORM_PRODUCER[0] == "jvm"
     t = time.monotonic()
@@ -685,6 +686,13 @@ def main() -> None:
         "--no-class-archive", action="store_true", help="jobs start without the JVM class archive (A/B runs)"
     )
     parser.add_argument(
+        "--event-partitions",
+        type=int,
+        default=0,
+        help="storm: partitions of the event topic (default: one per 125k metadata partitions, at least 2); each is "
+        "a read task of every micro-batch",
+    )
+    parser.add_argument(
         "--storm-producer",
         choices=("jvm", "kafka-python"),
         default="jvm",
@@ -707,6 +715,7 @@ def main() -> None:
     args = parser.parse_args()
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     STORM_PRODUCER[0] = args.storm_producer
+    EVENT_PARTITIONS[0] = args.event_partitions
     if args.no_class_archive:
         EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
     phases = set(args.phases.split(","))
