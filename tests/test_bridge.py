@@ -629,19 +629,22 @@ def test_kafka_reader_keeps_only_configs_set_on_the_resource() -> None:
     assert len(sent) == 2  # batched
 
 
+class KeyingPublisher(MemoryPublisher):
+    """A memory publisher that keys lines as KafkaPublisher does (`produce.EventKeys`), learnt topics included."""
+
+    def __init__(self) -> None:
+        from elrwatch.streaming.produce import EventKeys
+
+        super().__init__()
+        self.keys = EventKeys()
+
+    def learn_topic(self, name: str, topic_id: str) -> None:
+        self.keys.learn(name, topic_id)
+
+
 def test_admin_restart_keeps_keying_known_topics_configs_with_their_partitions(tmp_path: Path) -> None:
     """A restarted bridge tells its publisher the topics it published: their min ISR changes keep the key of
     their partition changes (`produce.EventKeys`), so the two stay in order on a multi-partition event topic."""
-    from elrwatch.streaming.produce import EventKeys
-
-    class KeyingPublisher(MemoryPublisher):
-        def __init__(self) -> None:
-            super().__init__()
-            self.keys = EventKeys()
-
-        def learn_topic(self, name: str, topic_id: str) -> None:
-            self.keys.learn(name, topic_id)
-
     reader = FakeReader()
     state_file = StateFile(tmp_path / "admin.json")
     admin_bridge(reader, state_file)[0].step()
@@ -656,16 +659,6 @@ def test_admin_restart_keeps_keying_known_topics_configs_with_their_partitions(t
 def test_log_bridge_restart_keeps_keying_known_topics_configs_with_their_partitions(tmp_path: Path) -> None:
     """The metadata-log bridge keeps the topics it published in its state file: restarted past their TOPIC_RECORDs,
     it still tells its publisher, so their min ISR changes keep the key of their partition changes."""
-    from elrwatch.streaming.produce import EventKeys
-
-    class KeyingPublisher(MemoryPublisher):
-        def __init__(self) -> None:
-            super().__init__()
-            self.keys = EventKeys()
-
-        def learn_topic(self, name: str, topic_id: str) -> None:
-            self.keys.learn(name, topic_id)
-
     values = real_values()
     topics = {}
     for _, value in values:
