@@ -136,9 +136,13 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 0, "".join(lines)[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # a failed assertion: let the demo stop its Kafka JVMs and API (a kill would orphan them)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     reader.join(10)
     err = "".join(lines)
     assert "elrwatch demo: stopped." in err and "Traceback" not in err, err[-3000:]
