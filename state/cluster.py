@@ -832,15 +832,12 @@ class ClusterState:
             if of_broker is not None:
                 of_broker.discard(target)
 
-    def index_brokers(self) -> None:
-        """Build the broker → partitions index now, if not built yet (idempotent, cheap once built).
+    def index_brokers(self) -> dict[int, set[PartitionState]]:
+        """The broker → partitions index, built now if not built yet (idempotent, cheap once built).
 
         Otherwise the first broker change builds it: a scan of every partition, ≈ 2 µs each, so at a million
         partitions the first fence record of a storm would cost seconds on its own. A long-lived state (the
         streaming job's buckets) calls this once it has loaded, outside the records' path."""
-        self._partitions_of_broker(-1)
-
-    def _partitions_of_broker(self, broker_id: int) -> list[PartitionState]:
         if self._by_broker is None:
             index: dict[int, set[PartitionState]] = {}
             get = index.get
@@ -858,7 +855,10 @@ class ClusterState:
                         if broker not in replicas:
                             index.setdefault(broker, set()).add(partition)
             self._by_broker = index
-        return list(self._by_broker.get(broker_id, ()))
+        return self._by_broker
+
+    def _partitions_of_broker(self, broker_id: int) -> list[PartitionState]:
+        return list(self.index_brokers().get(broker_id, ()))
 
     def _broker_changed(self, broker: BrokerState, record: Record) -> None:
         """A broker record was applied: stamp its offset, update liveness sets, re-derive its partitions."""
