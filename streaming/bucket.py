@@ -25,7 +25,15 @@ from typing import Any
 
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
 from elrwatch.streaming.payload import encode_payload
-from elrwatch.streaming.route import KIND_ERROR, KIND_RECORD, KIND_SKIPPED, decode_record
+from elrwatch.streaming.route import (
+    KIND_ERROR,
+    KIND_RAW,
+    KIND_RAW_BROADCAST,
+    KIND_RECORD,
+    KIND_SKIPPED,
+    decode_record,
+    encode_record,
+)
 from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir
 
 #: The environment variable that puts the state function's Python workers in a pool of their own (see
@@ -98,18 +106,23 @@ def _load_bucket(
     return BucketState(cluster, PipelineCounts(), {}), "miss"
 
 
-def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
+#: One routed row as the state stage applies it: (kind, source, seq, payload); ``route.ROUTED_SCHEMA``.
+Row = tuple[str, str, int, bytes | None]
+
+
+def _ordered_rows(pdf: Any) -> Iterator[Row]:
     """Rows per source in seq order; sources merged by metadata offset (best global order available)."""
     if len(pdf) == 0:
         return iter(())
     pdf = pdf.sort_values(["src", "seq"], kind="stable")
-    srcs = pdf["src"].to_numpy()
+    srcs = pdf["src"].to_numpy().tolist()
+    seqs = pdf["seq"].to_numpy().tolist()
     moffs = pdf["moff"].to_numpy().tolist()
     kinds = pdf["kind"].to_numpy().tolist()
     recs = pdf["rec"].to_numpy().tolist()
-    rows = list(zip(moffs, kinds, recs, strict=True))
+    rows = list(zip(moffs, kinds, srcs, seqs, recs, strict=True))
     if srcs[0] == srcs[-1]:  # one source (the common case: sorted, so first == last means all equal)
-        return ((k, 0, r) for _, k, r in rows)
+        return ((k, src, seq, r) for _, k, src, seq, r in rows)
     streams = []
     start = 0
     for i in range(1, len(rows) + 1):
@@ -117,11 +130,11 @@ def _ordered_rows(pdf: Any) -> Iterator[tuple[str, int, bytes | None]]:
             streams.append(rows[start:i])
             start = i
     merged = heapq.merge(*streams, key=lambda row: row[0])
-    return ((k, 0, r) for _, k, r in merged)
+    return ((k, src, seq, r) for _, k, src, seq, r in merged)
 
 
 def process_bucket(
-    bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState
+    bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState
 ) -> dict[str, Any]:
     """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
     partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
@@ -129,56 +142,97 @@ def process_bucket(
     return bucket_payload(bucket, bs, quarantined)
 
 
-def apply_rows(bucket: int, buckets: int, rows: Iterator[tuple[str, int, bytes | None]], bs: BucketState) -> list[Any]:
+def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) -> list[Any]:
     """Apply the rows in order to the bucket's state, journal its records, count what this bucket reports (its
-    partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records."""
+    partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records.
+
+    Raw lines routed in the JVM (``route.route_in_jvm``) are parsed here. A line sent to every bucket (``B``) is
+    applied by each bucket only as far as it owns it (a partition record of another bucket is passed over), and
+    what is not a record is reported by bucket 0; a line placed in this bucket (``J``) is reported here.
+    """
     from elrwatch.state.cluster import PARTITION_TYPES, Outcome
+    from elrwatch.state.records import REPLICA_LOG_INFO_RECORD, Ignored, Record, RecordError, parse_line
     from elrwatch.state.routing import bucket_of
 
     cluster, counts = bs.cluster, bs.counts
     quarantined: list[dict[str, Any]] = []
     loads = pickle.loads
     journal = bs.journal.append
-    for kind, _unused, rec in rows:
-        if kind == KIND_RECORD:
-            journal(rec)
-            record = decode_record(rec)
-            if record.type in PARTITION_TYPES:
-                reports = bucket_of(record.data["topicId"], record.data["partitionId"], buckets) == bucket
-            else:
-                reports = bucket == 0
-            outcome = cluster.apply(record)
-            if not reports:
-                continue
-            counts.events_by_type[record.type] += 1
-            if record.timestamp_ms is not None and (
-                counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
-            ):
-                counts.last_event_ms = record.timestamp_ms
-            if outcome is Outcome.APPLIED:
-                counts.applied += 1
-            elif outcome is Outcome.DUPLICATE:
-                counts.duplicates += 1
-            elif outcome is Outcome.QUARANTINED:
-                error = cluster.last_error
-                if error is not None:
-                    if not error.raw:
-                        import orjson
 
-                        error.raw = orjson.dumps(record.envelope()).decode()
-                    counts.quarantined_by_reason[error.reason] += 1
-                    quarantined.append(error.to_dict())
+    def report_error(error: Any) -> None:
+        counts.events_by_type[error.type or "invalid"] += 1
+        counts.quarantined_by_reason[error.reason] += 1
+        quarantined.append(error.to_dict())
+
+    for kind, src, seq, rec in rows:
+        if kind == KIND_RECORD:
+            record = decode_record(rec)
+        elif kind in (KIND_RAW, KIND_RAW_BROADCAST):
+            parsed = parse_line(rec or b"", src, seq, f"{src}@{seq}")
+            if parsed.__class__ is not Record:
+                if kind == KIND_RAW or bucket == 0:
+                    if isinstance(parsed, RecordError):
+                        if not parsed.raw:
+                            parsed.raw = (rec or b"").decode("utf-8", "replace")
+                        report_error(parsed)
+                    elif isinstance(parsed, Ignored):
+                        counts.ignored_lines += 1
+                    else:  # Skipped
+                        counts.events_by_type[parsed.type] += 1
+                        counts.skipped_by_type[parsed.type] += 1
+                continue
+            record = parsed
+            if record.type in PARTITION_TYPES:
+                data = record.data
+                owner = bucket_of(data["topicId"], data["partitionId"], buckets)
+                if owner != bucket and (data["partitionId"] != 0 or record.type == REPLICA_LOG_INFO_RECORD):
+                    if kind == KIND_RAW:  # the JVM placed it here, its owner never sees it: say so, loudly
+                        message = (
+                            f"routed to bucket {bucket}, owned by bucket {owner}: the JVM's and the core's parse "
+                            "of this line disagree"
+                        )
+                        raw = (rec or b"").decode("utf-8", "replace")
+                        error = RecordError(record.position, "conflict", "topicId", message, raw, record.type)
+                        report_error(error)
+                    continue
+            rec = encode_record(record)
         elif kind == KIND_ERROR:
-            error = loads(rec)
-            counts.events_by_type[error.type or "invalid"] += 1
-            counts.quarantined_by_reason[error.reason] += 1
-            quarantined.append(error.to_dict())
+            report_error(loads(rec))
+            continue
         elif kind == KIND_SKIPPED:
             type_name = rec.decode()
             counts.events_by_type[type_name] += 1
             counts.skipped_by_type[type_name] += 1
+            continue
         else:
             counts.ignored_lines += 1
+            continue
+        journal(rec)
+        if record.type in PARTITION_TYPES:
+            reports = bucket_of(record.data["topicId"], record.data["partitionId"], buckets) == bucket
+        else:
+            reports = bucket == 0
+        outcome = cluster.apply(record)
+        if not reports:
+            continue
+        counts.events_by_type[record.type] += 1
+        if record.timestamp_ms is not None and (
+            counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
+        ):
+            counts.last_event_ms = record.timestamp_ms
+        if outcome is Outcome.APPLIED:
+            counts.applied += 1
+        elif outcome is Outcome.DUPLICATE:
+            counts.duplicates += 1
+        elif outcome is Outcome.QUARANTINED:
+            error = cluster.last_error
+            if error is not None:
+                if not error.raw:
+                    import orjson
+
+                    error.raw = orjson.dumps(record.envelope()).decode()
+                counts.quarantined_by_reason[error.reason] += 1
+                quarantined.append(error.to_dict())
     return quarantined
 
 
@@ -243,7 +297,7 @@ def run_bucket(
     bucket: int,
     settings: StateSettings,
     row: tuple[str, bytes] | None,
-    rows: Iterator[tuple[str, int, bytes | None]],
+    rows: Iterator[Row],
     n_rows: int,
     cache: dict[int, tuple[str, BucketState]] | None = None,
 ) -> tuple[str, bytes, list[bytes]]:

@@ -38,7 +38,7 @@ from elrwatch.streaming.connector import resolve as resolve_connector
 from elrwatch.streaming.local.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.local.memory import ARROW_POOL_ENV
 from elrwatch.streaming.local.state_service import remove_restart_hints
-from elrwatch.streaming.route import ROUTED_SCHEMA, group_keys, route_batches
+from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
 
 log = logging.getLogger("elrwatch.stream")
@@ -281,9 +281,8 @@ def build_query(
     options = config.source_options()
     if config.source in ROUTING_SOURCES:  # the Python sources parse + route in their read task (route.py)
         routed = read_stream(spark, config.source, {**options, ROUTE_BUCKETS_OPTION: str(buckets)})
-    else:
-        events = read_stream(spark, config.source, options)
-        routed = events.mapInArrow(lambda it: route_batches(it, buckets), ROUTED_SCHEMA)
+    else:  # Spark's Kafka source: routed in the JVM, parsed in the bucket (route.route_in_jvm)
+        routed = route_in_jvm(read_stream(spark, config.source, options), buckets)
     # each bucket under its group key, so that the buckets spread evenly over the state tasks (route.group_keys)
     if keys is not None and keys != list(range(buckets)):
         routed = routed.withColumn("bucket", F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("bucket") + 1))

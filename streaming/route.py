@@ -5,8 +5,13 @@ every bucket for partition 0 and non-partition records (DESIGN §4). Malformed l
 unused types and non-event lines go to bucket 0 only, which counts and quarantines them once, with the reason.
 
 The Python sources (``elrwatch-kafka``, ``elrwatch-files``) run `route_batches` in their own read task when the
-job passes them ``routeBuckets``: one Python worker per read task instead of two, and one Arrow hop less. Spark's
-JVM Kafka source (``kafka-native``) is routed by a ``mapInArrow`` over its rows. No Spark import here.
+job passes them ``routeBuckets``: one Python worker per read task instead of two, and one Arrow hop less.
+
+Spark's JVM Kafka source (``kafka-native``) is routed in the JVM (`route_in_jvm`): Spark SQL reads only what
+routing needs (record type, topic id, partition id, metadata offset) and computes the bucket, so the read stage
+has no Python worker. Its rows carry the raw line (kind ``J``: placed with certainty in its partition's bucket;
+``B``: sent to every bucket because routing could not place it) and the bucket parses it
+(``bucket.apply_rows``), checking that it owns what it applies. Spark is imported only inside `route_in_jvm`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ from elrwatch.streaming.local.memory import trim_after_big_batch
 
 ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
 KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
+#: Raw lines routed in the JVM: placed in their partition's bucket only (``J``), or sent to every bucket (``B``).
+KIND_RAW, KIND_RAW_BROADCAST = "J", "B"
+
+#: The record types routed to their partition's bucket (partition 0: to every bucket, DESIGN §4).
+_ROUTED_TYPES = ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "REPLICA_LOG_INFO_RECORD")
+#: What the JVM reads of an envelope line to route it.
+_ROUTING_SCHEMA = "type STRING, offset LONG, data STRUCT<topicId: STRING, partitionId: INT>"
 
 
 def spark_hash_int(value: int, seed: int = 42) -> int:
@@ -88,6 +100,33 @@ def decode_record(blob: bytes) -> Any:
 
     fields = marshal.loads(blob)  # 8 fields in the journals of older versions (no origin, no snapshot_end)
     return Record(*fields)
+
+
+def route_in_jvm(events: Any, buckets: int) -> Any:
+    """Route Spark's Kafka source rows (``value`` binary, ``topic``, ``partition``, ``offset``) in Spark SQL.
+
+    A partition record whose type, topic id and partition id (> 0) the JVM's JSON reader found goes to
+    ``crc32("<topicId>:<partitionId>") % buckets`` (``routing.bucket_of``) as kind ``J``; every other line (other
+    types, partition 0, anything malformed or in kafka-dump-log's text form) goes to every bucket as kind ``B``,
+    and each bucket parses it and applies only what it owns (``bucket.apply_rows``). Same columns as
+    `ROUTED_SCHEMA`; ``rec`` is the raw line.
+    """
+    from pyspark.sql import functions as F
+
+    head = F.from_json(F.col("value").cast("string"), _ROUTING_SCHEMA)
+    topic_id, partition_id = head["data"]["topicId"], head["data"]["partitionId"]
+    placed = head["type"].isin(*_ROUTED_TYPES) & topic_id.isNotNull() & (F.coalesce(partition_id, F.lit(0)) > 0)
+    bucket = F.pmod(F.crc32(F.concat(topic_id, F.lit(":"), partition_id.cast("string")).cast("binary")), F.lit(buckets))
+    every = F.array(*[F.lit(b) for b in range(buckets)])
+    src = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
+    return events.select(
+        F.explode(F.when(placed, F.array(bucket.cast("int"))).otherwise(every)).alias("bucket"),
+        src.alias("src"),
+        F.col("offset").alias("seq"),
+        F.coalesce(head["offset"], F.lit(-1)).cast("long").alias("moff"),
+        F.when(placed, F.lit(KIND_RAW)).otherwise(F.lit(KIND_RAW_BROADCAST)).alias("kind"),
+        F.col("value").cast("binary").alias("rec"),
+    )
 
 
 def route_batches(batches: Iterator[Any], buckets: int) -> Iterator[Any]:

@@ -786,7 +786,6 @@ def preflight(options: Mapping[str, str]) -> dict[str, list[int]]:
 
 def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
     """The streaming DataFrame of ``source`` (``kafka`` | ``kafka-native`` | ``files``), common columns."""
-    from pyspark.sql import functions as F
 
     if source == "kafka":
         register(spark)
@@ -807,7 +806,7 @@ def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
                 ) from None
             raise
         return df.select(
-            F.col("value").cast("string").alias("value"),
+            "value",  # binary: routed in the JVM (route.route_in_jvm), parsed from its bytes in the bucket
             "topic",
             "partition",
             "offset",

@@ -82,7 +82,7 @@ class ServiceClient:
         return f"ServiceClient({self.addresses})"
 
     def call(
-        self, bucket: int, key: int, row: tuple[str, bytes] | None, rows: list[tuple[str, int, bytes | None]]
+        self, bucket: int, key: int, row: tuple[str, bytes] | None, rows: list[tuple[str, str, int, bytes | None]]
     ) -> tuple[str, bytes, list[bytes]]:
         """Apply a group (``key``: its group key) at the bucket's server: (new token, new state row, bodies)."""
         address = self.addresses[lane_of(key, len(self.addresses))]
