@@ -347,6 +347,7 @@ class Health(BaseModel):
     status: str
     detail: str | None = None
     updatedAgeSeconds: float | None = None
+    storeBehindBatches: int | None = None
 
 
 class WhatIf(BaseModel):

@@ -20,7 +20,7 @@ def _error_responses(path: str, *, auth: bool) -> dict[str, str]:
     if path == "/v1/whatif":
         codes["503"] = "What-if not available, or store unavailable"
     if path == "/readyz":
-        codes["503"] = "Store unreachable or data too old"
+        codes["503"] = "Store unreachable, data too old or too far behind the job"
     if auth and path != "/healthz":
         codes["401"] = "Missing or wrong bearer token"
     return codes

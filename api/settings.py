@@ -24,6 +24,12 @@ class Settings(BaseSettings):
     ready_max_age_seconds: float = Field(
         900.0, ge=0, description="/readyz fails when the store was last written longer ago (0 = no limit)."
     )
+    ready_max_store_behind_batches: int = Field(
+        10,
+        ge=0,
+        description="/readyz fails when the store was this many micro-batches behind the job's gauges at its last "
+        "write (the job writes the store behind its batches; 0 = no limit).",
+    )
     summary_cache_seconds: float = Field(1.0, ge=0, description="How long /v1/summary may be served from cache.")
     page_refresh_seconds: int = Field(5, ge=1, le=3600, description="Status page refresh interval.")
 

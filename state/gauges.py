@@ -130,6 +130,11 @@ METRICS: dict[str, Metric] = _table(
     Metric("elrwatch_last_batch_completed_timestamp_seconds", "gauge", "When the last micro-batch completed."),
     Metric("elrwatch_batches_total", "counter", "Micro-batches completed by this driver."),
     Metric("elrwatch_up", "gauge", "1 while the streaming query runs."),
+    Metric(
+        "elrwatch_store_behind_batches",
+        "gauge",
+        "Micro-batches whose gauges are served and that are not yet in the status store (written behind them).",
+    ),
     # the API's own (api/middleware.py; the API's /metrics)
     Metric("elrwatch_api_requests", "counter", "API requests", ("method", "route", "status")),
     Metric("elrwatch_api_request_duration_seconds", "histogram", "API request latency", ("method", "route")),
@@ -150,6 +155,7 @@ HEALTH_METRICS = (
     "elrwatch_last_batch_completed_timestamp_seconds",
     "elrwatch_batches_total",
     "elrwatch_up",
+    "elrwatch_store_behind_batches",
 )
 
 

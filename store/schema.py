@@ -152,6 +152,7 @@ LAST_EVENT_TIME_MS = "last_event_time_ms"
 UPDATED_AT_MS = "updated_at_ms"
 CLUSTER = "cluster"
 COUNTS = "counts"
+STORE_BEHIND = "store_behind"  # how far the store was behind the job's gauges when written (streaming/store_writer.py)
 QUARANTINE_SUMMARY = "quarantined"
 GENERATION = "generation"  # changes with every write: readers' cached StoreView is valid while it is the same
 SCHEMA_VERSION = "schema_version"

@@ -67,6 +67,7 @@ from elrwatch.store.schema import (
     QUARANTINE_SUMMARY,
     SCHEMA_VERSION,
     SQLITE_REPLICA_TRIGGERS,
+    STORE_BEHIND,
     STORE_SCHEMA,
     UNDER_MIN_ISR_TRUE,
     UPDATED_AT_MS,
@@ -337,6 +338,8 @@ class StatusStore:
                 self._meta_put(conn, CLUSTER, meta_in["cluster"])
             if "counts" in meta_in:
                 self._meta_put(conn, COUNTS, meta_in["counts"])
+            if "storeBehind" in meta_in:
+                self._meta_put(conn, STORE_BEHIND, meta_in["storeBehind"])
             self._meta_put(conn, LAST_BATCH_ID, int(batch_id))
             self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
             self._meta_put(conn, GENERATION, uuid.uuid4().hex)
@@ -532,12 +535,14 @@ class StatusStore:
 
     # ------------------------------------------------------------------ queries for the API
     def get_meta(self) -> dict[str, Any]:
-        """Small meta values: lastBatchId, lastEventTimeMs, updatedAtMs."""
+        """Small meta values: lastBatchId, lastEventTimeMs, updatedAtMs, and storeBehind (``{"batches": N,
+        "newestBatchId": M}``: how many batches the job had served on its gauges and not yet written when it
+        wrote this one; the store is written behind the batches, streaming/store_writer.py)."""
         with self.engine.connect() as conn:
             rows = dict(
                 conn.execute(
                     select(meta_t.c.key, meta_t.c.value).where(
-                        meta_t.c.key.in_([LAST_BATCH_ID, LAST_EVENT_TIME_MS, UPDATED_AT_MS])
+                        meta_t.c.key.in_([LAST_BATCH_ID, LAST_EVENT_TIME_MS, UPDATED_AT_MS, STORE_BEHIND])
                     )
                 ).all()
             )
@@ -545,6 +550,7 @@ class StatusStore:
             "lastBatchId": loads(rows[LAST_BATCH_ID]) if LAST_BATCH_ID in rows else None,
             "lastEventTimeMs": loads(rows[LAST_EVENT_TIME_MS]) if LAST_EVENT_TIME_MS in rows else None,
             "updatedAtMs": loads(rows[UPDATED_AT_MS]) if UPDATED_AT_MS in rows else None,
+            "storeBehind": loads(rows[STORE_BEHIND]) if STORE_BEHIND in rows else None,
         }
 
     def summary(self) -> dict[str, Any]:

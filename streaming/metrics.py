@@ -71,6 +71,8 @@ class Health:
         self.gauges: Gauges = aggregator.gauges() if aggregator is not None else {}
         self.batch_event = threading.Condition(self.lock)
         self._last_progress: tuple[Any, Any] | None = None  # (batchId, timestamp) of the progress taken last
+        #: How many batches are not yet in the store (the job's `StoreWriter.behind`), None before it starts.
+        self.store_behind: Any = None
 
     def gauges_ready(self, gauges: Gauges) -> None:
         """A micro-batch's buckets are merged: serve its gauges now, so that alerts do not wait for the store
@@ -79,12 +81,14 @@ class Health:
             self.gauges = gauges
 
     def batch_written(
-        self, batch_id: int, gauges: Gauges, sink_seconds: float, input_events: int | None = None
+        self, batch_id: int, gauges: Gauges | None, sink_seconds: float, input_events: int | None = None
     ) -> None:
-        """A micro-batch is in the store: its gauges, and its input events (the events the buckets counted:
-        Spark's numInputRows would count a broadcast record once per bucket when the source routes)."""
+        """A micro-batch is in the store: its input events (the events the buckets counted: Spark's numInputRows
+        would count a broadcast record once per bucket when the source routes); ``gauges``: its gauges, None
+        when they were served already (`gauges_ready`; the store is written behind the batches)."""
         with self.lock:
-            self.gauges = gauges
+            if gauges is not None:
+                self.gauges = gauges
             if input_events is not None:
                 self.last_input_rows = input_events
             self.batches += 1
@@ -135,6 +139,7 @@ class JobCollector:
                 "elrwatch_last_batch_completed_timestamp_seconds": health.last_completed,
                 "elrwatch_batches_total": health.batches,
                 "elrwatch_up": health.up,
+                "elrwatch_store_behind_batches": health.store_behind() if health.store_behind else None,
             }
         families: dict[str, Any] = {}
         for (name, labels), value in gauges.items():

@@ -40,6 +40,7 @@ from elrwatch.streaming.local.memory import ARROW_POOL_ENV
 from elrwatch.streaming.local.state_service import remove_restart_hints
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
+from elrwatch.streaming.store_writer import WAL_DIR, StoreWriter
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -47,6 +48,7 @@ STATE_SCHEMA = "token string, blob binary"
 OUTPUT_SCHEMA = "bucket int, payload binary"
 STATE_KEYS_FILE = "elrwatch-state-keys.json"  # the group key of each bucket, fixed for the checkpoint's life
 STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s termination grace period
+DRAINED_STORE_WAIT_S = 900.0  # a drained (--available-now) job waits this long for its store writes
 
 
 class JobError(RuntimeError):
@@ -83,6 +85,11 @@ def run(
     os.makedirs(config.checkpoint, exist_ok=True)
     aggregator = Aggregator(config.buckets, driver_file)
     health = Health(aggregator)
+    # the store is written behind the batches; an earlier run's unwritten batches go first
+    writer = StoreWriter(store, os.path.join(config.checkpoint, WAL_DIR))
+    health.store_behind = writer.behind
+    writer.recover()
+    stop_event = stop_event or threading.Event()
     exporter = None
     if config.metrics_port is not None:
         exporter = start_exporter(health, config.metrics_port, config.metrics_host)
@@ -95,11 +102,15 @@ def run(
             partitions = state_tasks(config, master)
         keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
         accelerators.start_state_service(config.state_settings(), partitions or 1, keys)
-        return _run_query(
-            config, store, aggregator, health, accelerators, keys, began, stop_event, on_started, handle_signals,
-            connector,
+        code = _run_query(
+            config, store, writer, aggregator, health, accelerators, keys, began, stop_event, on_started,
+            handle_signals, connector,
         )
+        if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
+            writer.raise_error()
+        return code
     finally:
+        writer.close(STOP_GRACE_S)  # after a failure: what is not written in time stays in the write-ahead list
         accelerators.stop()
         store.dispose()
         if exporter is not None:
@@ -316,12 +327,13 @@ def build_query(
 def _run_query(
     config: JobConfig,
     store: Any,
+    writer: StoreWriter,
     aggregator: Aggregator,
     health: Any,
     accelerators: Accelerators,
     keys: list[int] | None,
     began: float,
-    stop_event: threading.Event | None,
+    stop_event: threading.Event,
     on_started: Any,
     handle_signals: bool,
     connector: ConnectorJars | None = None,
@@ -335,14 +347,13 @@ def _run_query(
     spark = build_spark(config, accelerators, connector)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
-    stop_event = stop_event or threading.Event()
     if handle_signals:  # after Spark: SparkContext installs its own SIGINT handler
         install_signal_handlers(stop_event)
     query = None
     try:
         try:
             client = accelerators.state_client()
-            query = build_query(spark, config, Sink(store, aggregator, health), client, keys)
+            query = build_query(spark, config, Sink(writer, aggregator, health), client, keys)
         except SourceError as exc:
             raise JobError(str(exc)) from None
         health.up = 1
@@ -388,7 +399,7 @@ def _run_query(
 
 def _one_line(message: str) -> str:
     """The most useful line of a (Python/Java) error: an elrwatch SourceError if present."""
-    for marker in ("SourceError:", "SnapshotError:"):
+    for marker in ("SourceError:", "SnapshotError:", "StoreWriteError:"):
         for line in message.splitlines():
             if marker in line:
                 return line.split(marker, 1)[1].strip()

@@ -1,6 +1,7 @@
 """The driver's sink (``foreachBatch``): merge the buckets' payloads (`Aggregator`: partition gauges summed,
-broker/cluster gauges and documents from bucket 0, topic partition counts summed), serve the gauges, write the
-status store (``StatusStore.write_batch(batch_id, ...)``: a re-run batch id is a no-op). The aggregator's
+broker/cluster gauges and documents from bucket 0, topic partition counts summed), serve the gauges, hand the
+batch to the store writer (``store_writer.py``: the status store is written behind the batches,
+``StatusStore.write_batch(batch_id, ...)``: a re-run batch id is a no-op). The aggregator's
 per-bucket values are saved next to Spark's checkpoint, so a restarted driver still sums buckets that have no new
 data."""
 
@@ -14,10 +15,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from elrwatch.streaming.local.memory import gc_paused, trim_after_big_batch
-from elrwatch.streaming.payload import decode_payloads, iter_partition_rows
+from elrwatch.streaming.payload import decode_payloads
 
 if TYPE_CHECKING:
     from elrwatch.state.gauges import Gauges
+    from elrwatch.streaming.store_writer import StoreWriter
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -180,58 +182,71 @@ def _saved_gauges(saved: Any) -> Gauges:
 
 
 class Sink:
-    """foreachBatch: merge the buckets' payloads, serve their gauges, write the store (idempotent per batch),
-    then the batch's health metrics (batches, duration, input events)."""
+    """foreachBatch: merge the buckets' payloads, serve their gauges, then hand the batch to the store writer
+    (``store_writer.StoreWriter``: durable in its write-ahead list on return, in the store behind the batches), so
+    that the next batch never waits for this one's store write. The batch's health metrics and its log line follow
+    its store write."""
 
-    def __init__(self, store: Any, aggregator: Aggregator, health: Any) -> None:
-        self.store = store
+    def __init__(self, writer: StoreWriter, aggregator: Aggregator, health: Any) -> None:
+        self.writer = writer
         self.aggregator = aggregator
         self.health = health
+        writer.on_written = self._written
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-
         started = time.monotonic()
         rows = batch_df.collect()  # runs the batch: source, route, state (the sink is lazy until here)
         collected = time.monotonic()
-        with gc_paused():  # decoding and writing allocate a young object per value and make no cycles
-            payloads, chunks = decode_payloads([r["payload"] for r in rows])
+        with gc_paused():  # decoding allocates a young object per value and makes no cycles
+            bodies = [r["payload"] for r in rows]
             del rows
-            n_buckets = len(payloads)
+            payloads, _chunks = decode_payloads(bodies)
             events_before = sum(self.aggregator.counts().events_by_type.values())
             args = self.aggregator.absorb(payloads)
-            events_total = args["meta"]["counts"]["events"]
-            n_quarantined = len(args["quarantined"])
-            changed = len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads)
-            args["partition_rows"] = iter_partition_rows(chunks)
             gauges = self.aggregator.gauges()
             if self.health is not None:
                 self.health.gauges_ready(gauges)  # /metrics (alerts) before the store write (REST), not after
             absorbed = time.monotonic()
-            written = self.store.write_batch(batch_id, **args)
-            stored = time.monotonic()
-            timing = _timing_summary(payloads, collected - started, absorbed - collected, stored - absorbed)
-            del payloads, chunks, args  # before trimming: a load's transitions alone are ~1M dicts
-        trim_after_big_batch(changed)
+            info = {
+                "started": started,
+                "buckets": len(payloads),
+                "changed": len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads),
+                "quarantined": len(args["quarantined"]),
+                "events": args["meta"]["counts"]["events"],
+                "inputEvents": args["meta"]["counts"]["events"] - events_before,
+                "timing": _timing_summary(payloads, collected - started, absorbed - collected),
+            }
+            self.writer.submit(batch_id, bodies, payloads, args, info)
+            del payloads, bodies, args
+        trim_after_big_batch(info["changed"])
         self.aggregator.save(batch_id)
+        log.info("batch %s: gauges served after %.2fs", batch_id, time.monotonic() - started)
+
+    def _written(self, batch_id: int, written: bool, store_s: float, info: dict[str, Any]) -> None:
+        """The writer thread committed a batch (or found it committed): its health metrics and log line."""
+        if info.get("recovered"):
+            log.info("batch %s: written to the store (%.2fs)%s", batch_id, store_s, "" if written else " (already)")
+            return
         if self.health is not None:
-            duration = time.monotonic() - started
-            self.health.batch_written(batch_id, gauges, duration, input_events=events_total - events_before)
+            duration = time.monotonic() - info["started"]
+            self.health.batch_written(batch_id, None, duration, input_events=info["inputEvents"])
         log.info(
-            "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s)%s",
+            "batch %s: %d buckets, %d partitions changed, %d quarantined, events=%d, sink %.2fs (%s; store %.2f)%s",
             batch_id,
-            n_buckets,
-            changed,
-            n_quarantined,
-            events_total,
-            time.monotonic() - started,
-            timing,
+            info["buckets"],
+            info["changed"],
+            info["quarantined"],
+            info["events"],
+            time.monotonic() - info["started"],
+            info["timing"],
+            store_s,
             "" if written else " (already committed: store unchanged)",
         )
 
 
-def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float, store_s: float) -> str:
+def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float) -> str:
     """Where the batch's time went: Spark running the batch (source, route, state: per bucket its load with
-    cache hit/miss, apply + documents, state save), merging the payloads on the driver, the store write."""
+    cache hit/miss, apply + documents, state save), merging the payloads on the driver."""
     parts = [f"run {run_s:.2f}"]
     for p in sorted(payloads, key=lambda p: p["bucket"]):
         t = p.get("timing")
@@ -240,5 +255,5 @@ def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float
                 f"b{p['bucket']} {t['cache']} load {t['load']:.2f} process {t['process']:.2f} "
                 f"save {t['save']:.2f}{' snapshot' if t['snapshot'] else ''}"
             )
-    parts.append(f"merge {merge_s:.2f}; store {store_s:.2f}")
+    parts.append(f"merge {merge_s:.2f}")
     return "; ".join(parts)

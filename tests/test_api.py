@@ -22,7 +22,7 @@ from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.status import SEVERITY
 from elrwatch.store import StatusStore
-from elrwatch.store.schema import UPDATED_AT_MS
+from elrwatch.store.schema import STORE_BEHIND, UPDATED_AT_MS
 
 PROBLEM = "application/problem+json"
 T0 = 1732100000000
@@ -359,6 +359,18 @@ def test_health_ready_and_metrics(client: TestClient, store: StatusStore) -> Non
     r = client.get("/readyz")
     assert r.status_code == 503 and r.headers["content-type"] == PROBLEM
     assert "old" in r.json()["detail"]
+
+
+def test_ready_only_while_the_store_keeps_up_with_the_job(client: TestClient, store: StatusStore) -> None:
+    """The job writes the store behind its batches: readiness fails when its last write was too far behind."""
+    with store.engine.begin() as conn:
+        store._meta_put(conn, STORE_BEHIND, {"batches": 3, "newestBatchId": 12})
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.json()["storeBehindBatches"] == 3
+    with store.engine.begin() as conn:
+        store._meta_put(conn, STORE_BEHIND, {"batches": 11, "newestBatchId": 40})
+    r = client.get("/readyz")
+    assert r.status_code == 503 and "11 micro-batches behind" in r.json()["detail"]
 
 
 def test_unreachable_store_is_503_not_500() -> None:

@@ -103,10 +103,14 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
         def collect(self):
             return [{"payload": body} for body in bodies]
 
+    from elrwatch.streaming.store_writer import StoreWriter
+
     store = WatchedStore(f"sqlite:///{tmp_path}/s.db")
     store.create_schema()
+    writer = StoreWriter(store, str(tmp_path / "wal"))
     try:
-        sink.Sink(store, aggregator, health)(Batch(), 0)
+        sink.Sink(writer, aggregator, health)(Batch(), 0)
+        assert writer.close(60)
     finally:
         store.dispose()
     oracle = replay_lines(lines, "ev").document()["gauges"]

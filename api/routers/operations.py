@@ -25,14 +25,21 @@ def healthz() -> dict[str, Any]:
 @router.get(
     "/readyz",
     response_model=Health,
-    responses={503: {"description": "Store unreachable or data too old"}},
+    responses={503: {"description": "Store unreachable, data too old or too far behind the job"}},
     summary="Readiness",
 )
 def readyz(store: StoreDep, settings: SettingsDep) -> Any:
-    """The store answers and was written within ``ready_max_age_seconds``."""
+    """The store answers, was written within ``ready_max_age_seconds``, and was at most
+    ``ready_max_store_behind_batches`` micro-batches behind the job's gauges when written."""
     meta = store.get_meta()
     updated = meta["updatedAtMs"]
     age = None if updated is None else round(time.time() - updated / 1000, 3)
+    behind = (meta.get("storeBehind") or {}).get("batches")
+    limit = settings.ready_max_store_behind_batches
+    if limit > 0 and behind is not None and behind > limit:
+        raise ApiError(
+            503, "Not ready", f"the store was {behind} micro-batches behind the job when last written (limit {limit})"
+        )
     if settings.ready_max_age_seconds > 0:
         if age is None:
             raise ApiError(503, "Not ready", "the store has never been written")
@@ -40,7 +47,7 @@ def readyz(store: StoreDep, settings: SettingsDep) -> Any:
             raise ApiError(
                 503, "Not ready", f"store data is {age:.0f} s old (limit {settings.ready_max_age_seconds:.0f} s)"
             )
-    return {"status": "ready", "updatedAgeSeconds": age}
+    return {"status": "ready", "updatedAgeSeconds": age, "storeBehindBatches": behind}
 
 
 @router.get(
