@@ -280,6 +280,16 @@ def api(
             help="/readyz fails when the store was last written longer ago than this (0 = no limit).",
         ),
     ] = 900.0,
+    ready_max_store_behind_batches: Annotated[
+        int,
+        typer.Option(
+            "--ready-max-store-behind-batches",
+            envvar="ELRWATCH_READY_MAX_STORE_BEHIND_BATCHES",
+            min=0,
+            help="/readyz fails when the streaming job's last store write was this many micro-batches behind its "
+            "gauges (the job writes the store behind its batches; 0 = no limit).",
+        ),
+    ] = 10,
     log_level: Annotated[
         str, typer.Option("--log-level", envvar="ELRWATCH_LOG_LEVEL", help="uvicorn log level.")
     ] = "info",
@@ -299,6 +309,7 @@ def api(
             host=host,
             port=port,
             ready_max_age_seconds=ready_max_age_seconds,
+            ready_max_store_behind_batches=ready_max_store_behind_batches,
         )
         application = create_app(settings, store=status_store)
     except (OSError, ValueError) as exc:

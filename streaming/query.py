@@ -3,17 +3,18 @@
 Pipeline (one micro-batch):
 
 1. **source** (``sources.py``): rows ``value, topic, partition, offset, timestamp``.
-2. **parse + route** (``route.py``, stateless, once per input event; in the Python sources' read task, a
-   ``mapInArrow`` after Spark's JVM Kafka source): each line is parsed and validated by
-   ``state.records.parse_line`` with position ``<topic>/<partition>@<offset>`` (``<file>:<line>`` for files).
-   A valid record is pickled and sent to ``state.routing.targets`` (its partition's bucket, or every bucket for
-   partition 0 and non-partition records: DESIGN §4). Malformed lines, well-formed records of unused types and
-   non-event lines go to bucket 0 only, which counts and quarantines them (once, with the reason).
+2. **parse + route** (``route.py``, stateless, once per input event). In the Python sources' read task each line
+   is parsed and validated by ``state.records.parse_line`` with position ``<topic>/<partition>@<offset>``
+   (``<file>:<line>`` for files) and sent to ``state.routing.targets`` (its partition's bucket, or every bucket for
+   partition 0 and non-partition records: DESIGN §4); malformed lines, well-formed records of unused types and
+   non-event lines go to bucket 0 only, which counts and quarantines them (once, with the reason). Spark's JVM
+   Kafka source is routed in Spark SQL (``route.route_in_jvm``) and each line parsed once in its bucket.
 3. **state** (``groupBy("bucket").applyInPandasWithState``, ``bucket.py``): one group per bucket holds a whole
    ``ClusterState`` (``snapshots.py``: a snapshot file + delta, or a blob, in one binary state column); its
    payload goes to the driver (``payload.py``).
 4. **sink** (``foreachBatch`` on the driver, ``sink.py``): merge the buckets' payloads, serve the gauges
-   (``metrics.py``), write the status store.
+   (``metrics.py``), hand the batch to the store writer (``store_writer.py``: durable in its write-ahead list,
+   written to the status store behind the batches).
 
 `run` starts the store, the exporter and Spark, waits until stopped or drained, and stops everything. The
 local-mode accelerators (``local/``) are asked at fixed points through one `Accelerators` object.
