@@ -64,9 +64,34 @@ def route_all(lines: list[bytes], buckets: int, first_offset: int = 0) -> Any:
     return pa.Table.from_batches(list(route_batches(arrow_batches(lines, first_offset), buckets)))
 
 
-def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int) -> None:
-    """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``."""
-    print(f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core)")
+def route_as_jvm(lines: list[bytes], buckets: int, first_offset: int = 0) -> Any:
+    """The rows `route.route_in_jvm` gives (raw lines, placed or broadcast), computed here with the core's routing
+    (Spark SQL does it in the JVM: no Python time of the job, so not timed)."""
+    import pyarrow as pa
+
+    from elrwatch.state.records import Record, parse_line
+    from elrwatch.state.routing import ALL_BUCKETS, targets
+    from elrwatch.streaming.route import KIND_RAW, KIND_RAW_BROADCAST
+
+    cols: list[list[Any]] = [[], [], [], [], [], []]
+    for i, line in enumerate(lines):
+        parsed = parse_line(line)
+        target = targets(parsed.type, parsed.data, buckets) if isinstance(parsed, Record) else ALL_BUCKETS
+        moff = parsed.offset if isinstance(parsed, Record) and parsed.offset is not None else -1
+        for bucket in range(buckets) if target == ALL_BUCKETS else (target,):
+            for col, value in zip(cols, (bucket, "events/0", first_offset + i, moff,
+                                         KIND_RAW if target != ALL_BUCKETS else KIND_RAW_BROADCAST, line), strict=True):
+                col.append(value)
+    return pa.table({"bucket": pa.array(cols[0], pa.int32()), "src": cols[1], "seq": pa.array(cols[2], pa.int64()),
+                     "moff": pa.array(cols[3], pa.int64()), "kind": cols[4], "rec": pa.array(cols[5], pa.binary())})
+
+
+def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, routing: str = "python") -> None:
+    """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``; ``routing``: python
+    (the Python sources: parse + route in the read task) or jvm (kafka-native: routed in Spark SQL, parsed in the
+    bucket)."""
+    print(f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core, "
+          f"{routing} routing)")
     with tempfile.TemporaryDirectory() as tmp:
         settings = StateSettings(buckets=buckets, state_dir=tmp)
         cache: dict[int, Any] = {}
@@ -79,8 +104,13 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int) ->
             rows[int(bucket)] = (token, blob)
         del table
         total = 0.0
-        routed, took = timed("parse + validate + route (read task)", lambda: route_all(batch, buckets, len(warm)), len(batch))
-        total += took
+        if routing == "jvm":
+            routed = route_as_jvm(batch, buckets, len(warm))
+            print("  parse + route: in the JVM (Spark SQL), not Python's")
+        else:
+            routed, took = timed("parse + validate + route (read task)", lambda: route_all(batch, buckets, len(warm)),
+                                 len(batch))
+            total += took
         frames, took = timed("Arrow -> pandas, per bucket (state task)",
                              lambda: dict(tuple(routed.to_pandas().groupby("bucket"))), len(batch))
         total += took
@@ -111,7 +141,7 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int) ->
             save_s += t3 - t2
         n = len(batch)
         print(f"  ({applied:,} records applied, {sum(len(r) for r in ordered.values()):,} rows in the buckets)")
-        for label, took in (("apply (every bucket, one after the other)", apply_s),
+        for label, took in (("apply (every bucket in turn; jvm routing: parse included)", apply_s),
                             ("changed partitions -> payload rows + encoding", payload_s),
                             ("state save (snapshot delta)", save_s)):
             print(f"  {label:<58} {took:7.3f} s  {took / n * 1e6:6.2f} µs/event", flush=True)
@@ -134,19 +164,24 @@ def main() -> None:
     parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions changed")
     parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--workloads", default="churn,storm")
+    parser.add_argument("--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}; one process")
     workloads = set(args.workloads.split(","))
     if "churn" in workloads:
         gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=1)
         warm = list(gen.bootstrap()) + list(gen.churn(args.events))
-        one_batch("churn (bench/streaming.py's throughput phase)", warm, list(gen.churn(args.events)), 2)
+        batch = list(gen.churn(args.events))
+        for routing in args.routing.split(","):
+            one_batch("churn (bench/streaming.py's throughput phase)", warm, batch, 2, routing)
     if "storm" in workloads:
         brokers = max(4, round(3 * args.partitions / args.storm_partitions))
         topics = max(1, args.partitions // 10_000)
         gen = EventGenerator(topics=topics, partitions=args.partitions // topics, brokers=brokers, seed=3)
         warm = list(gen.bootstrap())
-        one_batch("storm (bench/streaming.py's storm phase)", warm, list(gen.fence(0)), args.buckets)
+        batch = list(gen.fence(0))
+        for routing in args.routing.split(","):
+            one_batch("storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, routing)
 
 
 if __name__ == "__main__":
