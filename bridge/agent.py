@@ -120,6 +120,7 @@ class ReplicaLogAgent(_Delivery):
         self.last_refill = clock()
         self.metadata_lines = metadata_lines or self._tail_lines
         self._cache: dict[Path, tuple[Any, replica_log.ReplicaLogInfo]] = {}
+        self._errors: dict[Path, str] = {}  # the problem last reported per file
         self._seq = 0
         self.steps = 0
 
@@ -200,15 +201,31 @@ class ReplicaLogAgent(_Delivery):
             if cached is not None and cached[0] == sig:
                 info = cached[1]
             else:
-                recovery = replica_log.read_offset_checkpoint(log_dir / "recovery-point-offset-checkpoint")
-                info = replica_log.read_replica_log(directory, recovery.get((name, partition)))
+                info = replica_log.read_replica_log(directory, self._recovery_point(log_dir, name, partition))
                 self._cache[directory] = (sig, info)
         except (OSError, replica_log.ReplicaLogError) as exc:
-            self.metrics.error("replica_log_unreadable", f"{directory}: {exc}")
+            self._error_once(directory, f"{directory}: {exc}")
             return None
+        self._errors.pop(directory, None)
         if info.topic_id is not None and info.topic_id != topic_id:
             return None  # a directory of an older topic with the same name
         return info
+
+    def _recovery_point(self, log_dir: Path, name: str, partition: int) -> int | None:
+        """The partition's recovery point, or None (only the last segment is checked) when the log dir's
+        checkpoint cannot be read."""
+        path = log_dir / "recovery-point-offset-checkpoint"
+        try:
+            return replica_log.read_offset_checkpoint(path).get((name, partition))
+        except (OSError, replica_log.ReplicaLogError) as exc:
+            self._error_once(path, f"{exc}; checking only the last segment of each replica")
+            return None
+
+    def _error_once(self, where: Path, message: str) -> None:
+        """Count and log a problem with a file once, not at every step while it lasts."""
+        if self._errors.get(where) != message:
+            self._errors[where] = message
+            self.metrics.error("replica_log_unreadable", message)
 
     # -- step ----------------------------------------------------------------------------------------------------
 

@@ -222,6 +222,8 @@ def read_offset_checkpoint(path: str | os.PathLike) -> dict[tuple[str, int], int
     except FileNotFoundError:
         return {}
     out: dict[tuple[str, int], int] = {}
+    if not any(line.strip() for line in lines):
+        return out  # an empty file (seen while a broker starts): no recovery point known
     try:
         if lines[0].strip() != "0":
             raise ReplicaLogError(f"{path}: offset checkpoint version {lines[0].strip()!r}, only 0 is known")

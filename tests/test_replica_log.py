@@ -151,3 +151,11 @@ def test_bad_epoch_checkpoint_is_a_clear_error(pdir: Path, text: str) -> None:
 def test_not_a_partition_directory(tmp_path: Path) -> None:
     with pytest.raises(rl.ReplicaLogError, match="not a partition directory"):
         rl.read_replica_log(tmp_path / "nothing")
+
+
+def test_empty_recovery_checkpoint_is_no_recovery_point(tmp_path: Path) -> None:
+    (tmp_path / "recovery-point-offset-checkpoint").write_text("")
+    assert rl.read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {}
+    (tmp_path / "recovery-point-offset-checkpoint").write_text("7\n0\n")
+    with pytest.raises(rl.ReplicaLogError, match="version '7'"):
+        rl.read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint")
