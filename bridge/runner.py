@@ -38,7 +38,8 @@ log = logging.getLogger("elrwatch.bridge")
 #: Bounded label values of elrwatch_bridge_errors_total.
 ERROR_REASONS = ("broker_unreachable", "topic_deleted", "topic_error", "partial_page", "config_error",
                  "unknown_record_type", "unknown_record_version", "decode_error", "crc_mismatch",
-                 "unsupported_compression", "diverged_log", "log_gap", "log_unreadable", "publish_failed")
+                 "unsupported_compression", "diverged_log", "log_gap", "log_unreadable", "publish_failed",
+                 "replica_log_unreadable")
 
 
 class Metrics:
@@ -197,7 +198,9 @@ class _Delivery(ABC):
             self.metrics.error("publish_failed", f"{len(lines)} records not acknowledged: {type(exc).__name__}: {exc}")
             return False
         self.metrics.published.inc(len(lines))
-        self.metrics.last_offset.set(orjson.loads(lines[-1])["offset"])
+        offset = orjson.loads(lines[-1]).get("offset")
+        if offset is not None:  # the agent's records are not in the metadata log: no offset
+            self.metrics.last_offset.set(offset)
         return True
 
 

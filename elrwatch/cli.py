@@ -574,6 +574,80 @@ def bridge(
 
 
 @app.command()
+def agent(
+    log_dirs: Annotated[
+        str | None,
+        typer.Option("--log-dirs", envvar="ELRWATCH_AGENT_LOG_DIRS",
+                     help="The broker's log.dirs, comma-separated (mounted read-only: only read)."),
+    ] = None,
+    metadata_log_dir: Annotated[
+        str | None,
+        typer.Option("--metadata-log-dir", envvar="ELRWATCH_AGENT_METADATA_LOG_DIR",
+                     help="The broker's metadata.log.dir (or its __cluster_metadata-0 directory)."),
+    ] = None,
+    bootstrap_servers: BootstrapServers = None,
+    topic: EventTopic = None,
+    interval: Annotated[
+        float, typer.Option("--interval", envvar="ELRWATCH_AGENT_INTERVAL", min=0.05,
+                            help="Seconds between two reads of the metadata log and the replicas.")
+    ] = 2.0,
+    max_rate: Annotated[
+        float, typer.Option("--max-rate", envvar="ELRWATCH_AGENT_MAX_RATE", min=0.1,
+                            help="At most this many records published a second (the rest waits, oldest first).")
+    ] = 20.0,
+    state_file: Annotated[
+        str | None,
+        typer.Option("--state-file", envvar="ELRWATCH_AGENT_STATE_FILE",
+                     help="What was published (a restart publishes nothing twice); default: none (in memory)."),
+    ] = None,
+    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)] = None,
+    metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
+    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
+    security_protocol: SecurityProtocol = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
+    ssl_password_file: SslPasswordFile = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password_file: SaslPasswordFile = None,
+) -> None:
+    """Beside one broker: publish its replicas' log end offset and last leader epoch (REPLICA_LOG_INFO_RECORD) for
+    the partitions that have no leader or an empty ISR, so that the advice names the replica an unclean election
+    should pick. Reads the node's metadata log and its partitions' batch headers, never record payloads."""
+    import logging
+
+    from elrwatch.bridge.agent import AgentError, run_agent
+    from elrwatch.streaming.sources import SourceError
+
+    opts = _kafka_options(
+        bootstrap_servers,
+        topic,
+        security_protocol,
+        ssl_cafile,
+        ssl_certfile,
+        ssl_keyfile,
+        ssl_password_file,
+        sasl_mechanism,
+        sasl_username,
+        sasl_password_file,
+    )
+    dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]
+    if not dirs or not metadata_log_dir:
+        _fail("--log-dirs and --metadata-log-dir are required")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # publish failures are logged and counted by the agent
+    try:
+        run_agent(log_dirs=dirs, metadata_log_dir=metadata_log_dir, options=opts, topic=topic,  # type: ignore[arg-type]
+                  state_file=state_file, interval_s=interval, max_rate=max_rate, metrics_port=metrics_port,
+                  metrics_host=metrics_host, duration_s=duration)
+    except (AgentError, ValueError, SourceError) as exc:
+        _fail(str(exc))
+    except Exception as exc:  # kafka-python errors at start: one line, no traceback
+        _fail(f"agent failed: {type(exc).__name__}: {exc}", code=1)
+
+
+@app.command()
 def demo(
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = until Ctrl-C).", min=0)] = 0.0,
     workdir: Annotated[str | None, _opt("--workdir", "Where store and checkpoint go (default: a temp dir).")] = None,

@@ -257,6 +257,12 @@ def _hanging_commands(topic: str, partition_id: int) -> list[str]:
     ]
 
 
+def _rank(info: Mapping[str, Any]) -> tuple[int, int]:
+    """KIP-966's order of replicas' logs: last written leader epoch, then log end offset (missing: -1)."""
+    epoch, end = info.get("lastWrittenLeaderEpoch"), info.get("logEndOffset")
+    return (-1 if epoch is None else epoch, -1 if end is None else end)
+
+
 def longest_log_choice(
     p: PartitionState,
     brokers: Mapping[int, BrokerState],
@@ -266,39 +272,84 @@ def longest_log_choice(
     """KIP-966 unclean recovery's pick among live replicas: highest last written leader epoch, then longest log.
 
     Only info whose ``brokerEpoch`` matches the broker's registration counts. Returns ``{"broker": id or None,
-    "basis": "log_info" | "replica_order" | "none", "candidates": [...], "missing": [...]}``.
+    "basis": "log_info" | "replica_order" | "none", "candidates": [...], "missing": [...], "notReported": [...]}``.
+    With a log-info pick, each candidate says how its log compares with the chosen one (``recordsBehind``: what
+    electing it instead would lose; ``truncatedIfChosenLeads``: its own records past the chosen log's end; both
+    exact when its last written leader epoch equals the chosen one's (``exact``), lower bounds otherwise), and
+    ``notReported`` lists the replicas without current info (down, or not reported yet) with their last, stale
+    report if any and how many records past the chosen log it claimed (``recordsAhead``).
     """
     live = [r for r in p.replicas if is_active(r)]
     missing: list[str] = []
     candidates: list[dict[str, Any]] = []
-    for broker_id in live:
+    not_reported: list[dict[str, Any]] = []
+    for broker_id in p.replicas:
         info = (log_info or {}).get(broker_id)
         registration = brokers.get(broker_id)
+        current = info is not None and registration is not None and info.get("brokerEpoch") == registration.epoch
+        if broker_id in live and current:
+            assert info is not None
+            candidates.append(
+                {
+                    "broker": broker_id,
+                    "lastWrittenLeaderEpoch": info.get("lastWrittenLeaderEpoch"),
+                    "logEndOffset": info.get("logEndOffset"),
+                }
+            )
+            continue
+        entry: dict[str, Any] = {"broker": broker_id, "state": _broker_state_name(brokers, broker_id),
+                                 "lastReport": None}
+        if info is not None:
+            entry["lastReport"] = {k: info.get(k) for k in ("brokerEpoch", "logEndOffset", "lastWrittenLeaderEpoch")}
+        not_reported.append(entry)
+        if broker_id not in live:
+            continue
         if info is None:
             missing.append(f"no log info from broker {broker_id}")
-            continue
-        if registration is None or info.get("brokerEpoch") != registration.epoch:
+        else:
             expected = None if registration is None else registration.epoch
             missing.append(
                 f"stale log info from broker {broker_id} (brokerEpoch {info.get('brokerEpoch')}, registered {expected})"
             )
-            continue
-        candidates.append(
-            {
-                "broker": broker_id,
-                "lastWrittenLeaderEpoch": info.get("lastWrittenLeaderEpoch"),
-                "logEndOffset": info.get("logEndOffset"),
-            }
-        )
     if not live:
-        return {"broker": None, "basis": "none", "candidates": [], "missing": ["no live replica"]}
+        return {"broker": None, "basis": "none", "candidates": [], "missing": ["no live replica"],
+                "notReported": not_reported}
     if candidates:
-        best = max(
-            candidates,
-            key=lambda c: (c["lastWrittenLeaderEpoch"] or -1, c["logEndOffset"] or -1, -live.index(c["broker"])),
-        )
-        return {"broker": best["broker"], "basis": "log_info", "candidates": candidates, "missing": missing}
-    return {"broker": live[0], "basis": "replica_order", "candidates": [], "missing": missing}
+        best = max(candidates, key=lambda c: (*_rank(c), -live.index(c["broker"])))
+        best_epoch, best_end = _rank(best)
+        for c in candidates:
+            epoch, end = _rank(c)
+            c["recordsBehind"] = max(0, best_end - end)
+            c["truncatedIfChosenLeads"] = max(0, end - best_end)
+            c["exact"] = epoch == best_epoch
+        for entry in not_reported:
+            last = entry["lastReport"]
+            entry["recordsAhead"] = (
+                max(0, _rank(last)[1] - best_end) if last is not None and _rank(last) > (best_epoch, best_end) else 0
+            )
+        return {"broker": best["broker"], "basis": "log_info", "candidates": candidates, "missing": missing,
+                "notReported": not_reported}
+    return {"broker": live[0], "basis": "replica_order", "candidates": [], "missing": missing,
+            "notReported": not_reported}
+
+
+def _waiting_cost(choice: Mapping[str, Any]) -> str | None:
+    """What waiting for the replicas without current log info would cost and could save (None: all reported)."""
+    absent = choice.get("notReported") or []
+    if not absent:
+        return None
+    parts = []
+    for entry in absent:
+        last = entry.get("lastReport")
+        if last is None:
+            parts.append(f"{entry['broker']} ({entry['state']}, never reported: its log is unknown)")
+        elif entry.get("recordsAhead"):
+            parts.append(f"{entry['broker']} ({entry['state']}, last reported {entry['recordsAhead']} records past "
+                         "the candidate, before its broker re-registered)")
+        else:
+            parts.append(f"{entry['broker']} ({entry['state']}, last reported no more than the candidate)")
+    return ("Not reported: " + "; ".join(parts) + ". Waiting for them keeps the partition offline until they are "
+            "back and their agent reports; electing now loses whatever they hold past the candidate's log.")
 
 
 def _unclean_plan(
@@ -462,21 +513,35 @@ def _unclean(
     if elected != chosen:
         choice = {**choice, "missing": [*choice["missing"], f"cannot make {chosen} win: Kafka elects {elected}"]}
         chosen = elected
-    basis = (
-        "highest last written leader epoch, then longest log"
-        if choice["basis"] == "log_info"
-        else ("first live replica (no current log info)")
-    )
+    candidate_log = next((c for c in choice["candidates"] if c["broker"] == chosen), None)
+    if choice["basis"] == "log_info" and candidate_log is not None:
+        basis = (f"highest last written leader epoch, then longest log: epoch "
+                 f"{candidate_log['lastWrittenLeaderEpoch']}, log end offset {candidate_log['logEndOffset']}")
+        others = [f"{c['broker']} {'' if c['exact'] else 'at least '}{c['recordsBehind']}"
+                  for c in choice["candidates"] if c["broker"] != chosen]
+        if others:
+            basis += "; electing another loses (records): " + ", ".join(others)
+    else:
+        basis = "first live replica (no current log info)"
+    how = (f" The reassignment only reorders the replicas ({list(reorder)}) so that {chosen} comes first: Kafka's "
+           "unclean election takes the first live replica and cannot be told which one."
+           if reorder is not None else "")
+    waiting = _waiting_cost(choice)
     rec.update(
         action="unclean_recovery",
         candidate=chosen,
+        candidateLog=None if candidate_log is None else {
+            "logEndOffset": candidate_log["logEndOffset"],
+            "lastWrittenLeaderEpoch": candidate_log["lastWrittenLeaderEpoch"]},
         risk=RISK_COMMITTED,
-        summary=f"{reason}: elect {chosen} uncleanly ({basis}); committed data may be lost. Afterwards the partition "
-        "is RECOVERING: look for hanging transactions.",
+        summary=f"{reason}: elect {chosen} uncleanly ({basis}); committed data may be lost.{how} Afterwards the "
+        "partition is RECOVERING: look for hanging transactions." + (f" {waiting}" if waiting else ""),
         commands=commands,
         reorder=list(reorder) if reorder is not None else None,
         logInfo=choice,
     )
+    if waiting:
+        rec["waiting"] = waiting
     return rec
 
 

@@ -79,6 +79,12 @@ METRICS: dict[str, Metric] = _table(
         "Leaderless partitions whose only way back may lose data, plus partitions RECOVERING.",
     ),
     Metric(
+        "elrwatch_unclean_recovery_candidate_known_partitions",
+        "gauge",
+        "Leaderless partitions needing a lossy election (unclean recovery or manual) for which a live replica "
+        "reported its log (REPLICA_LOG_INFO_RECORD, current broker epoch): the advice names the longest log.",
+    ),
+    Metric(
         "elrwatch_manual_leader_election_required_partitions",
         "gauge",
         "Leaderless partitions Kafka will never elect a leader for by itself.",
@@ -193,6 +199,24 @@ def decode_gauges(rows: Iterable[Any]) -> Gauges:
     return {(name, tuple((label, value) for label, value in labels)): value for name, labels, value in rows}
 
 
+def candidate_known_partitions(cluster: Any) -> int:
+    """Leaderless partitions flagged unclean recovery or manual election with current log info from at least one
+    live replica (looks only at the partitions some replica reported on)."""
+    known = 0
+    for (topic_id, partition_id), infos in cluster.log_info.items():
+        topic = cluster.topics.get(topic_id)
+        p = topic.partitions.get(partition_id) if topic is not None else None
+        if p is None or p.leader >= 0 or not p.flags & (F_UNCLEAN_RECOVERY | F_MANUAL):
+            continue
+        for broker_id, info in infos.items():
+            broker = cluster.brokers.get(broker_id)
+            if (broker_id in p.replicas and broker is not None and cluster.is_active(broker_id)
+                    and info.get("brokerEpoch") == broker.epoch):
+                known += 1
+                break
+    return known
+
+
 def partition_gauges(cluster: Any) -> Gauges:
     """Gauges over the cluster's owned partitions; summing these over buckets gives the cluster's values."""
     flags = cluster.flag_counts
@@ -201,6 +225,7 @@ def partition_gauges(cluster: Any) -> Gauges:
         key("elrwatch_at_min_isr_partitions"): flags[F_AT_MIN_ISR],
         key("elrwatch_offline_partitions"): flags[F_LEADERLESS],
         key("elrwatch_unclean_recovery_partitions"): flags[F_UNCLEAN_RECOVERY],
+        key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known_partitions(cluster),
         key("elrwatch_manual_leader_election_required_partitions"): flags[F_MANUAL],
         key("elrwatch_recovering_partitions"): flags[F_RECOVERING],
         key("elrwatch_partition_count"): cluster.partition_count,

@@ -109,6 +109,11 @@ SCENARIOS += [
 #: Scenarios whose render has no admin-mode bridge Deployment (every other one must have exactly one).
 NO_BRIDGE = {"bridge off", "bridge.source=metadata-log (a sidecar beside Kafka: nothing rendered)"}
 SIDECAR_EXAMPLE = CHART / "examples" / "bridge-metadata-log-sidecar.yaml"
+#: Sidecar examples: (file, node pool key of the values, the elrwatch arguments the container must start with).
+SIDECAR_EXAMPLES = [
+    (SIDECAR_EXAMPLE, "controller", ["bridge", "--source", "metadata-log"]),
+    (CHART / "examples" / "agent-broker-sidecar.yaml", "broker", ["agent"]),
+]
 
 
 def check_bridge(name: str, docs: list[dict], problems: list[str]) -> None:
@@ -124,20 +129,24 @@ def check_bridge(name: str, docs: list[dict], problems: list[str]) -> None:
             problems.append(f"bridge Deployment runs {args[:4]} without --state-file")
 
 
-def check_sidecar_example(contract: dict[str, tuple[set[str], set[str]]], problems: list[str]) -> None:
-    """The metadata-log sidecar example: valid YAML, a read-only mount of Kafka's data, real CLI options and env."""
-    values = yaml.safe_load(SIDECAR_EXAMPLE.read_text())
-    container = values["controller"]["sidecars"][0]
+def check_sidecar_example(contract: dict[str, tuple[set[str], set[str]]], problems: list[str],
+                          example: Path = SIDECAR_EXAMPLE, pool: str = "controller",
+                          runs: list[str] | None = None) -> None:
+    """A sidecar example (the metadata-log bridge's, the agent's): valid YAML, a read-only mount of Kafka's data,
+    real CLI options and env."""
+    runs = runs or ["bridge", "--source", "metadata-log"]
+    values = yaml.safe_load(example.read_text())
+    container = values[pool]["sidecars"][0]
     fake = {"kind": "Deployment", "metadata": {"name": "kafka"},
             "spec": {"template": {"spec": {"containers": [container]}}}}
     check_cli([fake], contract, problems)
-    if container["args"][1:4] != ["bridge", "--source", "metadata-log"]:
+    if container["args"][1 : 1 + len(runs)] != runs:
         problems.append(f"sidecar example runs {container['args'][:4]}")
     data = [m for m in container["volumeMounts"] if m["name"] == "data"]
     if not data or not data[0].get("readOnly"):
         problems.append("sidecar example: Kafka's data volume is not mounted read-only")
     kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kafka-0"},
-                                  "spec": {"containers": [container], "volumes": values["controller"]["extraVolumes"]
+                                  "spec": {"containers": [container], "volumes": values[pool]["extraVolumes"]
                                            + [{"name": "data", "emptyDir": {}}]}}, "1.35.0", strict=True)
 
 
@@ -367,7 +376,7 @@ def cli_contract() -> dict[str, tuple[set[str], set[str]]]:
 
     group = typer.main.get_command(app)
     out = {}
-    for name in ("stream", "api", "bridge"):
+    for name in ("stream", "api", "bridge", "agent"):
         command = group.commands[name]  # type: ignore[attr-defined]
         opts = {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", []))}
         envs = {e for p in command.params for e in ([p.envvar] if isinstance(p.envvar, str) else p.envvar or [])}
@@ -458,15 +467,16 @@ def main() -> int:
             print(f"       {p}")
         passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
 
-    problems = []
-    try:
-        check_sidecar_example(contract, problems)
-    except (KeyError, IndexError, yaml.YAMLError, kubernetes_validate.ValidationError) as exc:
-        problems.append(f"{type(exc).__name__}: {str(exc)[:300]}")
-    print(f"{'ok  ' if not problems else 'FAIL'} metadata-log sidecar example [{SIDECAR_EXAMPLE.name}]")
-    for p in problems:
-        print(f"       {p}")
-    passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
+    for example, pool, runs in SIDECAR_EXAMPLES:
+        problems = []
+        try:
+            check_sidecar_example(contract, problems, example, pool, runs)
+        except (KeyError, IndexError, yaml.YAMLError, kubernetes_validate.ValidationError) as exc:
+            problems.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+        print(f"{'ok  ' if not problems else 'FAIL'} sidecar example [{example.name}]")
+        for p in problems:
+            print(f"       {p}")
+        passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
 
     for name, helm_args in MUST_FAIL:
         res = helm_template(args.helm, helm_args, args.kube_version)

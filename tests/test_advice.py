@@ -213,3 +213,47 @@ def test_cli_advise(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert json.loads(none.output)["recommendation"]["action"] == "manual"
     missing = runner.invoke(app, ["advise", "topic-0", "9", str(path)])
     assert missing.exit_code != 0 and "unknown partition topic-0-9" in missing.output
+
+
+def test_unclean_recovery_says_what_each_choice_loses_and_who_has_not_reported() -> None:
+    """Candidate 2 (epoch 3, 150); 1 reported 100 in epoch 3 (electing it loses 50); 0 is down and last reported,
+    in a previous incarnation, 180 in epoch 3: waiting for it might save 30 records."""
+    cluster, _ = _cluster(_strand, log_info=[(1, None, 100, 3), (2, None, 150, 3), (0, 1, 180, 3)])
+    rec = advise(cluster, "topic-0", 0)["recommendation"]
+    assert rec["candidate"] == 2
+    assert rec["candidateLog"] == {"logEndOffset": 150, "lastWrittenLeaderEpoch": 3}
+    by_broker = {c["broker"]: c for c in rec["logInfo"]["candidates"]}
+    assert (by_broker[1]["recordsBehind"], by_broker[1]["truncatedIfChosenLeads"], by_broker[1]["exact"]) == (
+        50, 0, True)
+    assert by_broker[2]["recordsBehind"] == 0
+    [absent] = rec["logInfo"]["notReported"]
+    assert absent["broker"] == 0 and absent["state"] != "active"
+    assert absent["lastReport"]["logEndOffset"] == 180 and absent["recordsAhead"] == 30
+    assert "30 records past the candidate" in rec["waiting"] and rec["waiting"] in rec["summary"]
+    assert "electing another loses (records): 1 50" in rec["summary"]
+    assert "cannot be told which one" in rec["summary"]
+
+
+def test_epoch_zero_outranks_no_epoch() -> None:
+    p = PartitionState("AAAAAAAAAAAAAAAAAAAAAg", 0, replicas=(0, 1), leader=-1)
+    brokers = {b: BrokerState(b, epoch=7, fenced=False) for b in (0, 1)}
+    info = {0: {"brokerEpoch": 7, "logEndOffset": 50, "lastWrittenLeaderEpoch": -1},
+            1: {"brokerEpoch": 7, "logEndOffset": 10, "lastWrittenLeaderEpoch": 0}}
+    choice = longest_log_choice(p, brokers, info, lambda b: True)
+    assert choice["broker"] == 1
+    assert {c["broker"]: c["exact"] for c in choice["candidates"]} == {0: False, 1: True}
+
+
+def test_candidate_known_gauge_separates_partitions_with_log_info() -> None:
+    from elrwatch.state.gauges import candidate_known_partitions
+
+    cluster, _ = _cluster(_strand)
+    assert candidate_known_partitions(cluster) == 0
+    cluster, _ = _cluster(_strand, log_info=[(2, 3, 999, 9)])  # stale: not known
+    assert candidate_known_partitions(cluster) == 0
+    cluster, _ = _cluster(_strand, log_info=[(2, None, 150, 3)])
+    assert candidate_known_partitions(cluster) == 1
+    from elrwatch.state.gauges import partition_gauges
+
+    gauges = {name: v for (name, _), v in partition_gauges(cluster).items()}
+    assert gauges["elrwatch_unclean_recovery_candidate_known_partitions"] == 1
