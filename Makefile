@@ -47,7 +47,14 @@ KAFKA_LIBS := .tools/kafka/libs
 $(KAFKA_LIBS)/.resolved: tools/kafka/pom.xml
 	$(call maven-jars,tools/kafka/pom.xml,$(KAFKA_LIBS),kafka-jars)
 
-kafka-jars: $(KAFKA_LIBS)/.resolved
+# Older Kafka releases for the compatibility tests (tests/test_kafka3_real.py, `elrwatch demo --kafka 3.9`):
+# tools/kafka-<version>/pom.xml into .tools/kafka-<version>/libs/ (3.9.1 brings its ZooKeeper).
+KAFKA_OLD_VERSIONS := 3.9.1 3.7.2
+KAFKA_OLD_LIBS := $(foreach v,$(KAFKA_OLD_VERSIONS),.tools/kafka-$(v)/libs/.resolved)
+.tools/kafka-%/libs/.resolved: tools/kafka-%/pom.xml
+	$(call maven-jars,tools/kafka-$*/pom.xml,.tools/kafka-$*/libs,kafka-jars)
+
+kafka-jars: $(KAFKA_LIBS)/.resolved $(KAFKA_OLD_LIBS)
 
 # Spark's Kafka connector (tools/spark/pom.xml: spark-sql-kafka-0-10 in pyspark's version, its token provider,
 # kafka-clients, commons-pool2) into .tools/spark/jars/, which `--source kafka-native` passes with spark.jars
