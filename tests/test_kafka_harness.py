@@ -167,11 +167,11 @@ def test_older_kafka_starts_from_its_own_jars_and_stops_clean(version: str, mode
 
 
 def test_a_version_or_mode_the_harness_does_not_run_fails_at_once(tmp_path):
-    with pytest.raises(ClusterError, match="Kafka 3.7.2 runs here in kraft mode, not zookeeper"):
+    with pytest.raises(ClusterError, match=r"Kafka 3\.7\.2 runs here in kraft mode, not zookeeper"):
         KafkaCluster(brokers=1, version="3.7.2", mode="zookeeper")
     with pytest.raises(ClusterError, match="mode 'zk' is not one of kraft, zookeeper"):
         KafkaCluster(brokers=1, version="3.9.1", mode="zk")
-    with pytest.raises(ClusterError, match="Kafka 2.8.0 is not one the harness runs"):
+    with pytest.raises(ClusterError, match=r"Kafka 2\.8\.0 is not one the harness runs"):
         KafkaCluster(brokers=1, version="2.8.0")
     with pytest.raises(ClusterError, match=r"kafka_2.13-3.9.1.jar is missing: run `make kafka-jars` .*"
                                            r"tools/kafka-3.9.1/pom.xml"):
