@@ -754,7 +754,9 @@ class KafkaCluster:
 
     def has_api(self, api_key: int) -> bool:
         """Whether the brokers advertise this API (ApiVersions)."""
-        versions = self._admin_call(lambda a: a.api_versions(), "ApiVersions")
+        # kafka-python's api_versions() maps keys onto its ApiKey enum and fails on one it does not know (Kafka 4.4
+        # advertises such keys): the raw table it holds instead.
+        versions = self._admin_call(lambda a: a._manager.broker_version_data.api_versions, "ApiVersions")
         return any(int(k) == api_key for k in versions)
 
     def _describe_with_metadata(self, topics: list[str]) -> dict[tuple[str, int], dict]:
