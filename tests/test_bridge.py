@@ -532,6 +532,15 @@ def test_cli_refuses_bad_options(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not a directory" in result.output
     result = runner.invoke(app, ["bridge", "--source", "admin"])
     assert result.exit_code == 2 and "--bootstrap-servers and --topic are required" in result.output
+    # A ZooKeeper-mode broker's log directory (Kafka 3.x writes meta.properties with broker.id, no node.id).
+    zk = tmp_path / "zk-broker"
+    zk.mkdir()
+    (zk / "meta.properties").write_text("#\nversion=0\nbroker.id=1\ncluster.id=abc\n")
+    for log_dir in (zk, zk / "__cluster_metadata-0"):
+        result = runner.invoke(app, [*base, "--source", "metadata-log", "--log-dir", str(log_dir)])
+        assert result.exit_code == 2 and "ZooKeeper-mode cluster has no metadata log, use --source admin" in \
+            result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: Path) -> None:
