@@ -144,8 +144,9 @@ test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
 # The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.
+# `make demo KAFKA=3.9`: the watched cluster is Kafka 3.9.1 in ZooKeeper mode (no ELR, the admin bridge).
 demo: install-python kafka-jars spark-jars
-	$(PYTHON) -m elrwatch.cli demo
+	$(PYTHON) -m elrwatch.cli demo $(if $(KAFKA),--kafka $(KAFKA))
 
 bench: install-python kafka-jars spark-jars compiled
 	$(PYTHON) bench/replay.py
