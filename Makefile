@@ -47,7 +47,14 @@ KAFKA_LIBS := .tools/kafka/libs
 $(KAFKA_LIBS)/.resolved: tools/kafka/pom.xml
 	$(call maven-jars,tools/kafka/pom.xml,$(KAFKA_LIBS),kafka-jars)
 
-kafka-jars: $(KAFKA_LIBS)/.resolved
+# Older Kafka releases for the compatibility tests (tests/test_kafka3_real.py, `elrwatch demo --kafka 3.9`):
+# tools/kafka-<version>/pom.xml into .tools/kafka-<version>/libs/ (3.9.1 brings its ZooKeeper).
+KAFKA_OLD_VERSIONS := 3.9.1 3.7.2
+KAFKA_OLD_LIBS := $(foreach v,$(KAFKA_OLD_VERSIONS),.tools/kafka-$(v)/libs/.resolved)
+.tools/kafka-%/libs/.resolved: tools/kafka-%/pom.xml
+	$(call maven-jars,tools/kafka-$*/pom.xml,.tools/kafka-$*/libs,kafka-jars)
+
+kafka-jars: $(KAFKA_LIBS)/.resolved $(KAFKA_OLD_LIBS)
 
 # Spark's Kafka connector (tools/spark/pom.xml: spark-sql-kafka-0-10 in pyspark's version, its token provider,
 # kafka-clients, commons-pool2) into .tools/spark/jars/, which `--source kafka-native` passes with spark.jars
@@ -109,7 +116,7 @@ validators: install-python
 # unless the compiled core is the one imported; `-P`: the installed build, not the repository's folders.
 CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
 	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py \
-	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py, $(wildcard tests/test_*.py))
+	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_kafka3_real.py, $(wildcard tests/test_*.py))
 test-compiled: install compiled
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \
@@ -137,8 +144,9 @@ test: lint test-python test-compiled test-alerts test-helm
 	@echo "make test: all checks passed"
 
 # The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.
+# `make demo KAFKA=3.9`: the watched cluster is Kafka 3.9.1 in ZooKeeper mode (no ELR, the admin bridge).
 demo: install-python kafka-jars spark-jars
-	$(PYTHON) -m elrwatch.cli demo
+	$(PYTHON) -m elrwatch.cli demo $(if $(KAFKA),--kafka $(KAFKA))
 
 bench: install-python kafka-jars spark-jars compiled
 	$(PYTHON) bench/replay.py

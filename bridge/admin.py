@@ -17,6 +17,19 @@ What this mode cannot know (and the core reports as unknown, see ``POLLED_UNKNOW
   interval is invisible); a leader epoch that moved by more than one election is published as a PARTITION_RECORD
   that replaces the registration, so the leader epoch stays exact;
 * adding/removing replicas of a reassignment, the leader recovery state, log directories and broker endpoints.
+
+On a cluster older than Kafka 4.0 (any from 3.0, KRaft or ZooKeeper mode) ApiVersions decides what is asked:
+
+* DescribeTopicPartitions where it is advertised (KRaft brokers from 3.8), else Metadata, which shows the same
+  leader, leader epoch, replicas, ISR and offline replicas (no ELR: these versions have none);
+* DescribeCluster v2 with its fenced brokers where advertised (4.0+), else the live brokers only (DescribeCluster
+  v1, or Metadata's broker list). A broker seen live that leaves that list is published as **fenced** on a KRaft
+  cluster (the controller fences a broker whose session expired or that shut down; only an explicit UnregisterBroker
+  removes its registration) and as **unregistered** on a ZooKeeper-mode cluster (its ephemeral ``/brokers/ids/<id>``
+  znode is gone, and the ZooKeeper controller drops it from the live brokers: no fenced state exists there). A broker
+  down since before the bridge started is not shown. This is ``fencedBrokers`` in the report's unknown facts: the
+  records carry ``"source": "admin-poll:fencedBrokers"``, whose part after the colon lists what is unknown on top of
+  ``POLLED_UNKNOWN``.
 """
 
 from __future__ import annotations
@@ -42,6 +55,13 @@ RESOURCE_BROKER = 4
 UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 UNKNOWN_TOPIC_OR_PARTITION = 3
+#: Partition errors of a Metadata answer whose leader, replicas and ISR are still complete: LEADER_NOT_AVAILABLE (a
+#: leaderless partition) and REPLICA_NOT_AVAILABLE (a replica offline, Metadata v0 only).
+METADATA_COMPLETE_ERRORS = (5, 9)
+API_DESCRIBE_TOPIC_PARTITIONS = 75
+API_DESCRIBE_CLUSTER = 60
+#: An unknown fact of clusters without DescribeCluster v2 (see the module docstring).
+UNKNOWN_FENCED_BROKERS = "fencedBrokers"
 #: DescribeConfigs sources (DescribeConfigsResponse.ConfigSource) that mean "set on this resource": TOPIC_CONFIG (1)
 #: and DYNAMIC_DEFAULT_BROKER_CONFIG (3, the cluster-wide default; 4 is STATIC_BROKER_CONFIG, a node's file).
 CONFIG_SOURCE_TOPIC = 1
@@ -96,10 +116,18 @@ class View:
     cluster_configs: dict[str, str] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
+    #: What this cluster's APIs cannot show on top of POLLED_UNKNOWN (older clusters): part of the records' source.
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        """The envelopes' ``"source"``: ``admin-poll``, or ``admin-poll:<unknown facts>`` on an older cluster."""
+        return f"{SOURCE_ADMIN}:{','.join(self.unknown)}" if self.unknown else SOURCE_ADMIN
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form (the bridge's state file)."""
         return {
+            "unknown": list(self.unknown),
             "features": self.features,
             "brokers": {str(b): [v.fenced, v.rack, v.epoch] for b, v in self.brokers.items()},
             "clusterConfigs": self.cluster_configs,
@@ -114,7 +142,8 @@ class View:
     def from_json(cls, doc: dict[str, Any]) -> View:
         """Inverse of `to_json`."""
         view = cls(features=dict(doc["features"]), cluster_configs=dict(doc["clusterConfigs"]),
-                   topic_configs={k: dict(v) for k, v in doc["topicConfigs"].items()})
+                   topic_configs={k: dict(v) for k, v in doc["topicConfigs"].items()},
+                   unknown=tuple(doc.get("unknown", ())))
         view.brokers = {int(b): Broker(f, r, e) for b, (f, r, e) in doc["brokers"].items()}
         view.topics = {name: Topic(tid, {int(p): Partition(*v) for p, v in parts.items()})
                        for name, (tid, parts) in doc["topics"].items()}
@@ -160,6 +189,19 @@ class KafkaClusterReader:
         self.config = {k: v for k, v in config.items() if k != "bootstrap_timeout_ms"}
         self.config_batch = config_batch
         self._admin: Any = None
+        self._versions: dict[int, tuple[int, int]] | None = None
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """API key → (min, max) version the connected broker advertises (ApiVersions; asked again after reset)."""
+        if self._versions is None:
+            # kafka-python's api_versions() fails on a key its ApiKey enum lacks (Kafka 4.4 has some): the raw table.
+            table = self.admin()._manager.broker_version_data.api_versions
+            self._versions = {int(k): (int(v[0]), int(v[1])) for k, v in table.items()}
+        return self._versions
+
+    def shows_fenced_brokers(self) -> bool:
+        """DescribeCluster v2 (Kafka 4.0+) lists fenced brokers; older versions list live brokers only."""
+        return self.api_versions().get(API_DESCRIBE_CLUSTER, (0, -1))[1] >= 2
 
     def admin(self) -> Any:
         if self._admin is None:
@@ -176,6 +218,7 @@ class KafkaClusterReader:
             except Exception:
                 log.debug("closing the admin client failed", exc_info=True)
             self._admin = None
+        self._versions = None
 
     def close(self) -> None:
         self.reset()
@@ -190,6 +233,8 @@ class KafkaClusterReader:
                 for b in result["brokers"]}
 
     def partitions_page(self, cursor: tuple[str, int] | None, limit: int) -> dict[str, Any]:
+        if API_DESCRIBE_TOPIC_PARTITIONS not in self.api_versions():
+            return metadata_page(self.admin().describe_topics(None))
         cur = {"topic_name": cursor[0], "partition_index": cursor[1]} if cursor else None
         page = self.admin().describe_topic_partitions([], limit, cur)
         nxt = page.get("next_cursor")
@@ -219,6 +264,18 @@ class KafkaClusterReader:
         return out
 
 
+def metadata_page(topics: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Metadata answer (kafka-python's ``describe_topics``: every topic, one page) as a DescribeTopicPartitions
+    page: the same partition fields, no ELRs; a partition error that leaves its data complete (a leaderless partition)
+    is no error here."""
+    out = []
+    for topic in topics:
+        partitions = [{**p, "error_code": 0 if p.get("error_code", 0) in METADATA_COMPLETE_ERRORS else p["error_code"]}
+                      for p in topic.get("partitions") or []]
+        out.append({**topic, "partitions": partitions})
+    return {"topics": out, "next_cursor": None}
+
+
 def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
               on_error: Callable[[str, str], None]) -> View:
     """Read the whole cluster once. Raises PollError when the view would be incomplete as a whole (a broker
@@ -229,9 +286,12 @@ def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
         features = reader.features()
         view.features = {name: level for name, level in features.items() if name in FEATURES}
         view.brokers = reader.brokers()
+        shows_fenced = getattr(reader, "shows_fenced_brokers", lambda: True)()
     except Exception as exc:
         message = f"DescribeCluster/ApiVersions failed: {type(exc).__name__}: {exc}"
         raise PollError("broker_unreachable", message) from exc
+    if not shows_fenced:
+        _keep_down_brokers(view, previous)
     old_topics = previous.topics if previous is not None else {}
     seen: dict[str, Topic] = {}
     broken: set[str] = set()
@@ -314,22 +374,34 @@ def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
     return view
 
 
+def _keep_down_brokers(view: View, previous: View | None) -> None:
+    """A cluster that lists live brokers only: a broker seen before and missing now is fenced on a KRaft cluster
+    (``metadata.version`` finalized) and gone (unregistered) on a ZooKeeper-mode one (see the module docstring)."""
+    view.unknown = (UNKNOWN_FENCED_BROKERS,)
+    if previous is None or "metadata.version" not in view.features:
+        return
+    for broker_id, before in previous.brokers.items():
+        if broker_id not in view.brokers:
+            view.brokers[broker_id] = Broker(True, before.rack)
+
+
 # --- deriving records ------------------------------------------------------------------------------------------------
 
 
 class _Out:
     """Collects envelopes with increasing offsets."""
 
-    def __init__(self, next_offset: int, timestamp_ms: int) -> None:
+    def __init__(self, next_offset: int, timestamp_ms: int, origin: str = SOURCE_ADMIN) -> None:
         self.next_offset = next_offset
         self.timestamp_ms = timestamp_ms
+        self.origin = origin
         self.events: list[dict[str, Any]] = []
 
     def add(self, type_name: str, version: int, data: dict[str, Any]) -> int:
         offset = self.next_offset
         self.next_offset += 1
         self.events.append({"type": type_name, "version": version, "data": data, "offset": offset,
-                            "timestamp": self.timestamp_ms, "source": SOURCE_ADMIN})
+                            "timestamp": self.timestamp_ms, "source": self.origin})
         return offset
 
 
@@ -381,7 +453,7 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
     config, registrations and unfences, topics (removals, creations with their configs and partitions, changes),
     then fences and unregistrations (Kafka writes a fence after the ISR changes it causes)."""
     old = old or View()
-    out = _Out(next_offset, int(time.time() * 1000) if timestamp_ms is None else timestamp_ms)
+    out = _Out(next_offset, int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, new.origin)
     for name in FEATURES:
         if name in new.features and new.features[name] != old.features.get(name):
             out.add("FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": new.features[name]})

@@ -331,6 +331,21 @@ def run(bridge: AdminBridge | LogBridge, interval_s: float, duration_s: float = 
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
 
+def zookeeper_broker_dir(log_dir: str | os.PathLike) -> Path | None:
+    """The ``meta.properties`` of a ZooKeeper-mode broker in ``log_dir`` or its parent (a log directory's
+    ``__cluster_metadata-0`` would be there), or None. ZooKeeper mode writes ``broker.id`` and no ``node.id``."""
+    path = Path(log_dir)
+    for folder in (path, path.parent):
+        meta = folder / "meta.properties"
+        try:
+            keys = {line.split("=", 1)[0].strip() for line in meta.read_text().splitlines() if "=" in line}
+        except OSError:
+            continue
+        if "broker.id" in keys and "node.id" not in keys:
+            return meta
+    return None
+
+
 def run_bridge(
     *,
     source: str,
@@ -359,6 +374,10 @@ def run_bridge(
     if source == "metadata-log":
         if not log_dir:
             raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
+        zookeeper = zookeeper_broker_dir(log_dir)
+        if zookeeper is not None:
+            raise ValueError(f"--log-dir {log_dir}: {zookeeper} is a ZooKeeper-mode broker's (broker.id, no "
+                             "node.id): a ZooKeeper-mode cluster has no metadata log, use --source admin")
         if not Path(log_dir).is_dir():
             raise ValueError(f"--log-dir {log_dir} is not a directory")
     metrics = Metrics()

@@ -156,7 +156,7 @@ class FaultInjector:
 
     def _take_down(self, plan: list[tuple[int, str]]) -> None:
         """kill -9 (``kill``) or SIGTERM (``stop``) each broker of ``plan`` back to back, then wait until the
-        controller has fenced them all."""
+        controller has fenced them all (Kafka 3.x: until DescribeCluster no longer lists them live)."""
         with self._lock:
             self._check_stop()
             for broker, how in plan:
@@ -169,8 +169,8 @@ class FaultInjector:
                 self._down[broker] = how
                 self.actions += 1
         brokers = [b for b, _ in plan]
-        self._poll(lambda: set(brokers) <= self.cluster.fenced_brokers(),
-                   f"broker{'s' if len(brokers) > 1 else ''} {_and(brokers)} fenced by the controller", timeout=20.0)
+        self._poll(lambda: set(brokers) <= self.cluster.down_brokers(),
+                   f"broker{'s' if len(brokers) > 1 else ''} {_and(brokers)} down for the controller", timeout=20.0)
 
     def _bring_up(self, broker: int) -> None:
         """Start a broker this injector took down; wait until the controller unfences it."""
@@ -179,9 +179,12 @@ class FaultInjector:
             how = self._down.pop(broker, "kill")
             self.cluster.start_broker(broker, wait_unfenced=False)
             self.actions += 1
+            elr = getattr(self.cluster, "elr", True)
             self._say(f"restart broker {broker} ("
-                      + ("unclean: it was killed, Kafka removes it from the ELR as it registers" if how == "kill"
-                         else "clean: it shut down cleanly, it stays an eligible leader") + ")")
+                      + (("unclean: it was killed, Kafka removes it from the ELR as it registers" if elr
+                          else "unclean: it was killed") if how == "kill"
+                         else "clean: it shut down cleanly, it stays an eligible leader" if elr
+                         else "clean: it shut down cleanly") + ")")
         self._poll(lambda: self.cluster.describe_cluster().get(broker) is False, f"broker {broker} unfenced",
                    timeout=60.0)
 

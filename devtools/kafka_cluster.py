@@ -1,9 +1,13 @@
-"""A real Apache Kafka KRaft cluster on loopback, for tests, benchmarks and the demo (never the product's runtime).
+"""A real Apache Kafka cluster on loopback, for tests, benchmarks and the demo (never the product's runtime).
 
 One dedicated controller and N brokers (default 3), each its own JVM started from the jars that ``make kafka-jars``
-fetched from Maven Central (``tools/kafka/pom.xml`` → ``.tools/kafka/libs/``):
+fetched from Maven Central (``tools/kafka/pom.xml`` → ``.tools/kafka/libs/``). Older releases run from their own
+jars (``version="3.9.1"`` or ``"3.7.2"``: ``tools/kafka-<version>/pom.xml`` → ``.tools/kafka-<version>/libs/``), in
+KRaft mode or, for 3.9.1, in ZooKeeper mode (``mode="zookeeper"``: one ZooKeeper node, run from the same jars, in
+the controller's place; the brokers elect their controller among themselves; there is no metadata log):
 
-* storage is formatted with Kafka's own ``StorageTool format`` and ``eligible.leader.replicas.version=1``;
+* KRaft storage is formatted with Kafka's own ``StorageTool format`` (4.x: with
+  ``eligible.leader.replicas.version=1``; 3.x has no ELR);
 * session, heartbeat and replica-lag timeouts are short, so that a fence or an ISR shrink takes a second or two;
 * every node's JVM is small (``-Xmx384m``, SerialGC, C1 only); ``heap=`` and ``jvm_opts=`` change that for benches;
 * the harness can create topics with configs, kill -9 / SIGSTOP / stop cleanly / restart a broker, change
@@ -46,6 +50,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LIBS = REPO_ROOT / ".tools" / "kafka" / "libs"
 #: The Kafka version pinned in tools/kafka/pom.xml (checked against the jars found).
 KAFKA_VERSION = "4.4.0"
+#: Every version the harness runs (tools/kafka*/pom.xml) and its modes.
+VERSIONS: dict[str, tuple[str, ...]] = {KAFKA_VERSION: ("kraft",), "3.9.1": ("kraft", "zookeeper"),
+                                        "3.7.2": ("kraft",)}
+MODES = ("kraft", "zookeeper")
+#: The API key of DescribeTopicPartitions (advertised from Kafka 3.8 on, by KRaft brokers only).
+DESCRIBE_TOPIC_PARTITIONS = 75
 #: The maximum heap of every Kafka node by default (``KafkaCluster(heap=...)`` changes it): enough for tests and a
 #: few tens of thousands of partitions; bench/bridge.py ran 100k partitions on 6 brokers of 1g each.
 DEFAULT_HEAP = "384m"
@@ -76,6 +86,20 @@ _LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
     <Root level="INFO"><AppenderRef ref="out"/></Root>
   </Loggers>
 </Configuration>
+"""
+
+
+#: Kafka 3.x logs through log4j 1 (reload4j).
+_LOG4J_PROPERTIES = """log4j.rootLogger=INFO, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d{HH:mm:ss,SSS}] %-5p %m (%c{1})%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.kafka.log=WARN
+log4j.logger.org.apache.zookeeper=WARN
+log4j.logger.kafka.zookeeper=WARN
 """
 
 
@@ -170,19 +194,24 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def kafka_libs(libs: str | os.PathLike | None = None) -> Path:
+def kafka_libs(libs: str | os.PathLike | None = None, version: str = KAFKA_VERSION) -> Path:
     """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete.
 
-    Without ``libs`` or ``ELRWATCH_KAFKA_LIBS``: the checkout's ``.tools/kafka/libs``, or, when this module runs from
-    an installed copy (the compiled build in ``build/compiled``), the one under the current directory."""
-    chosen = libs or os.environ.get("ELRWATCH_KAFKA_LIBS")
-    path = Path(chosen) if chosen else DEFAULT_LIBS
-    if not chosen and not path.is_dir() and (Path.cwd() / ".tools" / "kafka" / "libs").is_dir():
-        path = Path.cwd() / ".tools" / "kafka" / "libs"
-    for jar in (f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar"):
+    Without ``libs`` (or, for the default version, ``ELRWATCH_KAFKA_LIBS``): the checkout's ``.tools/kafka/libs``
+    (``.tools/kafka-<version>/libs`` for an older version), or, when this module runs from an installed copy (the
+    compiled build in ``build/compiled``), the one under the current directory."""
+    if version not in VERSIONS:
+        raise ClusterError(f"Kafka {version} is not one the harness runs ({', '.join(VERSIONS)})")
+    folder = ("kafka",) if version == KAFKA_VERSION else (f"kafka-{version}",)
+    pom = "tools/kafka/pom.xml" if version == KAFKA_VERSION else f"tools/kafka-{version}/pom.xml"
+    chosen = libs or (os.environ.get("ELRWATCH_KAFKA_LIBS") if version == KAFKA_VERSION else None)
+    path = Path(chosen) if chosen else REPO_ROOT / ".tools" / folder[0] / "libs"
+    if not chosen and not path.is_dir() and (Path.cwd() / ".tools" / folder[0] / "libs").is_dir():
+        path = Path.cwd() / ".tools" / folder[0] / "libs"
+    for jar in (f"kafka_2.13-{version}.jar", f"kafka-tools-{version}.jar"):
         if not (path / jar).is_file():
             raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` "
-                               f"(fetches Kafka {KAFKA_VERSION} from Maven Central with tools/kafka/pom.xml)")
+                               f"(fetches Kafka {version} from Maven Central with {pom})")
     return path
 
 
@@ -216,7 +245,7 @@ class Node:
     """One Kafka process: the controller (id 0 by default) or a broker."""
 
     node_id: int
-    role: str  # "controller" | "broker"
+    role: str  # "controller" | "broker" | "zookeeper"
     port: int
     data_dir: Path
     props_path: Path
@@ -235,7 +264,8 @@ class Node:
 
 
 class KafkaCluster:
-    """A KRaft cluster of one controller and ``brokers`` brokers on loopback; see the module docstring."""
+    """A cluster of one controller (in ZooKeeper mode: one ZooKeeper node) and ``brokers`` brokers on loopback; see
+    the module docstring."""
 
     _live: ClassVar[weakref.WeakSet[KafkaCluster]] = weakref.WeakSet()
 
@@ -255,17 +285,30 @@ class KafkaCluster:
         controller_id: int = 0,
         heap: str = DEFAULT_HEAP,
         jvm_opts: Sequence[str] = (),
+        version: str = KAFKA_VERSION,
+        mode: str = "kraft",
     ) -> None:
         """``heap``: the ``-Xmx`` of every node, controller and brokers (a JVM size: ``"384m"``, ``"2g"``).
         ``jvm_opts``: extra JVM options for every node, after the defaults (`DEFAULT_JVM_OPTS`); not a second
-        garbage collector, which the JVM refuses next to the default ``-XX:+UseSerialGC``."""
+        garbage collector, which the JVM refuses next to the default ``-XX:+UseSerialGC``. ``version``: one of
+        `VERSIONS`; ``mode``: ``"kraft"`` or (3.9.1) ``"zookeeper"``."""
+        if mode not in MODES:
+            raise ClusterError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        if version in VERSIONS and mode not in VERSIONS[version]:
+            raise ClusterError(f"Kafka {version} runs here in {' or '.join(VERSIONS[version])} mode, not {mode}")
+        self.version = version
+        self.mode = mode
+        #: Kafka 4.x: ELR and DescribeCluster v2; 3.x: neither.
+        self.legacy = version != KAFKA_VERSION and int(version.split(".")[0]) < 4
+        if self.legacy and elr:
+            elr = False  # Kafka 3.x has no ELR
         if not _JVM_SIZE.fullmatch(heap):
             raise ClusterError(f"heap {heap!r} is not a JVM size such as 384m or 2g")
         if isinstance(jvm_opts, str):
             raise ClusterError("jvm_opts is a sequence of options, not one string")
         self.node_jvm_opts: tuple[str, ...] = (
             *(o for o in DEFAULT_JVM_OPTS if not o.startswith("-Xmx")), f"-Xmx{heap}", *jvm_opts)
-        self.libs = kafka_libs(libs)
+        self.libs = kafka_libs(libs, version)
         self.java = java_executable()
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="elrwatch-kafka-"))
@@ -282,7 +325,10 @@ class KafkaCluster:
         self.listener_security = listener_security
         self.log4j_path = self.base_dir / "log4j2.xml"
         self.log4j_path.write_text(_LOG4J2_XML)
-        self.controller = self._make_node(controller_id, "controller")
+        self.log4j1_path = self.base_dir / "log4j.properties"
+        self.log4j1_path.write_text(_LOG4J_PROPERTIES)
+        #: The KRaft controller, or in ZooKeeper mode the ZooKeeper node (same lifecycle, no metadata log).
+        self.controller = self._make_node(controller_id, "zookeeper" if mode == "zookeeper" else "controller")
         self.brokers: dict[int, Node] = {}
         for i in range(brokers):
             bid = controller_id + 1 + i
@@ -317,6 +363,9 @@ class KafkaCluster:
         return f"{self.controller.node_id}@127.0.0.1:{self.controller.port}"
 
     def _props(self, node: Node) -> dict[str, str]:
+        return self._zookeeper_props(node) if self.mode == "zookeeper" else self._kraft_props(node)
+
+    def _kraft_props(self, node: Node) -> dict[str, str]:
         common = {
             "node.id": str(node.node_id),
             "controller.quorum.voters": self.controller_quorum,
@@ -378,6 +427,32 @@ class KafkaCluster:
         props.update(node.extra_props)
         return props
 
+    #: Props of a KRaft node that a ZooKeeper-mode broker does not take.
+    _KRAFT_ONLY = ("node.id", "controller.quorum.voters", "controller.listener.names", "metadata.log.dir",
+                   "broker.session.timeout.ms", "broker.heartbeat.interval.ms", "controller.quorum.election.timeout.ms",
+                   "controller.quorum.fetch.timeout.ms", "metadata.max.idle.interval.ms",
+                   "metadata.log.max.snapshot.interval.ms", "metadata.log.max.record.bytes.between.snapshots",
+                   "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr")
+
+    def _zookeeper_props(self, node: Node) -> dict[str, str]:
+        """A ZooKeeper node's zoo.cfg (standalone, tick 500 ms: sessions of 1-10 s) or a ZooKeeper-mode broker's
+        props: the KRaft broker's without the KRaft keys, a broker id and a 4 s ZooKeeper session (a killed broker's
+        registration znode goes within it)."""
+        if node.role == "zookeeper":
+            return {"tickTime": "500", "initLimit": "10", "syncLimit": "5", "dataDir": str(node.data_dir),
+                    "clientPort": str(node.port), "clientPortAddress": "127.0.0.1", "maxClientCnxns": "0",
+                    "admin.enableServer": "false", "autopurge.purgeInterval": "0"}
+        props = self._kraft_props(node)
+        for key in self._KRAFT_ONLY:
+            props.pop(key, None)
+        props.pop("process.roles", None)
+        props["listener.security.protocol.map"] = ",".join(
+            p for p in props["listener.security.protocol.map"].split(",") if not p.startswith("CONTROLLER:"))
+        props.update({"broker.id": str(node.node_id), "zookeeper.connect": f"127.0.0.1:{self.controller.port}",
+                      "zookeeper.session.timeout.ms": "4000", "zookeeper.connection.timeout.ms": "10000"})
+        props.update(node.extra_props)
+        return props
+
     def _write_props(self, node: Node) -> None:
         node.props_path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self._props(node).items())))
 
@@ -385,8 +460,15 @@ class KafkaCluster:
         return str(self.libs / "*")
 
     def _java_cmd(self, main: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> list[str]:
-        return [self.java, *jvm_opts, f"-Dlog4j2.configurationFile={self.log4j_path}",
-                "-cp", self._classpath(), main, *args]
+        logging = (f"-Dlog4j.configuration=file:{self.log4j1_path}" if self.legacy
+                   else f"-Dlog4j2.configurationFile={self.log4j_path}")
+        return [self.java, *jvm_opts, logging, "-cp", self._classpath(), main, *args]
+
+    def _tool_class(self, name: str) -> str:
+        """The main class of a Kafka tool in this version (DumpLogSegments moved to kafka-tools in 4.3)."""
+        if name == "DumpLogSegments" and self.legacy:
+            return "kafka.tools.DumpLogSegments"
+        return f"org.apache.kafka.tools.{name}"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -411,6 +493,11 @@ class KafkaCluster:
         nodes = [self.controller, *self.brokers.values()]
         for node in nodes:
             self._check_ports_free(node)
+        if self.mode == "zookeeper":  # nothing to format: ZooKeeper holds the metadata
+            for node in nodes:
+                node.data_dir.mkdir(parents=True, exist_ok=True)
+                self._write_props(node)
+            return
         procs: list[tuple[Node, Path, subprocess.Popen]] = []
         try:
             for node in nodes:
@@ -418,7 +505,8 @@ class KafkaCluster:
                 args = ["format", "-t", self.cluster_id, "-c", str(node.props_path), "--ignore-formatted"]
                 if self.release_version:
                     args += ["--release-version", self.release_version]
-                args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
+                if not self.legacy:
+                    args += ["--feature", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
                 if self.listener_security is not None and node.role == "controller":
                     for cred in self.listener_security.get("scram_credentials", []):
                         args += ["--add-scram", cred]
@@ -459,7 +547,8 @@ class KafkaCluster:
         self._write_props(node)
         log = open(node.log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
         try:
-            cmd = self._java_cmd("kafka.Kafka", str(node.props_path), jvm_opts=self.node_jvm_opts)
+            main = "org.apache.zookeeper.server.quorum.QuorumPeerMain" if node.role == "zookeeper" else "kafka.Kafka"
+            cmd = self._java_cmd(main, str(node.props_path), jvm_opts=self.node_jvm_opts)
             node.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             log.close()
@@ -618,12 +707,18 @@ class KafkaCluster:
         raise AdminCallError(f"{what} failed for {timeout:.0f} s: {last!r}")
 
     def describe_cluster(self) -> dict[int, bool]:
-        """Broker id → fenced, from DescribeCluster v2 (fenced brokers included)."""
+        """Broker id → fenced, from DescribeCluster v2 (fenced brokers included). Kafka 3.x answers v1, with the
+        live (unfenced, in ZooKeeper mode registered) brokers only."""
         result = self._admin_call(lambda a: a.describe_cluster(), "DescribeCluster", timeout=5)
         return {int(b["broker_id"]): bool(b.get("is_fenced", False)) for b in result["brokers"]}
 
     def fenced_brokers(self) -> set[int]:
         return {b for b, fenced in self.describe_cluster().items() if fenced}
+
+    def down_brokers(self) -> set[int]:
+        """This cluster's brokers that DescribeCluster does not show live (fenced, or absent on Kafka 3.x)."""
+        live = {b for b, fenced in self.describe_cluster().items() if not fenced}
+        return set(self.brokers) - live
 
     def describe_topic_partitions(
         self, topics: list[str] | None = None, page_size: int = 2000
@@ -631,6 +726,8 @@ class KafkaCluster:
         """(topic, partition) → DescribeTopicPartitions' answer, every page followed. Empty ELRs come back as []."""
         if topics is None:
             topics = self.list_topics()
+        if not self.has_api(DESCRIBE_TOPIC_PARTITIONS):  # ZooKeeper mode, 3.7: Metadata, without ELRs
+            return self._describe_with_metadata(topics)
         out: dict[tuple[str, int], dict] = {}
         cursor = None
         while True:
@@ -654,6 +751,27 @@ class KafkaCluster:
             cursor = page.get("next_cursor")
             if not cursor:
                 return out
+
+    def has_api(self, api_key: int) -> bool:
+        """Whether the brokers advertise this API (ApiVersions)."""
+        # kafka-python's api_versions() maps keys onto its ApiKey enum and fails on one it does not know (Kafka 4.4
+        # advertises such keys): the raw table it holds instead.
+        versions = self._admin_call(lambda a: a._manager.broker_version_data.api_versions, "ApiVersions")
+        return any(int(k) == api_key for k in versions)
+
+    def _describe_with_metadata(self, topics: list[str]) -> dict[tuple[str, int], dict]:
+        """`describe_topic_partitions`' answer from a Metadata request (a leaderless partition's error is
+        LEADER_NOT_AVAILABLE, with its replicas and ISR)."""
+        out: dict[tuple[str, int], dict] = {}
+        for topic in self._admin_call(lambda a: a.describe_topics(topics), "Metadata"):
+            if topic.get("error_code", 0):
+                raise ClusterError(f"Metadata: topic {topic.get('name')} error {topic['error_code']}")
+            for p in topic["partitions"]:
+                out[(topic["name"], p["partition_index"])] = {
+                    "topic_id": str(topic["topic_id"]), "leader": p["leader_id"], "leader_epoch": p["leader_epoch"],
+                    "replicas": list(p["replica_nodes"]), "isr": list(p["isr_nodes"]), "elr": [],
+                    "last_known_elr": [], "offline_replicas": list(p.get("offline_replicas") or [])}
+        return out
 
     def list_topics(self) -> list[str]:
         return sorted(t for t in self._admin_call(lambda a: a.list_topics(), "ListTopics") if not t.startswith("__"))
@@ -748,6 +866,8 @@ class KafkaCluster:
     def metadata_log_files(self, node: Node | None = None) -> list[Path]:
         """The ``*.log`` segments of a node's ``__cluster_metadata-0`` (the controller's by default), in order."""
         node = node or self.controller
+        if self.mode == "zookeeper":
+            return []  # ZooKeeper holds the metadata: there is no metadata log
         return sorted(Path(p) for p in glob.glob(str(node.metadata_dir / "*.log")))
 
     def metadata_snapshot_files(self, node: Node | None = None) -> list[Path]:
@@ -759,7 +879,7 @@ class KafkaCluster:
         args = ["--cluster-metadata-decoder", "--files", ",".join(str(f) for f in files)]
         if skip_record_metadata:
             args.append("--skip-record-metadata")
-        proc = subprocess.run(self._java_cmd("org.apache.kafka.tools.DumpLogSegments", *args),
+        proc = subprocess.run(self._java_cmd(self._tool_class("DumpLogSegments"), *args),
                               capture_output=True, text=True, timeout=180)
         if proc.returncode != 0:
             raise ClusterError(f"DumpLogSegments failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -768,6 +888,8 @@ class KafkaCluster:
     def dump_metadata_log(self, *, skip_record_metadata: bool = False, node: Node | None = None) -> str:
         """The controller's whole metadata log (every segment) as DumpLogSegments prints it."""
         files = self.metadata_log_files(node)
+        if self.mode == "zookeeper":
+            raise ClusterError("a ZooKeeper-mode cluster has no metadata log")
         if not files:
             raise ClusterError(f"no metadata log segment in {(node or self.controller).metadata_dir}")
         return self.dump_log_segments(files, skip_record_metadata=skip_record_metadata)

@@ -669,6 +669,11 @@ def demo(
         int, typer.Option("--seed", envvar="ELRWATCH_DEMO_SEED",
                           help="Real cluster: seed of the fault injector's choice of brokers.")
     ] = 7,
+    kafka: Annotated[
+        str, typer.Option("--kafka", envvar="ELRWATCH_DEMO_KAFKA",
+                          help="Real cluster: 4.4 (KRaft, ELR on, the metadata-log bridge) or 3.9 (ZooKeeper mode, "
+                               "no ELR, the admin bridge; shows last-replica-standing exposure).")
+    ] = "4.4",
 ) -> None:
     """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
     brokers, ELR on, min.insync.replicas=2), `elrwatch bridge --source metadata-log` on the controller's
@@ -680,7 +685,7 @@ def demo(
     try:
         run_demo(
             duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep,
-            simulated=simulated, faults=faults, seed=seed,
+            simulated=simulated, faults=faults, seed=seed, kafka_version=kafka,
         )
     except DemoError as exc:
         _fail(str(exc), code=1)

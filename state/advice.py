@@ -135,6 +135,21 @@ def _unclean_return(
     )
 
 
+def last_replica_standing(p: PartitionState, ctx: controller.TopicContext) -> str | None:
+    """What the outlook says about a partition whose ISR is one replica while its min ISR is 2 or more (None for
+    any other): with ELR off that replica, back after an unclean shutdown, leads again from the ISR and may have lost
+    committed data (status.F_LAST_REPLICA_STANDING); with ELR on an unclean shutdown costs it its ELR seat instead."""
+    if len(p.isr) != 1 or ctx.min_isr < 2:
+        return None
+    (only,) = p.isr
+    if ctx.elr_enabled:
+        return (f"ELR on: {only} is the last ISR member, but an unclean shutdown of it costs its ELR seat instead of "
+                "making it leader again (no last-replica-standing exposure)")
+    return (f"last replica standing: ELR off and {only} is the only ISR member (min ISR {ctx.min_isr}); if it shuts "
+            "down uncleanly it comes back as leader from the ISR and committed data may be lost (Kafka 4.x with "
+            "eligible.leader.replicas.version=1 removes this exposure)")
+
+
 def outlook(
     p: PartitionState,
     brokers: Mapping[int, BrokerState],
@@ -174,6 +189,7 @@ def outlook(
             parts.append(f"if {p.leader} fails the partition goes offline")
         else:
             parts.append(f"if {p.leader} fails: elects {fail.leader} {_HOW_TEXT.get(fail.chosen, fail.chosen)}")
+        _note_last_replica_standing(result, parts, p, ctx)
         result["summary"] = "; ".join(parts)
         return result
 
@@ -218,8 +234,19 @@ def outlook(
     text = f"elects {first['elects']} {how} as soon as broker {first['broker']} is back"
     if first["how"] == controller.CHOSEN_ELR and first["ifUncleanRestart"]["elects"] == NO_LEADER:
         text += f" (if {first['broker']} restarts uncleanly it loses its ELR seat)"
-    result["summary"] = f"leaderless; {text}"
+    parts = [f"leaderless; {text}"]
+    _note_last_replica_standing(result, parts, p, ctx)
+    result["summary"] = "; ".join(parts)
     return result
+
+
+def _note_last_replica_standing(
+    result: dict[str, Any], parts: list[str], p: PartitionState, ctx: controller.TopicContext
+) -> None:
+    note = last_replica_standing(p, ctx)
+    if note is not None:
+        result["lastReplicaStanding"] = not ctx.elr_enabled
+        parts.append(note)
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -415,10 +442,13 @@ def recommendation(
             )
         elif len(p.isr) < ctx.min_isr:
             missing = [r for r in p.replicas if r not in p.isr]
+            exposed = len(p.isr) == 1 and not ctx.elr_enabled
             rec.update(
                 action="restore_replicas",
                 summary=f"High watermark frozen (ISR {len(p.isr)} < min ISR {ctx.min_isr}): bring back or let catch "
-                f"up replicas {missing}; acks=all writes fail until then.",
+                f"up replicas {missing}; acks=all writes fail until then."
+                + (f" Last replica standing (ELR off): keep {p.leader} from an unclean shutdown, which may lose "
+                   "committed data." if exposed else ""),
                 waitFor=[r for r in missing if not is_active(r)],
                 commands=[  # kafka-topics.sh has no --partition filter; this lists the topic's under-min-ISR ones
                     f"bin/kafka-topics.sh --bootstrap-server {BOOTSTRAP} --describe --topic {name} "
@@ -458,7 +488,10 @@ def recommendation(
             action="wait_for_broker",
             waitFor=down_members,
             summary=f"Wait for {down_members} ({'ISR' if p.isr else 'ELR'}): Kafka elects the first of them that "
-            "comes back, cleanly. Restart them cleanly: an unclean restart costs an ELR member its seat.",
+            "comes back, cleanly. Restart them cleanly: "
+            + ("an unclean restart costs an ELR member its seat." if ctx.elr_enabled else
+               "with ELR off an ISR member that shut down uncleanly still leads again, and committed data it lost "
+               "is lost."),
             logInfo=choice,
         )
         return rec

@@ -87,6 +87,17 @@ POLLED_UNKNOWN: Final = (
     "addingRemovingReplicas",
 )
 
+def polled_unknown(derived_from: str | None) -> tuple[str, list[str]] | None:
+    """(mode, unknown facts) of a state derived by a bridge: ``"admin-poll"`` gives `POLLED_UNKNOWN`, and
+    ``"admin-poll:a,b"`` (an older cluster, see bridge/admin.py) adds ``a`` and ``b``; None for Kafka's own log."""
+    if derived_from is None:
+        return None
+    mode, _, extra = derived_from.partition(":")
+    if mode != "admin-poll":
+        return mode, []
+    return mode, [*POLLED_UNKNOWN, *(fact for fact in extra.split(",") if fact)]
+
+
 #: How many of the most recent metadata offsets the state remembers the applied content of (conflict detection):
 #: a ring of this many slots, each an offset and a reference to the applied `Record` (its type, version and data
 #: are compared). About 0.3-1 KB a slot (the record and its data), so <= ~8 MB a state, whatever the cluster size.

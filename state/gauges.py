@@ -21,6 +21,7 @@ from elrwatch.state.audit import VIOLATION_KINDS
 from elrwatch.state.records import QUARANTINE_REASONS
 from elrwatch.state.status import (
     F_AT_MIN_ISR,
+    F_LAST_REPLICA_STANDING,
     F_LEADERLESS,
     F_MANUAL,
     F_RECOVERING,
@@ -90,6 +91,12 @@ METRICS: dict[str, Metric] = _table(
         "Leaderless partitions Kafka will never elect a leader for by itself.",
     ),
     Metric("elrwatch_recovering_partitions", "gauge", "Partitions with leaderRecoveryState RECOVERING."),
+    Metric(
+        "elrwatch_last_replica_standing_partitions",
+        "gauge",
+        "Partitions with ELR off whose ISR is one replica while the effective min ISR is 2 or more (an unclean "
+        "shutdown of that replica may lose committed data); 0 with ELR on.",
+    ),
     Metric("elrwatch_partitions", "gauge", "Partitions by status class (monitor-spec §3).", ("status",), STATUSES),
     Metric("elrwatch_partition_count", "gauge", "Partitions known to elrwatch."),
     Metric("elrwatch_topic_count", "gauge", "Topics known to elrwatch."),
@@ -228,6 +235,7 @@ def partition_gauges(cluster: Any) -> Gauges:
         key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known_partitions(cluster),
         key("elrwatch_manual_leader_election_required_partitions"): flags[F_MANUAL],
         key("elrwatch_recovering_partitions"): flags[F_RECOVERING],
+        key("elrwatch_last_replica_standing_partitions"): flags[F_LAST_REPLICA_STANDING],
         key("elrwatch_partition_count"): cluster.partition_count,
     }
     for label, count in zip(ELECTABLE_LABELS, cluster.electable_counts, strict=True):

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from elrwatch.state.cluster import POLLED_UNKNOWN, ClusterState
+from elrwatch.state.cluster import ClusterState, polled_unknown
 from elrwatch.state.gauges import PipelineCounts, all_gauges
 from elrwatch.state.model import (
     LEADER_CHANGE_NONE,
@@ -297,8 +297,8 @@ def cluster_doc(cluster: ClusterState) -> dict[str, Any]:
         "defaultMinIsr": cluster.default_min_isr,
         # "admin-poll": derived from the admin API by `elrwatch bridge --source admin`; "unknown" lists what that
         # mode cannot know (epochs, transitions between polls), so nothing downstream presents it as Kafka's.
-        "derivedFrom": cluster.derived_from,
-        "unknown": list(POLLED_UNKNOWN) if cluster.derived_from == "admin-poll" else [],
+        "derivedFrom": (polled_unknown(cluster.derived_from) or (None, []))[0],
+        "unknown": (polled_unknown(cluster.derived_from) or (None, []))[1],
     }
 
 

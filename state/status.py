@@ -36,7 +36,7 @@ SEVERITY: dict[str, int] = {name: rank for rank, name in enumerate(STATUSES)}
 #: Statuses that need an operator's attention (the API's /v1/recommendations).
 NEEDS_ATTENTION = frozenset(STATUSES[:5])
 
-# Flag bits (one small int per partition; ints < 256 are shared objects, so this costs no memory).
+# Flag bits (one small int per partition; ints < 256 are shared objects, so most cost no memory).
 F_UNDER_MIN_ISR = 1
 F_AT_MIN_ISR = 2
 F_LEADERLESS = 4
@@ -46,6 +46,9 @@ F_MANUAL = 32
 F_UNDER_REPLICATED = 64
 ELECTABLE_SHIFT = 7  # bits 7-8: min(|live electable|, 3)
 ELECTABLE_MASK = 3 << ELECTABLE_SHIFT
+#: Last replica standing: ELR off, |ISR| == 1 and effective min ISR >= 2. That replica, after an unclean shutdown,
+#: comes back as leader from the ISR and may have lost committed data (what KIP-966's ELR removes).
+F_LAST_REPLICA_STANDING = 1 << 9
 
 FLAG_BITS = (
     F_UNDER_MIN_ISR,
@@ -55,6 +58,7 @@ FLAG_BITS = (
     F_UNCLEAN_RECOVERY,
     F_MANUAL,
     F_UNDER_REPLICATED,
+    F_LAST_REPLICA_STANDING,
 )
 
 
@@ -88,6 +92,8 @@ def derive(
         flags |= F_AT_MIN_ISR
     if n_isr < len(partition.replicas):
         flags |= F_UNDER_REPLICATED
+    if n_isr == 1 and min_isr >= 2 and not elr_enabled:
+        flags |= F_LAST_REPLICA_STANDING
     live = 0
     for broker in isr:
         if is_active(broker):

@@ -46,6 +46,10 @@ WATCHED_TOPICS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
+#: ``elrwatch demo --kafka``: the watched cluster's Kafka release.
+DEMO_KAFKA = {"4.4": "4.4.0", "3.9": "3.9.1"}
+
+
 class DemoError(RuntimeError):
     """Why the demo could not run (one line)."""
 
@@ -147,12 +151,15 @@ def run_demo(
     simulated: bool = False,
     faults: bool = True,
     seed: int = 7,
+    kafka_version: str = "4.4",
 ) -> dict[str, str]:
     """Run the demo until Ctrl-C or ``duration`` seconds after the job started; returns where things were.
 
     ``simulated``: simulator events instead of a real 3-broker cluster; ``faults``: run the fault injector on the
-    real cluster (``seed`` picks its brokers). A work dir the demo created itself (no ``workdir``) is removed at
-    the end unless ``keep``."""
+    real cluster (``seed`` picks its brokers); ``kafka_version``: the watched cluster's Kafka, ``"4.4"`` (KRaft,
+    ELR on, the metadata-log bridge) or ``"3.9"`` (3.9.1 in ZooKeeper mode, no ELR, the admin bridge: the
+    fault injector's double kills leave partitions with their last replica standing). A work dir the demo created
+    itself (no ``workdir``) is removed at the end unless ``keep``."""
     from elrwatch.streaming import query
     from elrwatch.streaming.config import JobConfig
     from elrwatch.streaming.produce import produce_lines
@@ -162,6 +169,9 @@ def run_demo(
         from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port, port_is_free
     except ImportError as exc:
         raise DemoError(f"the demo needs elrwatch's developer tools (a source checkout): {exc}") from None
+    if kafka_version not in DEMO_KAFKA:
+        raise DemoError(f"--kafka {kafka_version}: the demo runs Kafka {' or '.join(DEMO_KAFKA)}")
+    legacy = kafka_version != "4.4"
     for port, option in ((api_port, "--api-port"), (metrics_port, "--metrics-port")):
         if port and not port_is_free(port):
             raise DemoError(f"port {port} ({option}) is taken: pick another with {option} PORT")
@@ -200,22 +210,30 @@ def run_demo(
         if not simulated:
             watched = _start_cluster(
                 lambda: KafkaCluster(brokers=3, base_dir=os.path.join(workdir, "watched"), min_insync_replicas=2,
-                                     elr=True),
-                f"the watched cluster (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, three brokers, ELR on, "
-                "min.insync.replicas=2)", ClusterError)
+                                     elr=True, **({"version": DEMO_KAFKA[kafka_version], "mode": "zookeeper"}
+                                                  if legacy else {})),
+                (f"the watched cluster (Apache Kafka {DEMO_KAFKA[kafka_version]}, ZooKeeper mode: one ZooKeeper "
+                 "node, three brokers, no ELR, min.insync.replicas=2)") if legacy else
+                (f"the watched cluster (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, three brokers, ELR on, "
+                 "min.insync.replicas=2)"), ClusterError)
             try:
+                if legacy:  # the admin bridge sees dynamic configs, not a broker's server.properties
+                    watched.set_cluster_config("min.insync.replicas", "2")
                 for name, kwargs in WATCHED_TOPICS:
                     watched.create_topic(name, **kwargs)
             except ClusterError as exc:
                 raise DemoError(f"cannot create the watched cluster's topics: {_first_line(exc)}") from None
             where["watched"] = watched.bootstrap
-            _say(f"watched cluster on {watched.bootstrap} (controller 127.0.0.1:{watched.controller.port}, logs: "
+            _say(f"watched cluster on {watched.bootstrap} ({watched.controller.role} "
+                 f"127.0.0.1:{watched.controller.port}, logs: "
                  f"{watched.base_dir}), topics "
                  + ", ".join(f"{n} (RF {_rf(k)})" for n, k in WATCHED_TOPICS))
             log_dir = str(watched.controller.metadata_dir)
             bridge_port = free_port()
             bridge_log = os.path.join(workdir, "bridge.log")
-            bridge = _spawn(["bridge", "--source", "metadata-log", "--log-dir", log_dir,
+            source = (["--source", "admin", "--admin-bootstrap-servers", watched.bootstrap] if legacy
+                      else ["--source", "metadata-log", "--log-dir", log_dir])
+            bridge = _spawn(["bridge", *source,
                              "--bootstrap-servers", kafka.bootstrap, "--topic", TOPIC, "--interval", "0.5",
                              "--state-file", os.path.join(workdir, "bridge.json"),
                              "--metrics-port", str(bridge_port)], bridge_log)
@@ -224,9 +242,16 @@ def run_demo(
             if not _wait_http(where["bridge_metrics"], 60, alive=lambda: bridge_proc.poll() is None):
                 raise DemoError(f"the bridge did not start (exit {bridge.poll()}): "
                                 f"{_last_line(bridge_log) or 'no output'} (log: {bridge_log})")
-            _say(f"elrwatch bridge --source metadata-log on the controller's {log_dir}: Kafka's exact records "
-                 "with their real offsets and CreateTimes, every transition (an admin poll would see only the net "
-                 "change between two polls, and no broker or partition epochs)")
+            if legacy:
+                _say("elrwatch bridge --source admin on the watched cluster (ZooKeeper mode has no metadata log): "
+                     "Metadata and DescribeCluster polled every 0.5 s; a broker that drops out is shown "
+                     "unregistered. Without ELR a partition whose ISR is down to one broker with min ISR 2 has its "
+                     "last replica standing: gauge elrwatch_last_replica_standing_partitions, and each such "
+                     "partition's outlook on the status page")
+            else:
+                _say(f"elrwatch bridge --source metadata-log on the controller's {log_dir}: Kafka's exact records "
+                     "with their real offsets and CreateTimes, every transition (an admin poll would see only the "
+                     "net change between two polls, and no broker or partition epochs)")
 
         if api_port:
             api = _spawn(["api", "--store", store, "--port", str(api_port)], os.path.join(workdir, "api.log"))

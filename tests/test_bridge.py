@@ -532,6 +532,15 @@ def test_cli_refuses_bad_options(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not a directory" in result.output
     result = runner.invoke(app, ["bridge", "--source", "admin"])
     assert result.exit_code == 2 and "--bootstrap-servers and --topic are required" in result.output
+    # A ZooKeeper-mode broker's log directory (Kafka 3.x writes meta.properties with broker.id, no node.id).
+    zk = tmp_path / "zk-broker"
+    zk.mkdir()
+    (zk / "meta.properties").write_text("#\nversion=0\nbroker.id=1\ncluster.id=abc\n")
+    for log_dir in (zk, zk / "__cluster_metadata-0"):
+        result = runner.invoke(app, [*base, "--source", "metadata-log", "--log-dir", str(log_dir)])
+        assert result.exit_code == 2 and "ZooKeeper-mode cluster has no metadata log, use --source admin" in \
+            result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: Path) -> None:
@@ -682,3 +691,58 @@ def test_log_bridge_restart_keeps_keying_known_topics_configs_with_their_partiti
                                "data": {"resourceType": 2, "resourceName": name, "name": "min.insync.replicas",
                                         "value": "3"}})
         assert pub.keys(config) == f"topic:{topic_id}".encode()
+
+
+class OldClusterReader(FakeReader):
+    """A Kafka 3.x cluster: DescribeCluster shows live brokers only, no ELR; ``kraft`` False is ZooKeeper mode (no
+    finalized metadata.version)."""
+
+    def __init__(self, kraft: bool) -> None:
+        super().__init__()
+        self.feature_levels = {"metadata.version": 21} if kraft else {}
+
+    def shows_fenced_brokers(self) -> bool:
+        return False
+
+    def brokers(self) -> dict[int, Broker]:
+        return {b: Broker(False) for b, fenced in self.broker_fenced.items() if not fenced}
+
+
+@pytest.mark.parametrize("kraft", [True, False])
+def test_old_cluster_a_broker_that_leaves_is_fenced_in_kraft_and_unregistered_in_zookeeper(kraft: bool) -> None:
+    reader = OldClusterReader(kraft)
+    bridge, pub, metrics = admin_bridge(reader)
+    assert bridge.step() > 0
+    reader.broker_fenced[3] = True  # gone from DescribeCluster
+    reader.topics["a"][1][0] = reader.partition(0, leader=1, epoch=1, isr=[1, 2])
+    assert bridge.step() > 0
+    events = [orjson.loads(line) for line in pub.lines]
+    assert {e["source"] for e in events} == {"admin-poll:fencedBrokers"}
+    state, quarantined, _ = replay(pub.lines)
+    assert not quarantined and not metrics.counts
+    registered = {b: s.fenced for b, s in state.brokers.items() if s.registered}
+    assert registered == ({1: False, 2: False, 3: True} if kraft else {1: False, 2: False})
+    assert list(state.topic_by_name("a").partitions[0].isr) == [1, 2]
+    doc = cluster_doc(state)
+    assert doc["derivedFrom"] == "admin-poll"
+    assert doc["unknown"][-1] == "fencedBrokers" and "partitionEpoch" in doc["unknown"]
+    reader.broker_fenced[3] = False  # back: unfenced (KRaft) or registered again (ZooKeeper)
+    assert bridge.step() > 0
+    state, quarantined, _ = replay(pub.lines)
+    assert not quarantined
+    assert {b: s.fenced for b, s in state.brokers.items() if s.registered} == {1: False, 2: False, 3: False}
+
+
+def test_metadata_answer_as_a_page_keeps_leaderless_partitions() -> None:
+    from elrwatch.bridge.admin import metadata_page
+
+    topics = [{"name": "t", "topic_id": TOPIC_A, "error_code": 0, "is_internal": False, "partitions": [
+        {"error_code": 5, "partition_index": 0, "leader_id": -1, "leader_epoch": 3, "replica_nodes": [2, 3],
+         "isr_nodes": [2], "offline_replicas": [2, 3]},
+        {"error_code": 0, "partition_index": 1, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1],
+         "isr_nodes": [1], "offline_replicas": []}]}]
+    page = metadata_page(topics)
+    assert page["next_cursor"] is None
+    assert [p["error_code"] for p in page["topics"][0]["partitions"]] == [0, 0]
+    topics[0]["partitions"][1]["error_code"] = 29  # any other error stays one
+    assert [p["error_code"] for p in metadata_page(topics)["topics"][0]["partitions"]] == [0, 29]

@@ -41,7 +41,7 @@ class FakeCluster:
             self.up.add(broker)
             self.calls.append(("start", broker))
 
-    def fenced_brokers(self) -> set[int]:
+    def down_brokers(self) -> set[int]:
         return set(self.brokers) - self.up
 
     def describe_cluster(self) -> dict[int, bool]:

@@ -136,3 +136,43 @@ def test_broker_jvm_exit_during_start_fails_within_seconds_with_its_log_lines():
     assert message.startswith("broker 1 exited with 1; its last log lines"), message
     assert "ClassNotFoundException: no.such.Authorizer" in message, message
     _assert_nothing_left(cluster)  # the controller, which was running, is stopped too
+
+
+@pytest.mark.parametrize(("version", "mode"), [("3.9.1", "zookeeper"), ("3.9.1", "kraft"), ("3.7.2", "kraft")])
+def test_older_kafka_starts_from_its_own_jars_and_stops_clean(version: str, mode: str) -> None:
+    """Kafka 3.x from .tools/kafka-<version>/libs: every JVM runs that version's jars (ZooKeeper mode: a ZooKeeper
+    node in the controller's place), DescribeCluster shows the broker live, a partition is described (through
+    Metadata where DescribeTopicPartitions is not advertised), and stop() leaves nothing behind."""
+    cluster = KafkaCluster(brokers=1, version=version, mode=mode)
+    try:
+        cluster.start()
+        pids = cluster.running_pids()
+        assert len(pids) == 2 and sorted(pids) == sorted(_processes_of(cluster))
+        for pid in pids:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert str(kafka_libs(version=version)).encode() + b"/*" in args, args
+        zookeeper = [b"org.apache.zookeeper.server.quorum.QuorumPeerMain" in Path(f"/proc/{p}/cmdline").read_bytes()
+                     for p in pids]
+        assert sum(zookeeper) == (1 if mode == "zookeeper" else 0)
+        assert cluster.describe_cluster() == {1: False}
+        assert cluster.has_api(75) is (version == "3.9.1" and mode == "kraft")  # DescribeTopicPartitions
+        cluster.create_topic("harness", partitions=2, configs={"min.insync.replicas": "1"})
+        described = cluster.describe_topic_partitions(["harness"])
+        assert {k: (d["leader"], d["replicas"], d["isr"], d["elr"]) for k, d in described.items()} == {
+            ("harness", 0): (1, [1], [1], []), ("harness", 1): (1, [1], [1], [])}
+        assert bool(cluster.metadata_log_files()) is (mode == "kraft")
+    finally:
+        cluster.stop()
+    _assert_nothing_left(cluster)
+
+
+def test_a_version_or_mode_the_harness_does_not_run_fails_at_once(tmp_path):
+    with pytest.raises(ClusterError, match=r"Kafka 3\.7\.2 runs here in kraft mode, not zookeeper"):
+        KafkaCluster(brokers=1, version="3.7.2", mode="zookeeper")
+    with pytest.raises(ClusterError, match="mode 'zk' is not one of kraft, zookeeper"):
+        KafkaCluster(brokers=1, version="3.9.1", mode="zk")
+    with pytest.raises(ClusterError, match=r"Kafka 2\.8\.0 is not one the harness runs"):
+        KafkaCluster(brokers=1, version="2.8.0")
+    with pytest.raises(ClusterError, match=r"kafka_2.13-3.9.1.jar is missing: run `make kafka-jars` .*"
+                                           r"tools/kafka-3.9.1/pom.xml"):
+        KafkaCluster(brokers=1, version="3.9.1", libs=tmp_path)

@@ -157,6 +157,60 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
     assert _kafka_processes(workdir) == []  # no JVM, bridge or API left
 
 
+def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly():
+    """`elrwatch demo --kafka 3.9`: the watched cluster is Kafka 3.9.1 in ZooKeeper mode, polled by the admin bridge;
+    once the fault injector has two brokers down, partitions of "orders" (RF 3, min ISR 2) have their last replica
+    standing, on the job's gauge and in their outlook on the API."""
+    from elrwatch.devtools.kafka_cluster import free_port
+    from elrwatch.streaming.metrics import scrape
+
+    api = f"http://127.0.0.1:{free_port()}"
+    metrics_port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--kafka", "3.9", "--metrics-port", str(metrics_port),
+         "--api-port", api.rsplit(":")[-1]],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+    try:
+        _poll(lambda: any("Ctrl-C stops everything." in line for line in lines), "start", 150, lines, proc)
+        gauge = "elrwatch_last_replica_standing_partitions"
+        _poll(lambda: scrape(f"http://127.0.0.1:{metrics_port}/metrics").get(gauge, 0) >= 1,
+              f"{gauge} >= 1 after the fault injector acted", 120, lines, proc)
+
+        def exposed() -> dict | None:
+            items = _get_json(f"{api}/v1/partitions?limit=100")["items"]
+            for p in items:
+                if p["topic"] == "orders" and len(p["isr"]) == 1:
+                    one = _get_json(f"{api}/v1/partitions/orders/{p['partitionId']}")
+                    if one["outlook"].get("lastReplicaStanding"):
+                        return one
+            return None
+
+        one = _poll(exposed, "an orders partition whose outlook says last replica standing", 60, lines, proc)
+        assert "last replica standing: ELR off" in one["outlook"]["summary"], one["outlook"]
+        summary = _get_json(f"{api}/v1/summary")
+        assert summary["derivedFrom"] == "admin-poll" and "fencedBrokers" in summary["unknownFacts"], summary
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0, "".join(lines)[-3000:]
+    finally:
+        if proc.poll() is None:  # a failed assertion: let the demo stop its Kafka JVMs and API
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    reader.join(10)
+    err = "".join(lines)
+    assert "elrwatch demo: stopped." in err and "Traceback" not in err, err[-3000:]
+    assert "Apache Kafka 3.9.1, ZooKeeper mode" in err and "bridge --source admin on the watched cluster" in err
+    workdir = re.search(r"workdir\s+: (\S+)", err).group(1)
+    assert not os.path.exists(workdir) and _kafka_processes(workdir) == []
+
+
 def test_demo_stamps_events_with_the_time_they_are_published():
     """The simulator's clock starts in 2024: the demo re-stamps each event when it publishes it (never backwards)."""
     import orjson
