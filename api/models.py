@@ -6,9 +6,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from elrwatch.state.insight import CAUSES
 from elrwatch.state.status import STATUSES
 
 Status = Literal[STATUSES]  # type: ignore[valid-type] - the status classes of state/status.py, most severe first
+Cause = Literal[CAUSES]  # type: ignore[valid-type] - why a replica is out of the ISR (state/insight.py)
 
 _OUTLOOK_EXAMPLE = {"summary": "keeps leader 2; acks=all writes fail until the ISR grows back to 2"}
 _RECOMMENDATION_EXAMPLE = {
@@ -38,6 +40,7 @@ _PARTITION_EXAMPLE = {
     "leaderless": False,
     "electable": [0, 2],
     "liveElectable": [0, 2],
+    "missingReplicas": [{"brokerId": 1, "cause": "fenced"}, {"brokerId": 0, "cause": "lagging"}],
     "status": "UNDER_MIN_ISR",
     "statusSinceMs": 1732100004000,
     "statusSinceOffset": 405,
@@ -75,6 +78,15 @@ class Problem(BaseModel):
     instance: str | None = None
 
 
+class MissingReplica(BaseModel):
+    """A replica not in the ISR and why, from its broker's registration: ``fenced`` (crash or network),
+    ``controlled_shutdown`` (a planned restart, also once fenced at its end until the broker registers again),
+    ``unregistered``, or ``lagging`` (registered and unfenced but out of sync)."""
+
+    brokerId: int
+    cause: Cause
+
+
 class PartitionSummary(BaseModel):
     """A partition's registration and derived status (list view; no advice)."""
 
@@ -105,6 +117,7 @@ class PartitionSummary(BaseModel):
     leaderless: bool
     electable: list[int] = []
     liveElectable: list[int] = []
+    missingReplicas: list[MissingReplica] = []
     status: Status
     statusSinceMs: int | None = Field(None, description="When the partition entered its status (ms epoch).")
     statusSinceOffset: int | None = None
