@@ -241,6 +241,52 @@ class Broker(BaseModel):
     registered: bool = True
     rack: str | None = None
     state: str
+    isrMissingPartitions: int | None = Field(
+        None, description="Partitions with this broker among their replicas but not in their ISR."
+    )
+    restartBlockingPartitions: int | None = Field(
+        None, description="Partitions that stopping this broker now leaves under min ISR (or keeps there)."
+    )
+    restartOfflinePartitions: int | None = Field(
+        None, description="Partitions that stopping this broker now leaves without an electable leader."
+    )
+
+
+class RestartPartitions(BaseModel):
+    """One page of partitions (by topic and partition); pass ``nextCursor`` as this list's cursor."""
+
+    items: list[PartitionSummary]
+    nextCursor: str | None = None
+    limit: int
+
+
+class RestartCheck(BaseModel):
+    """Is it safe to stop this broker now?"""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "brokerId": 2,
+                    "state": "active",
+                    "safe": False,
+                    "reason": "stopping broker 2 now leaves 1 partition(s) under min ISR (acks=all writes fail)",
+                    "blockingCount": 1,
+                    "offlineCount": 0,
+                    "blocking": {"items": [], "nextCursor": None, "limit": 100},
+                    "offline": {"items": [], "nextCursor": None, "limit": 100},
+                }
+            ]
+        }
+    )
+    brokerId: int
+    state: str
+    safe: bool
+    reason: str
+    blockingCount: int = Field(description="Partitions whose ISR holds the broker with |ISR| - 1 < min ISR.")
+    offlineCount: int = Field(description="Partitions whose only active electable replica is the broker.")
+    blocking: RestartPartitions
+    offline: RestartPartitions
 
 
 class Freshness(BaseModel):

@@ -182,3 +182,71 @@ def missing_replicas(
     """The partition document's ``missingReplicas``: each replica not in the ISR with its cause."""
     in_isr = set(isr)
     return [{"brokerId": b, "cause": CAUSES[broker_cause(brokers.get(b))]} for b in replicas if b not in in_isr]
+
+
+# --- "is it safe to stop this broker now?" (`elrwatch restart-check`, GET /v1/brokers/{id}/restart-check) ---------
+
+
+def restart_verdict(broker_id: int, state: str, blocking: int, offline: int) -> tuple[bool, str]:
+    """(safe, reason) of stopping the broker now, from its state name and its restart-blocking and
+    restart-offline partition counts."""
+    if blocking == 0 and offline == 0:
+        if state == "active":
+            return True, f"stopping broker {broker_id} now leaves no partition under min ISR or without a leader"
+        return True, f"broker {broker_id} is {state.replace('_', ' ')}: stopping it changes no ISR"
+    parts = []
+    if blocking:
+        parts.append(f"{blocking} partition(s) under min ISR (acks=all writes fail)")
+    if offline:
+        parts.append(f"{offline} partition(s) without an electable leader (offline)")
+    return False, f"stopping broker {broker_id} now leaves {' and '.join(parts)}"
+
+
+def blocks(part: Contribution | None, broker_id: int) -> bool:
+    """Whether stopping the broker leaves this partition under min ISR (or keeps it there)."""
+    return part is not None and broker_id in part[1]
+
+
+def takes_offline(part: Contribution | None, broker_id: int) -> bool:
+    """Whether stopping the broker leaves this partition without an electable leader."""
+    return part is not None and part[2] == broker_id
+
+
+def restart_check(cluster: Any, broker_id: int, limit: int = 100) -> dict[str, Any]:
+    """The restart check of a broker on a ClusterState (``elrwatch restart-check BROKER FILE``): the same shape
+    as the API's (first page of each list; the counts are complete). Raises KeyError for an unknown broker."""
+    from elrwatch.state.report import partition_doc
+
+    broker = cluster.brokers.get(broker_id)
+    if broker is None:
+        raise KeyError(f"unknown broker {broker_id}")
+    counts = cluster.insight_counts
+    n_blocking, n_offline = counts.get((BLOCKING, broker_id), 0), counts.get((OFFLINE, broker_id), 0)
+    blocking: list[tuple[str, int]] = []
+    offline: list[tuple[str, int]] = []
+    for key, part in cluster.insight.items():
+        if blocks(part, broker_id):
+            blocking.append(key)
+        if takes_offline(part, broker_id):
+            offline.append(key)
+
+    def page(keys: list[tuple[str, int]]) -> dict[str, Any]:
+        named = sorted((cluster.topics[t].name, p, t) for t, p in keys)
+        items = []
+        for _name, pid, topic_id in named[:limit]:
+            topic = cluster.topics[topic_id]
+            items.append(partition_doc(cluster, topic, topic.partitions[pid]))
+        nxt = [named[limit][0], named[limit][1]] if len(named) > limit else None
+        return {"items": items, "nextCursor": nxt, "limit": limit}
+
+    safe, reason = restart_verdict(broker_id, broker.state_name, n_blocking, n_offline)
+    return {
+        "brokerId": broker_id,
+        "state": broker.state_name,
+        "safe": safe,
+        "reason": reason,
+        "blockingCount": n_blocking,
+        "offlineCount": n_offline,
+        "blocking": page(blocking),
+        "offline": page(offline),
+    }
