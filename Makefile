@@ -65,13 +65,15 @@ $(SPARK_JARS)/.resolved: tools/spark/pom.xml
 
 spark-jars: $(SPARK_JARS)/.resolved
 
-# Debian packages for tests: Java 17 (Spark), promtool (prometheus), amtool, PostgreSQL, chromium (status page test),
+# Debian packages for tests: Java 17 (Spark), prometheus + promtool, prometheus-alertmanager + amtool
+# (tests/test_alerting_live.py runs both servers), PostgreSQL, chromium (status page test),
 # a C compiler and Python's headers (the mypyc-compiled core).
 $(STAMP)/system: | $(STAMP)
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
-	command -v promtool >/dev/null || missing="$$missing prometheus"; \
-	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	command -v promtool >/dev/null && command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v amtool >/dev/null && command -v prometheus-alertmanager >/dev/null \
+	  || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	[ -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] \
@@ -116,15 +118,19 @@ validators: install-python
 # unless the compiled core is the one imported; `-P`: the installed build, not the repository's folders.
 CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
 	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py \
-	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_kafka3_real.py, $(wildcard tests/test_*.py))
+	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_kafka3_real.py \
+	tests/test_alerting_live.py tests/test_agent_real.py tests/test_replica_log_real.py, $(wildcard tests/test_*.py))
 test-compiled: install compiled
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \
 	  -k "metrics_equal_replay or files_source"
 
-# Alert rules (alerts/elrwatch-rules.yaml -> helm/elrwatch/files/elrwatch-rules.yaml): syntax, promtool unit tests
-# for every alert, coverage (firing + not firing + runbook section), Alertmanager example.
+# Alert rules: alerts/elrwatch-rules.yaml is the chart's rules (helm/elrwatch/files/elrwatch-rules.yaml, `for:` and
+# thresholds from values.yaml) rendered by helm with the default values: fresh, syntax, promtool unit tests for every
+# alert, coverage (firing + not firing + runbook section), Alertmanager example.
 test-alerts: install
+	$(PYTHON) helm/tools/fetch_helm.py --dest $(HELM) --cache .tools
+	$(PYTHON) helm/tools/render_rules.py --helm $(HELM) --check
 	promtool check rules alerts/elrwatch-rules.yaml
 	promtool test rules alerts/tests/*.yaml
 	$(PYTHON) alerts/tests/check_coverage.py
@@ -154,6 +160,7 @@ bench: install-python kafka-jars spark-jars compiled
 	$(PYTHON) bench/simulate.py
 	$(PYTHON) bench/api.py
 	$(PYTHON) bench/streaming.py
+	$(PYTHON) bench/fence_to_alert.py
 
 clean:
 	rm -rf $(STAMP) .pytest_cache .ruff_cache var artifacts build

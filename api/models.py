@@ -6,9 +6,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from elrwatch.state.insight import CAUSES
 from elrwatch.state.status import STATUSES
 
 Status = Literal[STATUSES]  # type: ignore[valid-type] - the status classes of state/status.py, most severe first
+Cause = Literal[CAUSES]  # type: ignore[valid-type] - why a replica is out of the ISR (state/insight.py)
 
 _OUTLOOK_EXAMPLE = {"summary": "keeps leader 2; acks=all writes fail until the ISR grows back to 2"}
 _RECOMMENDATION_EXAMPLE = {
@@ -38,6 +40,7 @@ _PARTITION_EXAMPLE = {
     "leaderless": False,
     "electable": [0, 2],
     "liveElectable": [0, 2],
+    "missingReplicas": [{"brokerId": 1, "cause": "fenced"}, {"brokerId": 0, "cause": "lagging"}],
     "status": "UNDER_MIN_ISR",
     "statusSinceMs": 1732100004000,
     "statusSinceOffset": 405,
@@ -75,6 +78,15 @@ class Problem(BaseModel):
     instance: str | None = None
 
 
+class MissingReplica(BaseModel):
+    """A replica not in the ISR and why, from its broker's registration: ``fenced`` (crash or network),
+    ``controlled_shutdown`` (a planned restart, also once fenced at its end until the broker registers again),
+    ``unregistered``, or ``lagging`` (registered and unfenced but out of sync)."""
+
+    brokerId: int
+    cause: Cause
+
+
 class PartitionSummary(BaseModel):
     """A partition's registration and derived status (list view; no advice)."""
 
@@ -105,6 +117,7 @@ class PartitionSummary(BaseModel):
     leaderless: bool
     electable: list[int] = []
     liveElectable: list[int] = []
+    missingReplicas: list[MissingReplica] = []
     status: Status
     statusSinceMs: int | None = Field(None, description="When the partition entered its status (ms epoch).")
     statusSinceOffset: int | None = None
@@ -228,6 +241,52 @@ class Broker(BaseModel):
     registered: bool = True
     rack: str | None = None
     state: str
+    isrMissingPartitions: int | None = Field(
+        None, description="Partitions with this broker among their replicas but not in their ISR."
+    )
+    restartBlockingPartitions: int | None = Field(
+        None, description="Partitions that stopping this broker now leaves under min ISR (or keeps there)."
+    )
+    restartOfflinePartitions: int | None = Field(
+        None, description="Partitions that stopping this broker now leaves without an electable leader."
+    )
+
+
+class RestartPartitions(BaseModel):
+    """One page of partitions (by topic and partition); pass ``nextCursor`` as this list's cursor."""
+
+    items: list[PartitionSummary]
+    nextCursor: str | None = None
+    limit: int
+
+
+class RestartCheck(BaseModel):
+    """Is it safe to stop this broker now?"""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "brokerId": 2,
+                    "state": "active",
+                    "safe": False,
+                    "reason": "stopping broker 2 now leaves 1 partition(s) under min ISR (acks=all writes fail)",
+                    "blockingCount": 1,
+                    "offlineCount": 0,
+                    "blocking": {"items": [], "nextCursor": None, "limit": 100},
+                    "offline": {"items": [], "nextCursor": None, "limit": 100},
+                }
+            ]
+        }
+    )
+    brokerId: int
+    state: str
+    safe: bool
+    reason: str
+    blockingCount: int = Field(description="Partitions whose ISR holds the broker with |ISR| - 1 < min ISR.")
+    offlineCount: int = Field(description="Partitions whose only active electable replica is the broker.")
+    blocking: RestartPartitions
+    offline: RestartPartitions
 
 
 class Freshness(BaseModel):

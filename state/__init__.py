@@ -18,6 +18,7 @@ COMPILED_MODULES = (
     "status",
     "routing",
     "cluster",
+    "insight",
     "replay",
     "report",
     "controller",

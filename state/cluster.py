@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import orjson
 
-from elrwatch.state import audit, records
+from elrwatch.state import audit, insight, records
 from elrwatch.state.audit import Violation
 from elrwatch.state.merge import clear_elr, merge_partition_change, partition_from_record
 from elrwatch.state.model import (
@@ -214,6 +214,8 @@ PERSISTED_ATTRIBUTES: Final = frozenset(
         "status_counts",
         "flag_histogram",
         "violation_counts",
+        "insight",
+        "insight_counts",
         "snapshot_end_offset",
         "recent_offsets",
         "recent_records",
@@ -259,6 +261,9 @@ class ClusterState:
         self.status_counts: Counter[str] = Counter()
         self.flag_histogram: Counter[int] = Counter()  # flags value -> partitions (at most 512 distinct values)
         self.violation_counts: Counter[str] = Counter()
+        # operator insight (state/insight.py): each owned partition's non-empty contribution, and their sums
+        self.insight: dict[tuple[str, int], insight.Contribution] = {}
+        self.insight_counts: Counter[Any] = Counter()
         #: The end offset of the snapshot the state was loaded from (None: none); log records below it are covered.
         self.snapshot_end_offset: int | None = None
         # The ring of RECENT_OFFSETS slots (allocated at the first record with an offset): offset, and the record
@@ -286,6 +291,7 @@ class ClusterState:
         self._active: set[int] = {b.broker_id for b in self.brokers.values() if b.active}
         self._is_active = self._active.__contains__  # the set is only ever updated in place
         self._eligible: set[int] = {b.broker_id for b in self.brokers.values() if b.registered and not b.fenced}
+        self._causes: dict[int, int] = insight.cause_codes(self.brokers.values())
         self._elr_on = self.elr_enabled
         self.last_error: RecordError | None = None
 
@@ -311,6 +317,8 @@ class ClusterState:
             if name in PERSISTED_ATTRIBUTES:  # an attribute an older version kept is dropped
                 setattr(self, name, value)
         self._reset_transient()
+        if "insight" not in state:  # saved by a version without the insight counters: count them once
+            self.insight, self.insight_counts = insight.recount(self)
         return self
 
     # --- queries --------------------------------------------------------------------------------------------
@@ -751,8 +759,26 @@ class ClusterState:
             or (topic_id, partition.partition_id) in self.violations
         ):
             self._audit(topic, partition, min_isr, record, epoch_note)
+        self._update_insight(topic_id, partition, min_isr)
         if self.track_changes:
             self._dirty[id(partition)] = partition
+
+    def _update_insight(self, topic_id: str, partition: PartitionState, min_isr: int) -> None:
+        """Recompute the partition's insight contribution and update the counters by difference."""
+        part = insight.contribution(
+            partition.replicas, partition.isr, partition.elr, partition.leader, min_isr, self._causes, self._active
+        )
+        key = (topic_id, partition.partition_id)
+        old = self.insight.get(key)
+        if old == part:
+            return
+        if old is not None:
+            insight.apply_delta(self.insight_counts, topic_id, old, -1)
+        if part is None:
+            del self.insight[key]
+        else:
+            self.insight[key] = part
+            insight.apply_delta(self.insight_counts, topic_id, part, 1)
 
     def _count_flags(self, flags: int, delta: int) -> None:
         self.flag_histogram[flags] += delta
@@ -883,6 +909,7 @@ class ClusterState:
             self._eligible.add(broker.broker_id)
         else:
             self._eligible.discard(broker.broker_id)
+        self._causes[broker.broker_id] = insight.broker_cause(broker)
         self._dirty_brokers.add(broker.broker_id)
         if self.partition_count == 0:
             return
@@ -943,6 +970,9 @@ class ClusterState:
             self._count_flags(partition.flags, -1)
         self.partition_count -= 1
         key = (topic.topic_id, partition.partition_id)
+        part = self.insight.pop(key, None)
+        if part is not None:
+            insight.apply_delta(self.insight_counts, topic.topic_id, part, -1)
         for violation in self.violations.pop(key, ()):
             self.violation_counts[violation.kind] -= 1
         self.log_info.pop(key, None)

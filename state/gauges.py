@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from elrwatch.state import insight
 from elrwatch.state.audit import VIOLATION_KINDS
 from elrwatch.state.records import QUARANTINE_REASONS
 from elrwatch.state.status import (
@@ -122,6 +123,54 @@ METRICS: dict[str, Metric] = _table(
         "elrwatch_last_known_leader_elections_total",
         "counter",
         "Last-known-leader elections observed (ISR and ELR empty).",
+    ),
+    # operator insight (state/insight.py): per broker (every registered broker), per topic (non-zero ones only),
+    # by cause of the missing replicas
+    Metric(
+        "elrwatch_broker_isr_missing_partitions",
+        "gauge",
+        "Partitions that have the broker among their replicas but not in their ISR.",
+        ("broker",),
+    ),
+    Metric(
+        "elrwatch_broker_restart_blocking_partitions",
+        "gauge",
+        "Partitions whose ISR holds the broker with |ISR| - 1 < effective min ISR: stopping it now leaves them "
+        "under min ISR (acks=all writes fail), or keeps them there.",
+        ("broker",),
+    ),
+    Metric(
+        "elrwatch_broker_restart_offline_partitions",
+        "gauge",
+        "Partitions with a leader whose only active member of ISR ∪ ELR is the broker: stopping it now leaves "
+        "them without an electable leader.",
+        ("broker",),
+    ),
+    Metric(
+        "elrwatch_topic_under_min_isr_partitions",
+        "gauge",
+        "Partitions of the topic with |ISR| < effective min ISR (only topics with some).",
+        ("topic",),
+    ),
+    Metric(
+        "elrwatch_topic_offline_partitions",
+        "gauge",
+        "Partitions of the topic without a leader (only topics with some).",
+        ("topic",),
+    ),
+    Metric(
+        "elrwatch_topic_at_min_isr_partitions",
+        "gauge",
+        "Partitions of the topic with |ISR| == effective min ISR (only topics with some).",
+        ("topic",),
+    ),
+    Metric(
+        "elrwatch_under_min_isr_partitions_by_cause",
+        "gauge",
+        "Partitions under min ISR by the dominant cause of their missing replicas (unregistered > fenced > lagging "
+        "> controlled_shutdown: controlled_shutdown means every missing replica is in a planned shutdown).",
+        ("cause",),
+        insight.CAUSES,
     ),
     Metric("elrwatch_brokers", "gauge", "Registered brokers by state.", ("state",), BROKER_STATES),
     Metric("elrwatch_elr_enabled", "gauge", "1 when eligible.leader.replicas.version >= 1."),
@@ -244,11 +293,48 @@ def partition_gauges(cluster: Any) -> Gauges:
         out[key("elrwatch_partitions", status=status)] = cluster.status_counts[status]
     for kind in VIOLATION_KINDS:
         out[key("elrwatch_invariant_violations", kind=kind)] = cluster.violation_counts[kind]
+    out.update(insight_gauges(cluster))
     counters = cluster.counters
     out[key("elrwatch_unclean_recovery_finished_total")] = counters["unclean_recovery_finished"]
     out[key("elrwatch_elr_elections_total")] = counters["elr_elections"]
     out[key("elrwatch_unclean_elections_total")] = counters["unclean_elections"]
     out[key("elrwatch_last_known_leader_elections_total")] = counters["last_known_leader_elections"]
+    return out
+
+
+#: The per-topic insight gauges by counter kind (state/insight.py).
+TOPIC_GAUGES = {
+    insight.TOPIC_UNDER: "elrwatch_topic_under_min_isr_partitions",
+    insight.TOPIC_OFFLINE: "elrwatch_topic_offline_partitions",
+    insight.TOPIC_AT: "elrwatch_topic_at_min_isr_partitions",
+}
+#: The per-broker insight gauges by counter kind.
+BROKER_GAUGES = {
+    insight.MISSING: "elrwatch_broker_isr_missing_partitions",
+    insight.BLOCKING: "elrwatch_broker_restart_blocking_partitions",
+    insight.OFFLINE: "elrwatch_broker_restart_offline_partitions",
+}
+
+
+def insight_gauges(cluster: Any) -> Gauges:
+    """The owned partitions' per-broker, per-topic and per-cause gauges (part of `partition_gauges`, summed over
+    buckets): one series per registered broker (0 included), one per topic with a non-zero count, all causes."""
+    counts = cluster.insight_counts
+    out: Gauges = {}
+    for broker_id in sorted(cluster.brokers):
+        if cluster.brokers[broker_id].registered:
+            label = str(broker_id)
+            for kind, name in BROKER_GAUGES.items():
+                out[key(name, broker=label)] = counts.get((kind, broker_id), 0)
+    topics = cluster.topics
+    per_topic = []
+    for (kind, subject), value in counts.items():
+        name = TOPIC_GAUGES.get(kind)
+        if name is not None and subject in topics:
+            per_topic.append((key(name, topic=topics[subject].name), value))
+    out.update(sorted(per_topic))  # the same order whatever the history of the counters
+    for code, cause in enumerate(insight.CAUSES):
+        out[key("elrwatch_under_min_isr_partitions_by_cause", cause=cause)] = counts.get((insight.CAUSE, code), 0)
     return out
 
 

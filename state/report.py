@@ -16,6 +16,7 @@ import orjson
 
 from elrwatch.state.cluster import ClusterState, polled_unknown
 from elrwatch.state.gauges import PipelineCounts, all_gauges
+from elrwatch.state.insight import missing_replicas
 from elrwatch.state.model import (
     LEADER_CHANGE_NONE,
     LRS_RECOVERED,
@@ -48,7 +49,9 @@ def partition_doc(
 ) -> dict[str, Any]:
     """One partition's registration, derived status, audit and (optionally) advice."""
     violations = [v.kind for v in cluster.partition_violations(topic.topic_id, partition.partition_id)]
-    doc = _document(topic.name, partition, cluster.effective_min_isr(topic), cluster.is_active, violations)
+    doc = _document(
+        topic.name, partition, cluster.effective_min_isr(topic), cluster.is_active, violations, cluster.brokers
+    )
     if advice is not None:
         outlook, recommendation = advice(cluster, topic, partition)
         doc["outlook"] = outlook
@@ -62,8 +65,10 @@ def _document(
     min_isr: int,
     is_active: Callable[[int], bool],
     violations: list[str],
+    brokers: Mapping[int, BrokerState],
 ) -> dict[str, Any]:
-    """The partition document without advice (replay's documents and the store's rebuilt ones alike)."""
+    """The partition document without advice (replay's documents and the store's rebuilt ones alike);
+    ``brokers`` give the causes of the missing replicas."""
     derived = view(partition, min_isr, is_active)
     return {
         "topic": topic_name,
@@ -85,6 +90,7 @@ def _document(
         "leaderless": derived.leaderless,
         "electable": derived.electable,
         "liveElectable": derived.live_electable,
+        "missingReplicas": missing_replicas(partition.replicas, partition.isr, brokers),
         "status": partition.status,
         "statusSinceMs": partition.status_since_ms,
         "statusSinceOffset": partition.status_since_offset,
@@ -227,7 +233,7 @@ class StoreView:
         """A stored partition's document (the same as ``partition_doc`` of the state that wrote it)."""
         values = orjson.loads(stored)
         partition = partition_from_stored(topic_id, partition_id, values)
-        doc = _document(topic_name, partition, effective_min_isr, self.is_active, values[_N_STORED])
+        doc = _document(topic_name, partition, effective_min_isr, self.is_active, values[_N_STORED], self.brokers)
         if advice:
             from elrwatch.state import metadata_version as mv
             from elrwatch.state.advice import advice_of

@@ -37,6 +37,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.pool import StaticPool
 
+from elrwatch.state import insight
+from elrwatch.state.gauges import BROKER_GAUGES, sample
 from elrwatch.state.report import StoreView
 from elrwatch.store.rows import (
     PARTITION_COLUMNS,
@@ -90,6 +92,14 @@ log = logging.getLogger("elrwatch.store")
 
 WAL_SIZE_LIMIT = 64 << 20  # SQLite truncates a WAL bigger than this after a complete checkpoint
 QUARANTINE_RECORDS_LIMIT = 1000  # records listed in a document, as state/report.py's quarantine_doc
+
+
+#: The per-broker counts of a broker document (``list_brokers``) and the gauges they come from.
+BROKER_COUNT_FIELDS = {
+    "isrMissingPartitions": BROKER_GAUGES[insight.MISSING],
+    "restartBlockingPartitions": BROKER_GAUGES[insight.BLOCKING],
+    "restartOfflinePartitions": BROKER_GAUGES[insight.OFFLINE],
+}
 
 
 class StatusStore:
@@ -738,7 +748,117 @@ class StatusStore:
             return [loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
 
     def list_brokers(self) -> list[dict[str, Any]]:
-        """Broker documents, by id."""
+        """Broker documents, by id, each with its partition counts (``isrMissingPartitions``,
+        ``restartBlockingPartitions``, ``restartOfflinePartitions``: the per-broker gauges of the same batch; null
+        when the store has no such gauge, e.g. for an unregistered broker)."""
         with self.engine.connect() as conn:
-            return [loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
+            docs = [loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
+            counts = self._broker_counts(conn, [int(d["brokerId"]) for d in docs])
+        return [{**d, **counts[int(d["brokerId"])]} for d in docs]
+
+    def _broker_counts(self, conn: Connection, broker_ids: Sequence[int]) -> dict[int, dict[str, int | None]]:
+        """The per-broker gauges of these brokers (by their sample names: nothing is parsed back)."""
+        names = {
+            sample(gauge, broker=str(b)): (b, field)
+            for b in broker_ids
+            for field, gauge in BROKER_COUNT_FIELDS.items()
+        }
+        out: dict[int, dict[str, int | None]] = {b: dict.fromkeys(BROKER_COUNT_FIELDS) for b in broker_ids}
+        for chunk in chunks(list(names)):
+            stmt = select(gauges_t.c.name, gauges_t.c.value).where(gauges_t.c.name.in_(chunk))
+            for name, value in conn.execute(stmt):
+                b, field = names[name]
+                out[b][field] = int(value)
+        return out
+
+    def restart_check(
+        self,
+        broker_id: int,
+        *,
+        blocking_after: tuple[str, int] | None = None,
+        offline_after: tuple[str, int] | None = None,
+        limit: int = 100,
+    ) -> dict[str, Any] | None:
+        """Is it safe to stop this broker now? None for an unknown broker. The counts and the verdict come from
+        the per-broker gauges of the last batch; the partitions (pages from the cursor keys ``blocking_after`` /
+        ``offline_after``, by topic and partition) are found among the broker's replicas and re-derived from their
+        stored state with the same rules (state/insight.py)."""
+        with self._reading() as conn:
+            row = conn.execute(select(brokers_t.c.doc).where(brokers_t.c.broker_id == broker_id)).first()
+            if row is None:
+                return None
+            broker = loads(row[0])
+            counts = self._broker_counts(conn, [broker_id])[broker_id]
+            store_view = self._store_view(conn)
+            pages = {}
+            for kind, after, test in (
+                ("blocking", blocking_after, insight.blocks),
+                ("offline", offline_after, insight.takes_offline),
+            ):
+                count = counts["restartBlockingPartitions" if kind == "blocking" else "restartOfflinePartitions"]
+                if count == 0:
+                    pages[kind] = {"items": [], "nextCursor": None, "limit": limit}
+                else:
+                    pages[kind] = self._restart_page(
+                        conn, store_view, broker_id, test, after, limit, full_count=count is None
+                    )
+        state = broker.get("state", "unknown")
+        n_blocking = counts["restartBlockingPartitions"]
+        n_offline = counts["restartOfflinePartitions"]
+        if n_blocking is None or n_offline is None:  # a store without these gauges: the pages' own counts
+            n_blocking, n_offline = pages["blocking"]["count"], pages["offline"]["count"]
+        for page in pages.values():
+            page.pop("count", None)
+        safe, reason = insight.restart_verdict(broker_id, state, n_blocking, n_offline)
+        return {
+            "brokerId": broker_id,
+            "state": state,
+            "safe": safe,
+            "reason": reason,
+            "blockingCount": n_blocking,
+            "offlineCount": n_offline,
+            **pages,
+        }
+
+    def _restart_page(
+        self,
+        conn: Connection,
+        store_view: StoreView,
+        broker_id: int,
+        test: Any,
+        after: tuple[str, int] | None,
+        limit: int,
+        full_count: bool,
+    ) -> dict[str, Any]:
+        """A page of the broker's partitions that ``test`` (insight.blocks / takes_offline) selects, and how many
+        there are from ``after`` on (with ``full_count``; else the scan stops at the next page's first)."""
+        p, r = partitions_t, partition_replicas_t
+        stmt = (
+            select(*DOC_COLUMNS)
+            .select_from(r.join(p, and_(p.c.topic_id == r.c.topic_id, p.c.partition_id == r.c.partition_id)))
+            .where(r.c.broker_id == broker_id)
+        )
+        if after is not None:
+            stmt = stmt.where(or_(r.c.topic > after[0], and_(r.c.topic == after[0], r.c.partition_id >= after[1])))
+        stmt = stmt.order_by(r.c.topic, r.c.partition_id)
+        causes = insight.cause_codes(store_view.brokers.values())
+        active = {b for b, broker in store_view.brokers.items() if broker.active}
+        items: list[dict[str, Any]] = []
+        nxt = None
+        count = 0
+        for topic, topic_id, partition_id, min_isr, state in conn.execute(stmt):
+            values = loads(state)
+            part = insight.contribution(
+                tuple(values[0]), tuple(values[1]), tuple(values[2]), values[4], min_isr or 1, causes, active
+            )
+            if not test(part, broker_id):
+                continue
+            count += 1
+            if len(items) < limit:
+                items.append(store_view.document(topic, topic_id, partition_id, min_isr, state, advice=False))
+            elif nxt is None:
+                nxt = (topic, partition_id)
+                if not full_count:
+                    break
+        return {"items": items, "nextCursor": nxt, "limit": limit, "count": count}
 

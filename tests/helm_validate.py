@@ -157,7 +157,41 @@ MUST_FAIL: list[tuple[str, list[str]]] = [
     ("unknown streaming.mode", ["--set", "streaming.mode=yarn"]),
     ("typo in a values key", ["--set", "streaming.bukets=4"]),
     ("plain-text password value", ["--set", "store.postgresql.password=hunter2"]),
+    ("an alert without its for:/thresholds", ["--set", "prometheusRule.alerts.ElrwatchOfflinePartitions=null"]),
+    ("an alert threshold left out", ["--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.threshold=null"]),
+    ("a threshold that is not a number", ["--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.threshold=x"]),
+    ("a for: that is not a duration", ["--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.for=soon"]),
 ]
+
+#: Alert values set in the chart must reach the rendered rule: (--set assignments, alert, expr, for, text in the
+#: description).
+ALERT_OVERRIDES = (
+    ["--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.for=7s",
+     "--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.threshold=3",
+     "--set", "prometheusRule.alerts.ElrwatchMonitorStale.staleAfterSeconds=90"],
+    {"ElrwatchOfflinePartitions": ("elrwatch_offline_partitions > 3", "7s", "for 7s"),
+     "ElrwatchMonitorStale": (None, "5m", "more than 90 seconds")},
+)
+
+
+def check_alert_overrides(helm: str, kube_version: str, problems: list[str]) -> None:
+    """The values' `for:` and thresholds are what the PrometheusRule carries (the others keep their defaults)."""
+    sets, want = ALERT_OVERRIDES
+    res = helm_template(helm, [*sets, "--show-only", "templates/prometheusrule.yaml"], kube_version)
+    if res.returncode != 0:
+        problems.append(f"helm template failed: {res.stderr.strip()[:300]}")
+        return
+    rules = {r["alert"]: r for g in yaml.safe_load(res.stdout)["spec"]["groups"] for r in g["rules"]}
+    for alert, (expr, duration, text) in want.items():
+        rule = rules[alert]
+        if expr is not None and rule["expr"] != expr:
+            problems.append(f"{alert}: expr {rule['expr']!r}, want {expr!r}")
+        if rule["for"] != duration:
+            problems.append(f"{alert}: for {rule['for']!r}, want {duration!r}")
+        if text not in rule["annotations"]["description"]:
+            problems.append(f"{alert}: description lacks {text!r}")
+    if "${" in res.stdout:
+        problems.append("a placeholder is left in the rendered rules")
 
 
 # Known-bad edits of the sparkApplication render: each must be reported (proves the validators bite).
@@ -477,6 +511,13 @@ def main() -> int:
         for p in problems:
             print(f"       {p}")
         passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
+
+    problems = []
+    check_alert_overrides(args.helm, args.kube_version, problems)
+    print(f"{'ok  ' if not problems else 'FAIL'} alert for:/thresholds from values")
+    for p in problems:
+        print(f"       {p}")
+    passed, failed = (passed + 1, failed) if not problems else (passed, failed + 1)
 
     for name, helm_args in MUST_FAIL:
         res = helm_template(args.helm, helm_args, args.kube_version)

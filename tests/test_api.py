@@ -288,9 +288,79 @@ def test_history_lists_transitions_oldest_first(client: TestClient, store: Statu
     assert client.get("/v1/partitions/orders/0/history").json()["transitions"] == []
 
 
+def _restart_oracle(document: dict, broker: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
+    """From the partition documents alone (the monitor's definitions, as DescribeTopicPartitions and
+    DescribeCluster would give them): restart-blocking and restart-offline partitions, and the missing count."""
+    active = {b["brokerId"] for b in document["brokers"] if b["state"] == "active"}
+    blocking, offline, missing = [], [], 0
+    for p in document["partitions"]:
+        key = (p["topic"], p["partitionId"])
+        if broker in p["isr"] and len(p["isr"]) - 1 < p["effectiveMinIsr"]:
+            blocking.append(key)
+        if p["leader"] != -1 and {b for b in set(p["isr"]) | set(p["elr"]) if b in active} == {broker}:
+            offline.append(key)
+        missing += broker in p["replicas"] and broker not in p["isr"]
+    return sorted(blocking), sorted(offline), missing
+
+
 def test_topics_and_brokers(client: TestClient, document: dict) -> None:
     assert client.get("/v1/topics").json() == document["topics"]
-    assert client.get("/v1/brokers").json() == document["brokers"]
+    brokers = client.get("/v1/brokers").json()
+    counts = ("isrMissingPartitions", "restartBlockingPartitions", "restartOfflinePartitions")
+    assert [{k: v for k, v in b.items() if k not in counts} for b in brokers] == document["brokers"]
+    for b in brokers:
+        blocking, offline, missing = _restart_oracle(document, b["brokerId"])
+        assert (b["isrMissingPartitions"], b["restartBlockingPartitions"], b["restartOfflinePartitions"]) == (
+            missing,
+            len(blocking),
+            len(offline),
+        )
+    assert brokers[2]["restartBlockingPartitions"] == 4 and brokers[2]["restartOfflinePartitions"] == 1
+
+
+def _walk_restart(client: TestClient, broker: int, kind: str) -> list[tuple[str, int]]:
+    keys, cursor = [], None
+    while True:
+        params: dict[str, Any] = {"limit": 1}
+        if cursor:
+            params[f"{kind}_cursor"] = cursor
+        body = client.get(f"/v1/brokers/{broker}/restart-check", params=params).json()
+        keys += [(p["topic"], p["partitionId"]) for p in body[kind]["items"]]
+        cursor = body[kind]["nextCursor"]
+        if cursor is None:
+            return keys
+
+
+def test_restart_check_lists_the_blocking_and_offline_partitions(client: TestClient, document: dict) -> None:
+    for broker in range(4):
+        body = client.get(f"/v1/brokers/{broker}/restart-check").json()
+        blocking, offline, _ = _restart_oracle(document, broker)
+        assert (body["blockingCount"], body["offlineCount"]) == (len(blocking), len(offline))
+        assert body["safe"] is (not blocking and not offline)
+        assert [(p["topic"], p["partitionId"]) for p in body["blocking"]["items"]] == blocking
+        assert _walk_restart(client, broker, "blocking") == blocking
+        assert _walk_restart(client, broker, "offline") == offline
+    body = client.get("/v1/brokers/2/restart-check").json()
+    assert body["safe"] is False and body["state"] == "active"
+    assert body["reason"] == (
+        "stopping broker 2 now leaves 4 partition(s) under min ISR (acks=all writes fail) and 1 partition(s) "
+        "without an electable leader (offline)"
+    )
+    assert [(p["topic"], p["partitionId"]) for p in body["offline"]["items"]] == [("payments", 2)]
+    assert body["offline"]["items"][0]["missingReplicas"] == [
+        {"brokerId": 0, "cause": "lagging"},
+        {"brokerId": 3, "cause": "fenced"},
+    ]
+    fenced = client.get("/v1/brokers/1/restart-check").json()
+    assert fenced["safe"] is True and fenced["reason"] == "broker 1 is fenced: stopping it changes no ISR"
+
+
+def test_restart_check_errors(client: TestClient) -> None:
+    missing = client.get("/v1/brokers/9/restart-check")
+    assert missing.status_code == 404 and missing.headers["content-type"] == PROBLEM
+    assert missing.json()["detail"] == "unknown broker 9"
+    assert client.get("/v1/brokers/2/restart-check", params={"blocking_cursor": "bm90IGEgY3Vyc29y"}).status_code == 422
+    assert client.get("/v1/brokers/-1/restart-check").status_code == 422
 
 
 def test_summary_has_gauges_counters_and_freshness(client: TestClient, document: dict) -> None:

@@ -216,6 +216,7 @@ def test_write_batch_replaces_removes_and_records_history(store: StatusStore) ->
     p.update(
         isr=[2, 0],
         elr=[],
+        missingReplicas=[{"brokerId": 1, "cause": "fenced"}],  # broker 0 rejoined the ISR
         status="AT_MIN_ISR",
         underMinIsr=False,
         atMinIsr=True,
