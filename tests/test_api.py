@@ -479,6 +479,47 @@ def test_cli_status_prints_the_store_as_the_replay_document(store: StatusStore, 
     assert json.loads(result.stdout) == document
 
 
+def test_cli_restart_check_from_the_store_and_from_events(store: StatusStore, client: TestClient, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(scenario_lines()) + "\n")
+    for broker, code in ((2, 1), (0, 1), (1, 0)):
+        from_store = CliRunner().invoke(cli_app, ["restart-check", str(broker), "--store", str(store.url)])
+        assert from_store.exit_code == code, from_store.output
+        body = json.loads(from_store.stdout)
+        api = client.get(f"/v1/brokers/{broker}/restart-check").json()
+        for kind in ("blocking", "offline"):  # the API's items are partition summaries: the CLI's, full documents
+            body[kind]["items"] = [{k: p[k] for k in a} for p, a in zip(body[kind]["items"], api[kind]["items"], strict=True)]
+        assert body == api
+        replayed = CliRunner().invoke(cli_app, ["restart-check", str(broker), str(events), "--limit", "2"])
+        assert replayed.exit_code == code, replayed.output
+        again = json.loads(replayed.stdout)
+        assert {k: again[k] for k in ("safe", "reason", "blockingCount", "offlineCount")} == {
+            k: body[k] for k in ("safe", "reason", "blockingCount", "offlineCount")
+        }
+        for kind in ("blocking", "offline"):
+            keys = [(p["topic"], p["partitionId"]) for p in again[kind]["items"]]
+            assert keys == [(p["topic"], p["partitionId"]) for p in body[kind]["items"]][:2]
+            if again[kind]["nextCursor"] is not None:  # the API's cursor of the third one
+                third = decode_cursor(again[kind]["nextCursor"], (str, int))
+                assert third == (body[kind]["items"][2]["topic"], body[kind]["items"][2]["partitionId"])
+
+
+def test_cli_restart_check_usage_errors(store: StatusStore, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(scenario_lines()) + "\n")
+    for args in (
+        ["restart-check", "9", "--store", str(store.url)],
+        ["restart-check", "9", str(events)],
+        ["restart-check", "1", str(events), "--store", str(store.url)],
+        ["restart-check", "x"],
+        ["restart-check", "1", str(tmp_path / "missing.jsonl")],
+        ["restart-check", "1", "--store", f"sqlite:///{tmp_path}/missing.db"],
+    ):
+        result = CliRunner().invoke(cli_app, args)
+        assert result.exit_code == 2, (args, result.output)
+    assert "unknown broker 9" in CliRunner().invoke(cli_app, ["restart-check", "9", str(events)]).output
+
+
 def test_cli_status_fails_in_one_line_and_masks_the_password(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli_app, ["status", "--store", f"sqlite:///{tmp_path}/missing.db"])
     assert result.exit_code == 2 and "no status store" in result.output
