@@ -306,7 +306,7 @@ def _restart_oracle(document: dict, broker: int) -> tuple[list[tuple[str, int]],
 def test_topics_and_brokers(client: TestClient, document: dict) -> None:
     assert client.get("/v1/topics").json() == document["topics"]
     brokers = client.get("/v1/brokers").json()
-    counts = ("isrMissingPartitions", "restartBlockingPartitions", "restartOfflinePartitions")
+    counts = ("leaderPartitions", "isrMissingPartitions", "restartBlockingPartitions", "restartOfflinePartitions")
     assert [{k: v for k, v in b.items() if k not in counts} for b in brokers] == document["brokers"]
     for b in brokers:
         blocking, offline, missing = _restart_oracle(document, b["brokerId"])
@@ -315,6 +315,7 @@ def test_topics_and_brokers(client: TestClient, document: dict) -> None:
             len(blocking),
             len(offline),
         )
+        assert b["leaderPartitions"] == sum(p["leader"] == b["brokerId"] for p in document["partitions"])
     assert brokers[2]["restartBlockingPartitions"] == 4 and brokers[2]["restartOfflinePartitions"] == 1
 
 
@@ -568,3 +569,21 @@ def test_api_on_a_store_the_job_has_not_written_yet(tmp_path: Path) -> None:
         assert c.get("/v1/partitions").json()["items"] == []
         assert c.get("/v1/summary").json()["partitions"] == 0
         assert c.get("/v1/partitions/orders/0").status_code == 404
+
+
+def test_trend_of_under_min_isr_and_offline_counts(client: TestClient, store: StatusStore, document: dict) -> None:
+    under = document["gauges"]["elrwatch_global_under_min_isr_partitions"]
+    offline = document["gauges"]["elrwatch_offline_partitions"]
+    body = client.get("/v1/trend").json()
+    assert body["toMs"] - body["fromMs"] == 3_600_000
+    assert [v for _, v in body["underMinIsr"]] == [under] and [v for _, v in body["offline"]] == [offline]
+    gauges = dict(document["gauges"])
+    store.write_batch(2, gauges=gauges)  # unchanged: no new point
+    gauges["elrwatch_global_under_min_isr_partitions"] = under + 3
+    store.write_batch(3, gauges=gauges)
+    body = client.get("/v1/trend", params={"minutes": 5}).json()
+    assert [v for _, v in body["underMinIsr"]] == [under, under + 3]
+    assert [v for _, v in body["offline"]] == [offline]
+    times = [t for t, _ in body["underMinIsr"]]
+    assert body["fromMs"] <= times[0] <= times[1] <= body["toMs"]
+    assert client.get("/v1/trend", params={"minutes": 0}).status_code == 422
