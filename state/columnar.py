@@ -154,14 +154,29 @@ class BatchEngine:
         record_lrs = data.get("leaderRecoveryState", -1)
         if leader_set != NO_LEADER_CHANGE or record_lrs != -1:
             cluster._count_election(b_leader, b_isr, b_elr, b_lke, b_lrs, partition, record_lrs, leader_set)
-        if cluster._by_broker is not None and (
+        index = cluster._by_broker
+        if index is not None and (
             partition.replicas is not b_replicas
             or partition.isr is not b_isr
             or partition.elr is not b_elr
             or partition.last_known_elr is not b_lke
         ):
-            cluster._unindex(set(b_replicas) | set(b_isr) | set(b_elr) | set(b_lke), partition)
-            cluster._index(partition)
+            # the core removes the partition from every old member's set and adds it to every new member's: the
+            # same sets result from moving it between the members that left and joined (none, in an ISR change)
+            replicas = partition.replicas
+            if (
+                replicas is b_replicas
+                and _within(partition.isr, replicas)
+                and _within(partition.elr, replicas)
+                and _within(partition.last_known_elr, replicas)
+                and _within(b_isr, replicas)
+                and _within(b_elr, replicas)
+                and _within(b_lke, replicas)
+            ):
+                pass
+            else:
+                cluster._unindex(set(b_replicas) | set(b_isr) | set(b_elr) | set(b_lke), partition)
+                cluster._index(partition)
         self._refresh(topic, partition, record)
 
     def _create(self, topic: TopicState, partition_id: int, record: Record) -> None:
@@ -206,7 +221,7 @@ class BatchEngine:
                 or len(isr) < min_isr
                 or not (leader == NO_LEADER or leader in isr)
                 or (cluster.brokers and not cluster._eligible.issuperset(isr))
-                or not all(b in partition.replicas for b in isr)
+                or not _within(isr, partition.replicas)
             )
             derived = self._memo[key] = (status, flags, audit)
         status, flags, audit = derived
@@ -243,3 +258,11 @@ class BatchEngine:
             cluster._audit(topic, partition, min_isr, record, None)
         if cluster.track_changes:
             cluster._dirty[id(partition)] = partition
+
+
+def _within(members: tuple[int, ...], container: tuple[int, ...]) -> bool:
+    """Whether every member is in ``container``."""
+    for member in members:  # noqa: SIM110 - a plain loop is faster than all() with a generator here
+        if member not in container:
+            return False
+    return True

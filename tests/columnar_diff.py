@@ -134,8 +134,12 @@ def run_both(
     default_min_isr: int = 1,
     source: str = "events",
     track_changes: bool = True,
+    index_brokers: bool = False,
 ) -> Result:
-    """Apply ``batches`` with the core and with the batch engine; assert everything equal after each batch."""
+    """Apply ``batches`` with the core and with the batch engine; assert everything equal after each batch.
+
+    ``index_brokers``: build the broker index after each batch, as the streaming job does (else the core builds
+    it at the first broker record that finds partitions)."""
     ref = ClusterState(default_min_isr=default_min_isr, bucket=bucket, track_changes=track_changes)
     engine = BatchEngine(ClusterState(default_min_isr=default_min_isr, bucket=bucket, track_changes=track_changes))
     index = bucket[0] if bucket is not None else 0
@@ -162,6 +166,9 @@ def run_both(
         assert_same(f"{where} payload", canonical(ref_payload), canonical(fast_payload))
         assert_same(f"{where} shared gauges", shared_gauges(ref), shared_gauges(engine.cluster))
         assert_same(f"{where} state", state_of(ref), state_of(engine.cluster))
+        if index_brokers:
+            ref.index_brokers()
+            engine.cluster.index_brokers()
         for outcome in ref_outcomes:
             result.outcomes[outcome.value] = result.outcomes.get(outcome.value, 0) + 1
         result.records += len(ref_records)

@@ -52,16 +52,17 @@ def generator_batches(seed: int) -> list[list[Item]]:
     return out
 
 
+@pytest.mark.parametrize("index_brokers", [False, True])
 @pytest.mark.parametrize("bucket", buckets_of(3))
-def test_event_generator_load_storms_and_churn(bucket: tuple[int, int] | None) -> None:
-    result = run_both(generator_batches(5), bucket=bucket, default_min_isr=2)
+def test_event_generator_load_storms_and_churn(bucket: tuple[int, int] | None, index_brokers: bool) -> None:
+    result = run_both(generator_batches(5), bucket=bucket, default_min_isr=2, index_brokers=index_brokers)
     assert result.transitions > 0
     assert result.fast >= 0.8 * result.outcomes["applied"], result  # the fast path takes the storms and the load
 
 
 def test_event_generator_in_random_batches() -> None:
     gen = EventGenerator(topics=2, partitions=30, brokers=4, seed=3)
-    lines = [*gen.bootstrap(), *gen.steps(25), *gen.churn(200)]
+    lines = [*gen.bootstrap(), *gen.steps(15), *gen.churn(100)]
     result = run_both(cut(lines, sizes(3)), default_min_isr=2)
     assert result.fast > 0 and result.outcomes == {"applied": result.records}
 
@@ -78,7 +79,7 @@ def test_without_change_tracking() -> None:
 def test_real_kafka_logs(scenario: str) -> None:
     lines = (DATA / scenario / "metadata.dump").read_text().splitlines()
     for bucket in buckets_of(2):
-        run_both(cut(lines, sizes(len(scenario), 1, 60)), bucket=bucket, source=scenario)
+        run_both(cut(lines, sizes(len(scenario), 1, 120)), bucket=bucket, source=scenario)
 
 
 def test_real_kafka_corpus_is_there() -> None:
@@ -141,7 +142,7 @@ def test_simulator_scenarios(scenario: str) -> None:
 def test_simulator_random_faults(seed: int) -> None:
     lines = simulated(faults=0.3, records=600, seed=seed)
     for bucket in (None, (seed % 2, 2)):
-        result = run_both(cut(lines, sizes(seed, 5, 80)), bucket=bucket)
+        result = run_both(cut(lines, sizes(seed, 5, 80)), bucket=bucket, index_brokers=bucket is None)
         assert result.records > 0
 
 
@@ -187,7 +188,7 @@ def faulty_stream(seed: int, steps: int, rnd: random.Random) -> list[Item]:
 def test_random_faulty_streams(seed: int, steps: int, rnd: random.Random, which: int) -> None:
     stream = faulty_stream(seed, steps, rnd)
     bucket = None if which == 0 else (which - 1, 3)
-    run_both(cut(stream, [rnd.randint(1, 50) for _ in range(len(stream))]), bucket=bucket)
+    run_both(cut(stream, [rnd.randint(1, 50) for _ in range(len(stream))]), bucket=bucket, index_brokers=which < 2)
 
 
 # --- what the engine takes and declines ------------------------------------------------------------------------------
