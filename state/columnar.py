@@ -16,9 +16,12 @@ partition other than partition 0, when nothing about it needs the object core's 
 * a change of partition 0 keeps its replica count (else the topic's effective min ISR changes);
 * ``leader`` and ``leaderRecoveryState`` are not null.
 
-Every other record (broker, config, topic, feature, ClearElr, RemoveTopic, ReplicaLogInfo, snapshot records,
-shadows of partition 0 in other buckets, duplicates, conflicts, malformed references) is a barrier: the core
-applies it, and the fast path's memo of derived statuses starts afresh after it.
+A liveness change of a registered broker (BrokerRegistrationChangeRecord, Fence/UnfenceBrokerRecord with its
+current epoch) takes the fast path too: it re-derives the broker's partitions with the same memo, afresh.
+
+Every other record (registrations, configs, topics, features, ClearElr, RemoveTopic, ReplicaLogInfo, snapshot
+records, shadows of partition 0 in other buckets, duplicates, conflicts, malformed references) is a barrier: the
+core applies it, and the memo of derived statuses starts afresh after it.
 
 Status and flags are derived once per distinct (ISR, ELR, last known ELR, replicas, leader, recovery state,
 min ISR, unclean) combination within a segment between barriers (broker liveness, configs and features cannot
@@ -40,6 +43,8 @@ from elrwatch.state.status import derive
 
 _PCR = records.PARTITION_CHANGE_RECORD
 _PR = records.PARTITION_RECORD
+_BROKER_CHANGE = records.BROKER_REGISTRATION_CHANGE_RECORD
+_BROKER_LIVENESS = frozenset({_BROKER_CHANGE, records.FENCE_BROKER_RECORD, records.UNFENCE_BROKER_RECORD})
 
 #: A derived result: (status, flags, whether the core's audit condition holds before looking at the
 #: partition's current violations).
@@ -84,7 +89,11 @@ class BatchEngine:
     def _fast(self, record: Record) -> Outcome | None:
         """Apply ``record`` if the fast path covers it (APPLIED), else None with nothing changed."""
         kind = record.type
-        if kind != _PCR and kind != _PR:
+        if kind in (_PCR, _PR):
+            partition_kind = True
+        elif kind in _BROKER_LIVENESS:
+            partition_kind = False
+        else:
             return None
         cluster = self.cluster
         offset = record.offset
@@ -100,44 +109,102 @@ class BatchEngine:
         slot = offset % RECENT_OFFSETS
         if ring and ring[slot] == offset:
             return None
-        data = record.data
-        topic = cluster.topics.get(data["topicId"])
-        if topic is None:
+        if not (self._partition_record(record, offset) if partition_kind else self._broker_liveness(record, offset)):
             return None
-        partition_id = data["partitionId"]
-        if cluster.bucket is not None and not cluster.owns(topic.topic_id, partition_id):
-            return None
-        partition = topic.partitions.get(partition_id)
-        if kind == _PCR:
-            if partition is None:
-                return None
-            last_offset = partition.last_offset
-            if last_offset is not None and offset <= last_offset:
-                return None
-            if ("leader" in data and data["leader"] is None) or (
-                "leaderRecoveryState" in data and data["leaderRecoveryState"] is None
-            ):
-                return None
-            if partition_id == 0:
-                replicas = data.get("replicas")
-                if replicas is not None and len(replicas) != len(partition.replicas):
-                    return None
-        elif partition is not None or partition_id == 0:
-            return None
-        # accepted: the bookkeeping of ClusterState.apply, then the record's effect
-        cluster.source_seq[record.source] = record.seq
-        if record.origin is not None and record.origin != cluster.derived_from:
-            cluster.derived_from = record.origin
-        if kind == _PCR:
-            self._change(topic, partition, record)  # type: ignore[arg-type]
-        else:
-            self._create(topic, partition_id, record)
         if not ring:
             cluster.recent_offsets = ring = [-1] * RECENT_OFFSETS
             cluster.recent_records = [None] * RECENT_OFFSETS
         ring[slot] = offset
         cluster.recent_records[slot] = record
         return Outcome.APPLIED
+
+    def _accept(self, record: Record) -> None:
+        """The bookkeeping `ClusterState.apply` does before a record's effect."""
+        cluster = self.cluster
+        cluster.source_seq[record.source] = record.seq
+        if record.origin is not None and record.origin != cluster.derived_from:
+            cluster.derived_from = record.origin
+
+    def _partition_record(self, record: Record, offset: int) -> bool:
+        """Apply a PartitionChangeRecord / PartitionRecord the fast path covers; False (nothing done) if not."""
+        cluster = self.cluster
+        data = record.data
+        topic = cluster.topics.get(data["topicId"])
+        if topic is None:
+            return False
+        partition_id = data["partitionId"]
+        if cluster.bucket is not None and not cluster.owns(topic.topic_id, partition_id):
+            return False
+        partition = topic.partitions.get(partition_id)
+        if record.type == _PCR:
+            if partition is None:
+                return False
+            last_offset = partition.last_offset
+            if last_offset is not None and offset <= last_offset:
+                return False
+            if ("leader" in data and data["leader"] is None) or (
+                "leaderRecoveryState" in data and data["leaderRecoveryState"] is None
+            ):
+                return False
+            if partition_id == 0:
+                replicas = data.get("replicas")
+                if replicas is not None and len(replicas) != len(partition.replicas):
+                    return False
+            self._accept(record)
+            self._change(topic, partition, record)
+            return True
+        if partition is not None or partition_id == 0:
+            return False
+        self._accept(record)
+        self._create(topic, partition_id, record)
+        return True
+
+    def _broker_liveness(self, record: Record, offset: int) -> bool:
+        """`ClusterState._apply_broker_change` / `_apply_fence` and `_broker_changed` for a registered broker whose
+        epoch matches, re-deriving its partitions with a fresh memo; False (nothing done) for anything else."""
+        cluster = self.cluster
+        data = record.data
+        kind = record.type
+        if kind == _BROKER_CHANGE:
+            broker_id, epoch = data["brokerId"], data["brokerEpoch"]
+        else:
+            broker_id, epoch = data["id"], data["epoch"]
+        broker = cluster.brokers.get(broker_id)
+        if broker is None or not broker.registered or broker.epoch != epoch:
+            return False
+        if broker.last_offset is not None and offset <= broker.last_offset:
+            return False
+        self._accept(record)
+        if kind == _BROKER_CHANGE:
+            fenced = data.get("fenced", 0)
+            if fenced == 1:
+                broker.fenced = True
+            elif fenced == -1:
+                broker.fenced = False
+            if data.get("inControlledShutdown", 0) == 1:
+                broker.in_controlled_shutdown = True
+        else:
+            broker.fenced = kind == records.FENCE_BROKER_RECORD
+        broker.last_offset = offset
+        if broker.active:
+            cluster._active.add(broker_id)
+        else:
+            cluster._active.discard(broker_id)
+        if broker.registered and not broker.fenced:
+            cluster._eligible.add(broker_id)
+        else:
+            cluster._eligible.discard(broker_id)
+        cluster._dirty_brokers.add(broker_id)
+        self._memo = {}  # liveness changed
+        if cluster.partition_count == 0:
+            return True
+        topics = cluster.topics
+        refresh = self._refresh
+        for partition in cluster._partitions_of_broker(broker_id):
+            topic = topics.get(partition.topic_id)
+            if topic is not None and topic.partitions.get(partition.partition_id) is partition:
+                refresh(topic, partition, record)
+        return True
 
     def _change(self, topic: TopicState, partition: PartitionState, record: Record) -> None:
         """`ClusterState._apply_partition_change` for an owned partition whose replica count stays (p0)."""

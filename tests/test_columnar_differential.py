@@ -195,7 +195,8 @@ def test_random_faulty_streams(seed: int, steps: int, rnd: random.Random, which:
 
 
 def test_fast_path_declines_what_it_does_not_cover() -> None:
-    """Barriers, duplicates, conflicts and partition 0's replica count changes go to the core."""
+    """Barriers (features, configs, registrations, topics), duplicates and partition 0's replica count changes go
+    to the core; liveness changes of registered brokers and partition records take the fast path."""
     gen = EventGenerator(topics=1, partitions=4, brokers=4, seed=1)
     boot = list(gen.bootstrap())
     result = run_both([boot, boot])  # the second time: every record a duplicate, decided by the core
@@ -208,7 +209,10 @@ def test_fast_path_declines_what_it_does_not_cover() -> None:
     records = Parser("s").records(boot)
     engine.apply_batch(records)
     partition_records = [r for r in records if r.type == "PARTITION_RECORD"]
-    assert engine.fast_records == len([r for r in partition_records if r.data["partitionId"] != 0])
+    unfences = [r for r in records if r.type == "BROKER_REGISTRATION_CHANGE_RECORD"]
+    assert unfences and engine.fast_records == len(unfences) + len(
+        [r for r in partition_records if r.data["partitionId"] != 0]
+    )
     assert engine.core_records == len(records) - engine.fast_records
     # a replica count change of partition 0 goes to the core, a change of another partition does not
     topic_id = partition_records[0].data["topicId"]
