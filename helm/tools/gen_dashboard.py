@@ -148,6 +148,7 @@ timeseries("Partitions by live electable replicas",
            12, 8, "KIP-966's electable-leader distribution: partitions by |live ISR ∪ ELR| (0, 1, 2, 3+).",
            stack=True)
 timeseries("Safety gauges", [
+    (f"sum(elrwatch_last_replica_standing_partitions{{{SEL}}})", "last replica standing (ELR off)"),
     (f"sum(elrwatch_global_under_min_isr_partitions{{{SEL}}})", "under min ISR"),
     (f"sum(elrwatch_at_min_isr_partitions{{{SEL}}})", "at min ISR"),
     (f"sum(elrwatch_offline_partitions{{{SEL}}})", "offline"),
@@ -223,8 +224,11 @@ stat("Scrape targets up", [(f'sum by (elrwatch_component) (up{{{SEL},elrwatch_co
      "Prometheus scrape health of the streaming driver and the API.", [(None, "red"), (1, "green")])
 timeseries("Source lag (records)", [(f"sum(elrwatch_source_lag_records{{{SEL}}})", "lag")], 8, 7,
            "Unprocessed records in the metadata event topic.")
-timeseries("Batch duration", [(f"max(elrwatch_batch_duration_seconds{{{SEL}}})", "last batch")], 8, 7,
-           "Duration of the last micro-batch.", unit="s")
+timeseries("Batch duration and store behind", [
+    (f"max(elrwatch_batch_duration_seconds{{{SEL}}})", "last batch (s)"),
+    (f"max(elrwatch_store_behind_batches{{{SEL}}})", "batches not yet in the store"),
+], 8, 7, "Duration of the last micro-batch, and the batches whose gauges are served but that the status store "
+   "(REST) does not have yet: it is written behind the batches.")
 timeseries("Batch input rows and batch rate", [
     (f"max(elrwatch_batch_input_rows{{{SEL}}})", "rows in last batch"),
     (f"sum(rate(elrwatch_batches_total{{{SEL}}}[$__rate_interval]))", "batches/s"),
