@@ -163,10 +163,11 @@ class ReplicaLogAgent(_Delivery):
     def needing_info(self) -> dict[tuple[str, int], tuple[str, Any]]:
         """(topic id, partition) → (topic name, partition state) of this node's replicas without a leader or ISR."""
         out = {}
-        for topic in self.cluster.topics.values():
-            for pid, p in topic.partitions.items():
-                if self.node_id in p.replicas and (p.leader < 0 or not p.isr):
-                    out[(topic.topic_id, pid)] = (topic.name, p)
+        topics = self.cluster.topics
+        for p in self.cluster.index_brokers().get(self.node_id, ()):  # the core's broker index: its partitions only
+            topic = topics.get(p.topic_id)
+            if topic is not None and self.node_id in p.replicas and (p.leader < 0 or not p.isr):
+                out[(p.topic_id, p.partition_id)] = (topic.name, p)
         return out
 
     # -- local files ---------------------------------------------------------------------------------------------

@@ -218,3 +218,27 @@ def test_cli_help_and_errors(tmp_path: Path) -> None:
                                  "--log-dirs", str(tmp_path / "nope"), "--metadata-log-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and "elrwatch: error:" in result.output
+
+
+def test_cli_runs_the_agent_until_its_duration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`elrwatch agent` wires its options into run_agent: a node without stranded replicas publishes nothing, the
+    state file is not written, and the command ends after --duration with exit 0."""
+    from elrwatch.bridge import runner
+    from elrwatch.cli import app
+
+    made: list[Any] = []
+
+    class Fake(MemoryPublisher):
+        def __init__(self, options: dict[str, str], topic: str) -> None:
+            super().__init__()
+            made.append((options, topic))
+
+    monkeypatch.setattr(runner, "KafkaPublisher", Fake)
+    data, _ = node_dirs(tmp_path)
+    result = CliRunner().invoke(app, [
+        "agent", "--bootstrap-servers", "localhost:1", "--topic", "ev", "--log-dirs", str(data),
+        "--metadata-log-dir", str(data), "--state-file", str(tmp_path / "s.json"), "--interval", "0.05",
+        "--duration", "0.3", "--security-protocol", "PLAINTEXT"])
+    assert result.exit_code == 0, result.output
+    assert made == [({"bootstrap.servers": "localhost:1", "topic": "ev", "security.protocol": "PLAINTEXT"}, "ev")]
+    assert not (tmp_path / "s.json").exists()
