@@ -534,7 +534,10 @@ def phase_storm_restart(
 
         def in_gauges() -> bool:
             load_peak.sample()
-            return (scrape(metrics_url).get("elrwatch_partition_count") or 0) >= n_partitions
+            try:
+                return (scrape(metrics_url).get("elrwatch_partition_count") or 0) >= n_partitions
+            except OSError:  # the job's exporter is not up yet
+                return False
 
         def loaded() -> bool:
             load_peak.sample()
