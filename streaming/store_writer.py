@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from elrwatch.streaming.payload import PAYLOAD_ROWS, decode_payloads, iter_partition_rows
+from elrwatch.streaming.priority import lower_current_thread_priority
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -36,6 +37,7 @@ WAL_DIR = "store-wal"
 WAL_SUFFIX = ".batch"
 WAL_VERSION = 1
 RETRIES = 3
+WRITER_NICENESS = 10  # the writer thread's priority below the batches'
 RETRY_BACKOFF_S = 1.0
 
 
@@ -193,6 +195,8 @@ class StoreWriter:
     # --- the writer thread ------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        # the store is behind the gauges by design: the batches (Spark, the buckets, the sink) get the cores first
+        lower_current_thread_priority(WRITER_NICENESS)
         while True:
             item = self._queue.get()
             if item is None:

@@ -42,6 +42,7 @@ from multiprocessing.connection import Client, Listener
 
 from elrwatch.streaming.bucket import StateSettings, run_bucket
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc
+from elrwatch.streaming.priority import lower_current_thread_priority
 from elrwatch.streaming.route import lane_of
 from elrwatch.streaming.snapshots import BucketState, SnapshotError
 
@@ -163,9 +164,7 @@ def preload_at_low_priority(
     errors: list[BaseException] = []
 
     def run() -> None:
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: the same preload at the usual priority
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + PRELOAD_NICENESS))
+        lower_current_thread_priority(PRELOAD_NICENESS)
         try:
             _preload(settings, lane, lanes, keys, cache)
         except BaseException as exc:  # re-raised in the serving thread: the driver restarts a failed server
