@@ -6,7 +6,7 @@ leaderless, and ``orders`` with broker 1 as its last replica standing), then ``o
 bridge (a thread, as in tests/test_bridge_real.py) publishes to an event topic on broker 1, one `elrwatch stream` job
 runs across all steps, and after each step the status store must equal what the cluster answers, partition by
 partition (leader, leader epoch, replicas, ISR), with the down brokers fenced (KRaft) or unregistered (ZooKeeper
-mode). On KRaft the metadata-log bridge follows broker 1's log (3.x record versions, no ELR fields) and its replay
+mode), and orders' effective min ISR and the last-replica-standing gauge must be what the step made them. On KRaft the metadata-log bridge follows broker 1's log (3.x record versions, no ELR fields) and its replay
 must equal the cluster too.
 """
 
@@ -24,12 +24,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.real_kafka, pytest.mark.slow, pytest.
 
 TOPICS = ["orders", "solo"]
 
-#: (name, step); every step is followed by the store (and the log bridge's replay) matching the cluster.
-STEPS: list[tuple[str, Callable[[Any], None]]] = [
-    ("broker 3 killed", lambda c: (c.kill_broker(3), c.wait_for(lambda: 3 in c.down_brokers(), "broker 3 down"))),
+#: (name, step, then orders' effective min ISR and the last-replica-standing gauge in the store); every step is
+#: followed by the store (and the log bridge's replay) matching the cluster.
+STEPS: list[tuple[str, Callable[[Any], Any], tuple[int, int]]] = [
+    ("start", lambda c: None, (2, 0)),
+    ("broker 3 killed", lambda c: (c.kill_broker(3), c.wait_for(lambda: 3 in c.down_brokers(), "broker 3 down")),
+     (2, 0)),
+    # orders' ISR is broker 1 alone with min ISR 2 and no ELR: both its partitions have their last replica standing
     ("broker 2 stopped cleanly", lambda c: (c.stop_broker(2),
-                                            c.wait_for(lambda: 2 in c.down_brokers(), "broker 2 down"))),
-    ("min ISR of orders 2 -> 1", lambda c: c.set_topic_config("orders", "min.insync.replicas", "1")),
+                                            c.wait_for(lambda: 2 in c.down_brokers(), "broker 2 down")), (2, 2)),
+    ("min ISR of orders 2 -> 1", lambda c: c.set_topic_config("orders", "min.insync.replicas", "1"), (1, 0)),
 ]
 
 
@@ -101,10 +105,15 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
             brokers = set(cluster.brokers)
             last: dict[str, Any] = {}
 
-            def caught_up() -> bool:
+            def caught_up(exposure: tuple[int, int]) -> bool:
                 want = cluster_answer(cluster)
                 doc = _store_doc(url)
                 last["cluster"], last["store"] = want, doc and store_answer(doc, brokers, mode)
+                last["exposure"] = doc and (
+                    {p["effectiveMinIsr"] for p in doc["partitions"] if p["topic"] == "orders"},
+                    doc["gauges"].get("elrwatch_last_replica_standing_partitions"))
+                if last["exposure"] != ({exposure[0]}, exposure[1]):
+                    return False
                 if mode == "kraft":
                     state, quarantined = replay(consume_lines(cluster.bootstrap, "ev-log"))
                     last["log"] = (state_answer(state, brokers), [str(q) for q in quarantined][:3])
@@ -112,10 +121,10 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
                         return False
                 return last["store"] == want
 
-            for name, step in [("start", lambda c: None), *STEPS]:
+            for name, step, exposure in STEPS:
                 step(cluster)
                 try:
-                    _poll(caught_up, 240, name, job)
+                    _poll(lambda e=exposure: caught_up(e), 240, name, job)
                 except BaseException as exc:
                     raise AssertionError(f"{version} {mode}, {name}: {last}") from exc
             partitions, down = last["cluster"]
