@@ -111,7 +111,8 @@ validators: install-python
 # unless the compiled core is the one imported; `-P`: the installed build, not the repository's folders.
 CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
 	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py \
-	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_alerting_live.py, $(wildcard tests/test_*.py))
+	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_alerting_live.py, \
+	$(wildcard tests/test_*.py))
 test-compiled: install compiled
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \
