@@ -241,6 +241,7 @@ class Broker(BaseModel):
     registered: bool = True
     rack: str | None = None
     state: str
+    leaderPartitions: int | None = Field(None, description="Partitions this broker leads.")
     isrMissingPartitions: int | None = Field(
         None, description="Partitions with this broker among their replicas but not in their ISR."
     )
@@ -287,6 +288,28 @@ class RestartCheck(BaseModel):
     offlineCount: int = Field(description="Partitions whose only active electable replica is the broker.")
     blocking: RestartPartitions
     offline: RestartPartitions
+
+
+class Trend(BaseModel):
+    """Under-min-ISR and offline partition counts over a window (the store's gauge history): each series is
+    ``[[atMs, value], ...]``, oldest first, a step function (a value holds until the next point)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "fromMs": 1732100000000,
+                    "toMs": 1732103600000,
+                    "underMinIsr": [[1732100000000, 0], [1732101000000, 12], [1732101300000, 0]],
+                    "offline": [[1732100000000, 0]],
+                }
+            ]
+        }
+    )
+    fromMs: int
+    toMs: int
+    underMinIsr: list[list[int | float]] = Field(description="[atMs, count] points, oldest first.")
+    offline: list[list[int | float]] = Field(description="[atMs, count] points, oldest first.")
 
 
 class Freshness(BaseModel):
@@ -360,6 +383,7 @@ class RecommendationItem(BaseModel):
     elr: list[int] = []
     lastKnownElr: list[int] = []
     liveElectable: list[int] = []
+    missingReplicas: list[MissingReplica] = []
     outlook: dict[str, Any] | None = None
     recommendation: dict[str, Any] | None = None
 

@@ -67,7 +67,7 @@ def affected_document(store: StatusStore, down: Sequence[int]) -> dict[str, Any]
     summary = store.summary()
     return {
         "cluster": summary["cluster"],
-        "brokers": store.list_brokers(),
+        "brokers": store.list_brokers(counts=False),
         "topics": [t for t in store.list_topics() if t["topicId"] in wanted],
         "partitions": sorted(partitions.values(), key=lambda p: (p["topic"], p["partitionId"])),
     }

@@ -257,6 +257,70 @@ def status(
     sys.stdout.write("\n")
 
 
+@app.command("restart-check")
+def restart_check(
+    broker: Annotated[int, typer.Argument(help="Broker id.", min=0)],
+    file: Annotated[
+        str | None, typer.Argument(help="Event file to replay instead of reading a store; '-' for stdin.")
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="ELRWATCH_STORE",
+            help=f"Status store URL (default without FILE: {DEFAULT_URL}).",
+            show_default=False,
+        ),
+    ] = None,
+    store_password_file: StorePasswordFile = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=1000, help="At most this many partitions per list.")
+    ] = 100,
+    default_min_isr: DefaultMinIsr = 1,
+) -> None:
+    """Is it safe to stop BROKER now? Prints the verdict, the reason and the partitions that stopping it would
+    leave under min ISR or without an electable leader (JSON, as GET /v1/brokers/{id}/restart-check). Exit code
+    0: safe, 1: not safe, 2: usage error (unknown broker, unreadable input)."""
+    import json
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if file is not None and store is not None:
+        _fail("give --store URL or FILE, not both")
+    if file is not None:
+        from elrwatch.state.replay import ReplayInputError, replay_file
+        from elrwatch.state.report import restart_check as check_cluster
+
+        try:
+            cluster = replay_file(file, default_min_isr).cluster
+        except ReplayInputError as exc:
+            _fail(str(exc))
+        try:
+            result = check_cluster(cluster, broker, limit=limit)
+        except KeyError as exc:
+            _fail(str(exc.args[0]))
+    else:
+        status_store = _open_store(store or DEFAULT_URL, store_password_file)
+        try:
+            found = status_store.restart_check(broker, limit=limit)
+        except SQLAlchemyError as exc:
+            reason = str(getattr(exc, "orig", exc) or type(exc).__name__).splitlines()[0]
+            _fail(f"cannot read status store {status_store.masked_url}: {reason}")
+        finally:
+            status_store.dispose()
+        if found is None:
+            _fail(f"unknown broker {broker}")
+        result = found
+    from elrwatch.api.params import encode_cursor
+
+    for kind in ("blocking", "offline"):  # the cursor of the API's next page (GET /v1/brokers/{id}/restart-check)
+        nxt = result[kind]["nextCursor"]
+        result[kind]["nextCursor"] = encode_cursor(tuple(nxt)) if nxt else None
+    sys.stdout.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    if not result["safe"]:
+        raise typer.Exit(1)
+
+
 @app.command()
 def api(
     store: StoreUrl = DEFAULT_URL,

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from elrwatch.state import insight
 from elrwatch.state.cluster import POLLED_UNKNOWN, ClusterState
 from elrwatch.state.gauges import PipelineCounts, all_gauges
 from elrwatch.state.insight import missing_replicas
@@ -366,3 +367,42 @@ def dumps_document(document: dict[str, Any], pretty: bool = True) -> str:
     """Serialize a document as JSON text (stable key order as built)."""
     option = orjson.OPT_INDENT_2 if pretty else 0
     return orjson.dumps(document, option=option).decode()
+
+
+def restart_check(cluster: ClusterState, broker_id: int, limit: int = 100) -> dict[str, Any]:
+    """Is it safe to stop this broker now, on a ClusterState (``elrwatch restart-check BROKER FILE``): the same shape
+    as the API's (first page of each list; the counts are complete). Raises KeyError for an unknown broker."""
+    broker = cluster.brokers.get(broker_id)
+    if broker is None:
+        raise KeyError(f"unknown broker {broker_id}")
+    counts = cluster.insight_counts
+    n_blocking = counts.get((insight.BLOCKING, broker_id), 0)
+    n_offline = counts.get((insight.OFFLINE, broker_id), 0)
+    blocking: list[tuple[str, int]] = []
+    offline: list[tuple[str, int]] = []
+    for key, part in cluster.insight.items():
+        if insight.blocks(part, broker_id):
+            blocking.append(key)
+        if insight.takes_offline(part, broker_id):
+            offline.append(key)
+
+    def page(keys: list[tuple[str, int]]) -> dict[str, Any]:
+        named = sorted((cluster.topics[t].name, p, t) for t, p in keys)
+        items = []
+        for _name, pid, topic_id in named[:limit]:
+            topic = cluster.topics[topic_id]
+            items.append(partition_doc(cluster, topic, topic.partitions[pid]))
+        nxt = [named[limit][0], named[limit][1]] if len(named) > limit else None
+        return {"items": items, "nextCursor": nxt, "limit": limit}
+
+    safe, reason = insight.restart_verdict(broker_id, broker.state_name, n_blocking, n_offline)
+    return {
+        "brokerId": broker_id,
+        "state": broker.state_name,
+        "safe": safe,
+        "reason": reason,
+        "blockingCount": n_blocking,
+        "offlineCount": n_offline,
+        "blocking": page(blocking),
+        "offline": page(offline),
+    }

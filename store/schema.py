@@ -9,6 +9,8 @@
 * ``status_transitions`` — history of status changes per partition.
 * ``quarantined`` — quarantined records with their reasons.
 * ``gauges`` — Prometheus sample name (with labels) → value.
+* ``gauge_history`` — the values of a few gauges over time (``TREND_GAUGES``: under min ISR, offline), one row
+  each time one changes, kept ``TREND_KEEP_MS`` (the status page's trend).
 * ``violations`` — current invariant violations.
 * ``meta`` — key → JSON value: last committed batch id, last event time, updated_at, cluster, counts,
   quarantine summary.
@@ -139,6 +141,16 @@ violations_t = Table(
     Index("ix_violations_partition", "topic", "partition_id", "kind"),
 )
 
+gauge_history_t = Table(
+    "gauge_history",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("name", String(512), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("value", Float, nullable=False),
+    Index("ix_gauge_history_name_at", "name", "at_ms"),
+)
+
 meta_t = Table(
     "meta",
     metadata,
@@ -156,6 +168,10 @@ QUARANTINE_SUMMARY = "quarantined"
 GENERATION = "generation"  # changes with every write: readers' cached StoreView is valid while it is the same
 SCHEMA_VERSION = "schema_version"
 ALL_TOPICS = "\x00all"  # in a cached StoreView's loaded topics: every topic's settings are loaded
+
+#: The gauges whose history the store keeps, and for how long (ms of wall time).
+TREND_GAUGES = ("elrwatch_global_under_min_isr_partitions", "elrwatch_offline_partitions")
+TREND_KEEP_MS = 24 * 3600 * 1000
 
 #: 2: partitions keep their compact stored form (``state``), documents are rebuilt on read. 1 (no
 #: ``schema_version`` row; a ``doc`` column): whole documents, written by elrwatch before session 8.

@@ -70,10 +70,13 @@ from elrwatch.store.schema import (
     SCHEMA_VERSION,
     SQLITE_REPLICA_TRIGGERS,
     STORE_SCHEMA,
+    TREND_GAUGES,
+    TREND_KEEP_MS,
     UNDER_MIN_ISR_TRUE,
     UPDATED_AT_MS,
     StoreSchemaError,
     brokers_t,
+    gauge_history_t,
     gauges_t,
     meta_t,
     metadata,
@@ -340,6 +343,7 @@ class StatusStore:
                 gauge_rows = [{"name": n, "value": float(v)} for n, v in gauges.items() if v is not None]
                 for chunk in chunks(gauge_rows):
                     conn.execute(insert(gauges_t), chunk)
+                self._record_trend(conn, gauges)
             meta_in = dict(meta or {})
             if "lastEventTimeMs" in meta_in:
                 self._meta_put(conn, LAST_EVENT_TIME_MS, meta_in["lastEventTimeMs"])
@@ -380,6 +384,45 @@ class StatusStore:
         for row in q_rows:
             by_reason[row["reason"]] = int(by_reason.get(row["reason"], 0)) + 1
         self._meta_put(conn, QUARANTINE_SUMMARY, summary)
+
+    def _record_trend(self, conn: Connection, gauges: Mapping[str, float | None]) -> None:
+        """A row in ``gauge_history`` for each TREND_GAUGES value that changed (wall time now); older rows than
+        TREND_KEEP_MS are dropped."""
+        now = int(time.time() * 1000)
+        h = gauge_history_t
+        for name in TREND_GAUGES:
+            value = gauges.get(name)
+            if value is None:
+                continue
+            last = conn.execute(
+                select(h.c.value).where(h.c.name == name).order_by(h.c.at_ms.desc(), h.c.id.desc()).limit(1)
+            ).first()
+            if last is None or last[0] != float(value):
+                conn.execute(insert(h), [{"name": name, "at_ms": now, "value": float(value)}])
+            conn.execute(delete(h).where(h.c.name == name, h.c.at_ms < now - TREND_KEEP_MS))
+
+    def trend(self, since_ms: int) -> dict[str, list[list[float]]]:
+        """Each TREND_GAUGES gauge since ``since_ms`` (wall time): ``[[at_ms, value], ...]``, oldest first, starting
+        with its value at ``since_ms`` when it was known then."""
+        h = gauge_history_t
+        out: dict[str, list[list[float]]] = {}
+        with self.engine.connect() as conn:
+            for name in TREND_GAUGES:
+                before = conn.execute(
+                    select(h.c.value)
+                    .where(h.c.name == name, h.c.at_ms < since_ms)
+                    .order_by(h.c.at_ms.desc(), h.c.id.desc())
+                    .limit(1)
+                ).first()
+                points: list[list[float]] = [[since_ms, gauge_value(before[0])]] if before is not None else []
+                rows = conn.execute(
+                    select(h.c.at_ms, h.c.value)
+                    .where(h.c.name == name, h.c.at_ms >= since_ms)
+                    .order_by(h.c.at_ms, h.c.id)
+                )
+                points += [[int(at), gauge_value(value)] for at, value in rows]
+                out[name] = points
+        return out
 
     def _request_checkpoint(self) -> None:
         """Ask the background checkpointer to copy the WAL into the database file (SQLite files only)."""
@@ -431,6 +474,7 @@ class StatusStore:
             gauge_rows = [{"name": k, "value": float(v)} for k, v in (doc.get("gauges") or {}).items()]
             for chunk in chunks(gauge_rows):
                 conn.execute(insert(gauges_t), chunk)
+            self._record_trend(conn, doc.get("gauges") or {})
             if "cluster" in doc:
                 self._meta_put(conn, CLUSTER, doc["cluster"])
             if "counts" in doc:
@@ -741,14 +785,23 @@ class StatusStore:
         with self.engine.connect() as conn:
             return [loads(d) for (d,) in conn.execute(select(topics_t.c.doc).order_by(topics_t.c.topic))]
 
-    def list_brokers(self) -> list[dict[str, Any]]:
-        """Broker documents, by id, each with its partition counts (``isrMissingPartitions``,
-        ``restartBlockingPartitions``, ``restartOfflinePartitions``: the per-broker gauges of the same batch; null
-        when the store has no such gauge, e.g. for an unregistered broker)."""
-        with self.engine.connect() as conn:
+    def list_brokers(self, counts: bool = True) -> list[dict[str, Any]]:
+        """Broker documents, by id, each with its partition counts: ``leaderPartitions`` (partitions it leads: a
+        scan of the partitions' leader column), ``isrMissingPartitions``, ``restartBlockingPartitions``,
+        ``restartOfflinePartitions`` (the per-broker gauges of the same batch; null when the store has no such
+        gauge, e.g. for an unregistered broker). ``counts=False``: the documents only."""
+        p = partitions_t
+        with self._reading() as conn:
             docs = [loads(d) for (d,) in conn.execute(select(brokers_t.c.doc).order_by(brokers_t.c.broker_id))]
-            counts = self._broker_counts(conn, [int(d["brokerId"]) for d in docs])
-        return [{**d, **counts[int(d["brokerId"])]} for d in docs]
+            if not counts:
+                return docs
+            per_broker = self._broker_counts(conn, [int(d["brokerId"]) for d in docs])
+            led = select(p.c.leader, func.count()).where(p.c.leader >= 0).group_by(p.c.leader)
+            leaders = {int(leader): int(n) for leader, n in conn.execute(led)}
+        return [
+            {**d, "leaderPartitions": leaders.get(int(d["brokerId"]), 0), **per_broker[int(d["brokerId"])]}
+            for d in docs
+        ]
 
     def _broker_counts(self, conn: Connection, broker_ids: Sequence[int]) -> dict[int, dict[str, int | None]]:
         """The per-broker gauges of these brokers (by their sample names: nothing is parsed back)."""

@@ -306,7 +306,7 @@ def _restart_oracle(document: dict, broker: int) -> tuple[list[tuple[str, int]],
 def test_topics_and_brokers(client: TestClient, document: dict) -> None:
     assert client.get("/v1/topics").json() == document["topics"]
     brokers = client.get("/v1/brokers").json()
-    counts = ("isrMissingPartitions", "restartBlockingPartitions", "restartOfflinePartitions")
+    counts = ("leaderPartitions", "isrMissingPartitions", "restartBlockingPartitions", "restartOfflinePartitions")
     assert [{k: v for k, v in b.items() if k not in counts} for b in brokers] == document["brokers"]
     for b in brokers:
         blocking, offline, missing = _restart_oracle(document, b["brokerId"])
@@ -315,6 +315,7 @@ def test_topics_and_brokers(client: TestClient, document: dict) -> None:
             len(blocking),
             len(offline),
         )
+        assert b["leaderPartitions"] == sum(p["leader"] == b["brokerId"] for p in document["partitions"])
     assert brokers[2]["restartBlockingPartitions"] == 4 and brokers[2]["restartOfflinePartitions"] == 1
 
 
@@ -479,6 +480,47 @@ def test_cli_status_prints_the_store_as_the_replay_document(store: StatusStore, 
     assert json.loads(result.stdout) == document
 
 
+def test_cli_restart_check_from_the_store_and_from_events(store: StatusStore, client: TestClient, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(scenario_lines()) + "\n")
+    for broker, code in ((2, 1), (0, 1), (1, 0)):
+        from_store = CliRunner().invoke(cli_app, ["restart-check", str(broker), "--store", str(store.url)])
+        assert from_store.exit_code == code, from_store.output
+        body = json.loads(from_store.stdout)
+        api = client.get(f"/v1/brokers/{broker}/restart-check").json()
+        for kind in ("blocking", "offline"):  # the API's items are partition summaries: the CLI's, full documents
+            body[kind]["items"] = [{k: p[k] for k in a} for p, a in zip(body[kind]["items"], api[kind]["items"], strict=True)]
+        assert body == api
+        replayed = CliRunner().invoke(cli_app, ["restart-check", str(broker), str(events), "--limit", "2"])
+        assert replayed.exit_code == code, replayed.output
+        again = json.loads(replayed.stdout)
+        assert {k: again[k] for k in ("safe", "reason", "blockingCount", "offlineCount")} == {
+            k: body[k] for k in ("safe", "reason", "blockingCount", "offlineCount")
+        }
+        for kind in ("blocking", "offline"):
+            keys = [(p["topic"], p["partitionId"]) for p in again[kind]["items"]]
+            assert keys == [(p["topic"], p["partitionId"]) for p in body[kind]["items"]][:2]
+            if again[kind]["nextCursor"] is not None:  # the API's cursor of the third one
+                third = decode_cursor(again[kind]["nextCursor"], (str, int))
+                assert third == (body[kind]["items"][2]["topic"], body[kind]["items"][2]["partitionId"])
+
+
+def test_cli_restart_check_usage_errors(store: StatusStore, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(scenario_lines()) + "\n")
+    for args in (
+        ["restart-check", "9", "--store", str(store.url)],
+        ["restart-check", "9", str(events)],
+        ["restart-check", "1", str(events), "--store", str(store.url)],
+        ["restart-check", "x"],
+        ["restart-check", "1", str(tmp_path / "missing.jsonl")],
+        ["restart-check", "1", "--store", f"sqlite:///{tmp_path}/missing.db"],
+    ):
+        result = CliRunner().invoke(cli_app, args)
+        assert result.exit_code == 2, (args, result.output)
+    assert "unknown broker 9" in CliRunner().invoke(cli_app, ["restart-check", "9", str(events)]).output
+
+
 def test_cli_status_fails_in_one_line_and_masks_the_password(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli_app, ["status", "--store", f"sqlite:///{tmp_path}/missing.db"])
     assert result.exit_code == 2 and "no status store" in result.output
@@ -527,3 +569,21 @@ def test_api_on_a_store_the_job_has_not_written_yet(tmp_path: Path) -> None:
         assert c.get("/v1/partitions").json()["items"] == []
         assert c.get("/v1/summary").json()["partitions"] == 0
         assert c.get("/v1/partitions/orders/0").status_code == 404
+
+
+def test_trend_of_under_min_isr_and_offline_counts(client: TestClient, store: StatusStore, document: dict) -> None:
+    under = document["gauges"]["elrwatch_global_under_min_isr_partitions"]
+    offline = document["gauges"]["elrwatch_offline_partitions"]
+    body = client.get("/v1/trend").json()
+    assert body["toMs"] - body["fromMs"] == 3_600_000
+    assert [v for _, v in body["underMinIsr"]] == [under] and [v for _, v in body["offline"]] == [offline]
+    gauges = dict(document["gauges"])
+    store.write_batch(2, gauges=gauges)  # unchanged: no new point
+    gauges["elrwatch_global_under_min_isr_partitions"] = under + 3
+    store.write_batch(3, gauges=gauges)
+    body = client.get("/v1/trend", params={"minutes": 5}).json()
+    assert [v for _, v in body["underMinIsr"]] == [under, under + 3]
+    assert [v for _, v in body["offline"]] == [offline]
+    times = [t for t, _ in body["underMinIsr"]]
+    assert body["fromMs"] <= times[0] <= times[1] <= body["toMs"]
+    assert client.get("/v1/trend", params={"minutes": 0}).status_code == 422

@@ -164,13 +164,28 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         assert p["recommendation"]["summary"] in row
         for command in p["recommendation"]["commands"]:
             assert command in row
+        for m in p["missingReplicas"]:  # which replicas are missing, and why
+            assert f"{m['brokerId']} ({m['cause'].replace('_', ' ')})" in row
     assert "--election-type unclean" in rows.nth(0).inner_text()
     assert "committed data may be lost" in rows.nth(0).inner_text()
 
     broker_rows = page.locator("#broker-table tbody tr")
     assert broker_rows.count() == len(document["brokers"])
+    gauges = document["gauges"]
     for i, b in enumerate(document["brokers"]):
-        assert b["state"].replace("_", " ") in broker_rows.nth(i).inner_text()
+        cells = broker_rows.nth(i).locator("td").all_inner_texts()
+        assert b["state"].replace("_", " ") == cells[1]
+        led = sum(p["leader"] == b["brokerId"] for p in document["partitions"])
+        per_broker = [
+            gauges[f'elrwatch_broker_{name}_partitions{{broker="{b["brokerId"]}"}}']
+            for name in ("isr_missing", "restart_blocking", "restart_offline")
+        ]
+        assert cells[2:6] == [str(led), *(str(int(v)) for v in per_broker)]
+    # the trend of the last hour: one point per series (the store was loaded once), the values of the gauges
+    legend = page.inner_text("#trend-legend")
+    assert f"under min ISR: now {int(gauges['elrwatch_global_under_min_isr_partitions'])}" in legend
+    assert f"offline: now {int(gauges['elrwatch_offline_partitions'])}" in legend
+    assert page.locator("#trend svg path[data-series=underMinIsr]").count() == 1
     assert page.locator("#token-form").is_hidden()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)

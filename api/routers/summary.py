@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from elrwatch.api.dependencies import SettingsDep, StoreDep, SummaryCacheDep, read_store
-from elrwatch.api.models import Freshness, Summary
+from elrwatch.api.models import Freshness, Summary, Trend
 from elrwatch.state.gauges import METRICS, sample
 from elrwatch.state.status import NEEDS_ATTENTION, STATUSES
 from elrwatch.store import StatusStore
@@ -72,3 +72,21 @@ async def summary(store: StoreDep, settings: SettingsDep, cache: SummaryCacheDep
         body = Summary.model_validate(await read_store(store, build_summary, store)).model_dump_json().encode()
         cache.at, cache.body = now, body
     return Response(body, media_type="application/json")
+
+
+@router.get("/v1/trend", response_model=Trend, summary="Under-min-ISR and offline counts over time")
+def trend(
+    store: StoreDep,
+    minutes: Annotated[int, Query(ge=1, le=1440, description="The window: this many minutes up to now.")] = 60,
+) -> dict[str, Any]:
+    """The under-min-ISR and offline partition counts over the last ``minutes`` (wall time of the job's writes),
+    from the store's gauge history: one point each time a count changed, and the count at the window's start."""
+    to_ms = int(time.time() * 1000)
+    from_ms = to_ms - minutes * 60_000
+    series = store.trend(from_ms)
+    return {
+        "fromMs": from_ms,
+        "toMs": to_ms,
+        "underMinIsr": series.get("elrwatch_global_under_min_isr_partitions", []),
+        "offline": series.get("elrwatch_offline_partitions", []),
+    }

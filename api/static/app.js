@@ -171,6 +171,8 @@ function renderRisks(page) {
     el("td", { class: "mono", text: p.leader === -1 ? "none" : String(p.leader) }),
     el("td", { class: "mono", text: list(p.isr) }),
     el("td", { class: "mono", text: list(p.elr) }),
+    el("td", { class: "missing", text: (p.missingReplicas || []).map((m) =>
+      `${m.brokerId} (${m.cause.replaceAll("_", " ")})`).join(", ") || "–" }),
     el("td", { class: "outlook", text: text(p.outlook, "summary", "text", "description") || "–" }),
     adviceCell(p.recommendation)));
   $("risk-table").tBodies[0].replaceChildren(...rows);
@@ -179,15 +181,62 @@ function renderRisks(page) {
   $("risk-count").textContent = page.nextCursor ? `(first ${rows.length})` : `(${rows.length})`;
 }
 
+function countCell(n, cls) {
+  return el("td", { class: "mono num" + (n ? " " + cls : ""), text: fmtInt(n) });
+}
+
 function renderBrokers(brokers) {
-  const rows = brokers.map((b) => el("tr", {},
+  const rows = brokers.map((b) => el("tr", { "data-broker": String(b.brokerId) },
     el("td", { class: "mono", text: String(b.brokerId) }),
     el("td", {}, el("span", { class: "badge b-" + b.state, text: (b.state || "").replaceAll("_", " ") })),
+    countCell(b.leaderPartitions, ""),
+    countCell(b.isrMissingPartitions, "warn"),
+    el("td", { class: "mono num" + (b.restartBlockingPartitions ? " warn" : ""),
+      title: "partitions that stopping this broker now leaves under min ISR",
+      text: fmtInt(b.restartBlockingPartitions) }),
+    el("td", { class: "mono num" + (b.restartOfflinePartitions ? " crit" : ""),
+      title: "partitions that stopping this broker now leaves without an electable leader",
+      text: fmtInt(b.restartOfflinePartitions) }),
     el("td", { class: "mono", text: b.epoch === null || b.epoch === undefined ? "–" : String(b.epoch) }),
     el("td", { text: b.rack || "–" }),
     el("td", { class: "mono muted", text: b.incarnationId || "–" })));
   $("broker-table").tBodies[0].replaceChildren(...rows);
   $("broker-count").textContent = `(${rows.length})`;
+}
+
+const TREND_SERIES = [["underMinIsr", "under min ISR", "#d4a106"], ["offline", "offline", "#c2410c"]];
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return node;
+}
+
+// A step chart of each series over [fromMs, toMs]: a value holds until the next point, the last one until now.
+function renderTrend(t) {
+  const width = 720, height = 120, pad = 4;
+  const max = Math.max(1, ...TREND_SERIES.flatMap(([k]) => (t[k] || []).map((p) => p[1])));
+  const x = (ms) => pad + ((width - 2 * pad) * (ms - t.fromMs)) / Math.max(1, t.toMs - t.fromMs);
+  const y = (v) => height - pad - ((height - 2 * pad) * v) / max;
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, width: "100%", height, role: "img" });
+  chart.append(svg("line", { x1: pad, x2: width - pad, y1: y(0), y2: y(0), stroke: "#ccc" }));
+  for (const [key, , color] of TREND_SERIES) {
+    const points = t[key] || [];
+    if (!points.length) continue;
+    let d = `M${x(points[0][0])},${y(points[0][1])}`;
+    for (let i = 1; i < points.length; i++) d += ` H${x(points[i][0])} V${y(points[i][1])}`;
+    d += ` H${x(t.toMs)}`;
+    chart.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": 2, "data-series": key }));
+  }
+  $("trend").replaceChildren(chart);
+  $("trend-legend").replaceChildren(...TREND_SERIES.map(([key, label, color]) => {
+    const points = t[key] || [];
+    const now = points.length ? points[points.length - 1][1] : null;
+    const peak = points.length ? Math.max(...points.map((p) => p[1])) : null;
+    return el("span", { "data-series": key }, el("i", { style: `background:${color}` }),
+      `${label}: now ${fmtInt(now)}, peak ${fmtInt(peak)}`);
+  }));
 }
 
 function showError(message) {
@@ -198,12 +247,14 @@ function showError(message) {
 
 async function refresh() {
   try {
-    const [summary, risks, brokers] = await Promise.all([
+    const [summary, risks, brokers, trend] = await Promise.all([
       api("/v1/summary"), api(`/v1/recommendations?limit=${RISK_LIMIT}`), api("/v1/brokers"),
+      api("/v1/trend?minutes=60"),
     ]);
     renderSummary(summary);
     renderRisks(risks);
     renderBrokers(brokers);
+    renderTrend(trend);
     showError("");
     document.body.dataset.loaded = "true";
   } catch (error) {
