@@ -119,7 +119,8 @@ validators: install-python
 CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
 	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py \
 	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_kafka3_real.py \
-	tests/test_alerting_live.py tests/test_agent_real.py tests/test_replica_log_real.py, $(wildcard tests/test_*.py))
+	tests/test_alerting_live.py tests/test_agent_real.py tests/test_replica_log_real.py \
+	tests/test_insight_real_kafka.py, $(wildcard tests/test_*.py))
 test-compiled: install compiled
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
 	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \

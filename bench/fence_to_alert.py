@@ -14,7 +14,7 @@ for the alert at the receiver, then restarts the broker and waits for the resolv
 includes the alert's `for:` (``--for``, default 0s: the pipeline alone; production adds the chart's `for:`, 1m by
 default for ElrwatchPartitionsUnderMinIsr and ElrwatchOfflinePartitions). Prints each repetition, then p50 and max.
 
-Run: python bench/fence_to_alert.py [--alert ElrwatchOfflinePartitions] [--repetitions 5] [--for 0s]
+Run: python bench/fence_to_alert.py [--alert ElrwatchPartitionsUnderMinIsr] [--repetitions 5] [--for 0s]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def log(message: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--alert", default="ElrwatchOfflinePartitions",
+    parser.add_argument("--alert", default="ElrwatchPartitionsUnderMinIsr",
                         help="the chart's alert to wait for (one that a broker kill fires)")
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--for", dest="for_", default="0s", help="the alert's for: (a chart value)")

@@ -90,15 +90,17 @@ def binary(name: str, package: str) -> str:
     return path
 
 
-def wait_until(condition: Callable[[], Any], what: str, timeout: float, interval: float = 0.25) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned); :class:`TimeoutError` after ``timeout``."""
+def wait_until(condition: Callable[[], Any], what: str, timeout: float, interval: float = 0.25,
+               state: Callable[[], Any] | None = None) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned); :class:`TimeoutError` after ``timeout``,
+    naming what ``state()`` returns then."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout:g}s")
+            raise TimeoutError(f"{what}: not within {timeout:g}s" + (f" (state: {state()})" if state else ""))
         time.sleep(interval)
 
 

@@ -72,6 +72,10 @@ def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
         strip(p) for p in oracle["partitions"]
     ]
     assert second["gauges"] == oracle["gauges"]
+    # ... the per-broker, per-topic and by-cause ones included (summed over the buckets)
+    insight = {k: v for k, v in oracle["gauges"].items() if k.startswith(("elrwatch_broker_", "elrwatch_topic_"))}
+    assert any(v for k, v in insight.items() if "restart_blocking" in k) and any(v for k, v in insight.items() if "isr_missing" in k)
+    assert sum(v for k, v in oracle["gauges"].items() if "by_cause" in k) == oracle["gauges"]["elrwatch_global_under_min_isr_partitions"]
     assert second["meta"]["counts"] == oracle["counts"]
     assert second["meta"]["cluster"] == oracle["cluster"]
     topics = {t["topicId"]: t for t in first["topics"] + second["topics"]}
