@@ -565,6 +565,14 @@ def test_api_on_postgresql(document: dict) -> None:
             severities = [i["severity"] for i in _walk(c, "/v1/recommendations", limit=1)]
             assert severities and severities == sorted(severities)
             assert c.get("/readyz").status_code == 200
+            for broker in range(4):  # per-broker counts and the restart check, on PostgreSQL too
+                blocking, offline, missing = _restart_oracle(document, broker)
+                b = c.get("/v1/brokers").json()[broker]
+                assert (b["isrMissingPartitions"], b["restartBlockingPartitions"]) == (missing, len(blocking))
+                assert _walk_restart(c, broker, "blocking") == blocking
+                assert _walk_restart(c, broker, "offline") == offline
+            under = document["gauges"]["elrwatch_global_under_min_isr_partitions"]
+            assert [v for _, v in c.get("/v1/trend").json()["underMinIsr"]] == [under]
             if whatif_available():
                 assert c.get("/v1/whatif", params={"down": "1"}).status_code == 200
         store.dispose()
