@@ -76,7 +76,8 @@ class BatchEngine:
             if outcome is None:
                 outcome = cluster.apply(record)
                 self.core_records += 1
-                self._memo = {}  # a barrier: liveness, configs, features or min ISR may have changed
+                if outcome is Outcome.APPLIED:  # a barrier: liveness, configs, features or min ISR may have changed
+                    self._memo = {}  # (a record not applied changed nothing)
                 errors.append(cluster.last_error if outcome is Outcome.QUARANTINED else None)
             else:
                 self.fast_records += 1
@@ -109,8 +110,9 @@ class BatchEngine:
         slot = offset % RECENT_OFFSETS
         if ring and ring[slot] == offset:
             return None
-        if not (self._partition_record(record, offset) if partition_kind else self._broker_liveness(record, offset)):
-            return None
+        done = self._partition_record(record, offset) if partition_kind else self._broker_liveness(record, offset)
+        if done is not True:
+            return done or None  # NOT_OWNED, or not covered
         if not ring:
             cluster.recent_offsets = ring = [-1] * RECENT_OFFSETS
             cluster.recent_records = [None] * RECENT_OFFSETS
@@ -125,8 +127,9 @@ class BatchEngine:
         if record.origin is not None and record.origin != cluster.derived_from:
             cluster.derived_from = record.origin
 
-    def _partition_record(self, record: Record, offset: int) -> bool:
-        """Apply a PartitionChangeRecord / PartitionRecord the fast path covers; False (nothing done) if not."""
+    def _partition_record(self, record: Record, offset: int) -> bool | Outcome:
+        """Apply a PartitionChangeRecord / PartitionRecord the fast path covers (True: applied; NOT_OWNED: another
+        bucket's partition, passed over as the core does); False (nothing done) if not covered."""
         cluster = self.cluster
         data = record.data
         topic = cluster.topics.get(data["topicId"])
@@ -134,7 +137,10 @@ class BatchEngine:
             return False
         partition_id = data["partitionId"]
         if cluster.bucket is not None and not cluster.owns(topic.topic_id, partition_id):
-            return False
+            if partition_id == 0:
+                return False  # partition 0's shadow
+            self._accept(record)
+            return Outcome.NOT_OWNED
         partition = topic.partitions.get(partition_id)
         if record.type == _PCR:
             if partition is None:
@@ -230,18 +236,17 @@ class BatchEngine:
         ):
             # the core removes the partition from every old member's set and adds it to every new member's: the
             # same sets result from moving it between the members that left and joined (none, in an ISR change)
+            # (the members of a field that did not change are the same before and after)
             replicas = partition.replicas
-            if (
+            if not (
                 replicas is b_replicas
-                and _within(partition.isr, replicas)
-                and _within(partition.elr, replicas)
-                and _within(partition.last_known_elr, replicas)
-                and _within(b_isr, replicas)
-                and _within(b_elr, replicas)
-                and _within(b_lke, replicas)
+                and (partition.isr is b_isr or (_within(partition.isr, replicas) and _within(b_isr, replicas)))
+                and (partition.elr is b_elr or (_within(partition.elr, replicas) and _within(b_elr, replicas)))
+                and (
+                    partition.last_known_elr is b_lke
+                    or (_within(partition.last_known_elr, replicas) and _within(b_lke, replicas))
+                )
             ):
-                pass
-            else:
                 cluster._unindex(set(b_replicas) | set(b_isr) | set(b_elr) | set(b_lke), partition)
                 cluster._index(partition)
         self._refresh(topic, partition, record)

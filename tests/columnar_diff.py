@@ -15,9 +15,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from elrwatch.state import report
-from elrwatch.state.cluster import PERSISTED_ATTRIBUTES, ClusterState, Outcome
+from elrwatch.state.cluster import PERSISTED_ATTRIBUTES, ClusterState, Outcome, Transition
 from elrwatch.state.columnar import BatchEngine
 from elrwatch.state.gauges import PipelineCounts, shared_gauges
+from elrwatch.state.model import BrokerState, PartitionState, TopicState
 from elrwatch.state.records import DumpReader, Record
 from elrwatch.streaming.bucket import bucket_payload
 from elrwatch.streaming.snapshots import BucketState
@@ -64,6 +65,9 @@ def normal(value: Any) -> Any:
     if isinstance(value, Record):
         return ("Record", value.type, value.version, normal(value.data), value.source, value.seq,
                 value.position, value.offset, value.timestamp_ms, value.origin, value.snapshot_end)
+    if isinstance(value, PartitionState | BrokerState | TopicState | Transition):
+        # their pickled form: the field values (the compiled classes have neither __slots__ nor dataclass fields)
+        return (type(value).__name__, *(normal(v) for v in value.__getstate__()))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__, *(normal(getattr(value, f.name)) for f in dataclasses.fields(value)))
     slots = getattr(type(value), "__slots__", None)
