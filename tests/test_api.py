@@ -356,6 +356,26 @@ def test_restart_check_lists_the_blocking_and_offline_partitions(client: TestCli
     assert fenced["safe"] is True and fenced["reason"] == "broker 1 is fenced: stopping it changes no ISR"
 
 
+def test_restart_check_of_a_store_without_the_per_broker_gauges_counts_the_partitions(
+    tmp_path: Path, document: dict
+) -> None:
+    """A store written before the per-broker gauges existed: the check counts the partitions it re-derives."""
+    older = {**document, "gauges": {k: v for k, v in document["gauges"].items() if "elrwatch_broker_" not in k}}
+    store = StatusStore(f"sqlite:///{tmp_path}/old.db")
+    try:
+        store.load_document(older, batch_id=1)
+        for broker in range(4):
+            blocking, offline, _ = _restart_oracle(document, broker)
+            check = store.restart_check(broker, limit=1)
+            assert check is not None
+            assert (check["blockingCount"], check["offlineCount"]) == (len(blocking), len(offline))
+            assert check["safe"] is (not blocking and not offline)
+            assert [(p["topic"], p["partitionId"]) for p in check["blocking"]["items"]] == blocking[:1]
+        assert store.list_brokers()[2]["restartBlockingPartitions"] is None  # unknown, not 0
+    finally:
+        store.dispose()
+
+
 def test_restart_check_errors(client: TestClient) -> None:
     missing = client.get("/v1/brokers/9/restart-check")
     assert missing.status_code == 404 and missing.headers["content-type"] == PROBLEM

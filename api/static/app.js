@@ -219,24 +219,30 @@ function renderTrend(t) {
   const max = Math.max(1, ...TREND_SERIES.flatMap(([k]) => (t[k] || []).map((p) => p[1])));
   const x = (ms) => pad + ((width - 2 * pad) * (ms - t.fromMs)) / Math.max(1, t.toMs - t.fromMs);
   const y = (v) => height - pad - ((height - 2 * pad) * v) / max;
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, width: "100%", height, role: "img" });
-  chart.append(svg("line", { x1: pad, x2: width - pad, y1: y(0), y2: y(0), stroke: "#ccc" }));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, width: "100%", height, role: "img",
+    preserveAspectRatio: "none" });  // the hour spans the page's width
+  chart.append(svg("line", { x1: pad, x2: width - pad, y1: y(0), y2: y(0), stroke: "#ccc",
+    "vector-effect": "non-scaling-stroke" }));
   for (const [key, , color] of TREND_SERIES) {
     const points = t[key] || [];
     if (!points.length) continue;
     let d = `M${x(points[0][0])},${y(points[0][1])}`;
     for (let i = 1; i < points.length; i++) d += ` H${x(points[i][0])} V${y(points[i][1])}`;
     d += ` H${x(t.toMs)}`;
-    chart.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": 2, "data-series": key }));
+    chart.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": 2, "data-series": key,
+      "vector-effect": "non-scaling-stroke" }));
   }
   $("trend").replaceChildren(chart);
+  const first = Math.min(...TREND_SERIES.map(([k]) => ((t[k] || [])[0] || [Infinity])[0]));
+  const since = isFinite(first) && first > t.fromMs
+    ? el("span", { class: "muted", text: `history from ${new Date(first).toLocaleTimeString()}` }) : null;
   $("trend-legend").replaceChildren(...TREND_SERIES.map(([key, label, color]) => {
     const points = t[key] || [];
     const now = points.length ? points[points.length - 1][1] : null;
     const peak = points.length ? Math.max(...points.map((p) => p[1])) : null;
     return el("span", { "data-series": key }, el("i", { style: `background:${color}` }),
       `${label}: now ${fmtInt(now)}, peak ${fmtInt(peak)}`);
-  }));
+  }), ...(since ? [since] : []));
 }
 
 function showError(message) {
