@@ -113,17 +113,21 @@ def route_in_jvm(events: Any, buckets: int) -> Any:
     """
     from pyspark.sql import functions as F
 
-    head = F.from_json(F.col("value").cast("string"), _ROUTING_SCHEMA)
-    topic_id, partition_id = head["data"]["topicId"], head["data"]["partitionId"]
-    placed = head["type"].isin(*_ROUTED_TYPES) & topic_id.isNotNull() & (F.coalesce(partition_id, F.lit(0)) > 0)
+    # The JSON is parsed once, in a projection of its own: referenced from several expressions of the next one,
+    # from_json was evaluated once per reference (3x the routing's time, measured on a 100k-record storm).
+    parsed = events.select(
+        "value", "topic", "partition", "offset", F.from_json(F.col("value").cast("string"), _ROUTING_SCHEMA).alias("h")
+    )
+    topic_id, partition_id = F.col("h.data.topicId"), F.col("h.data.partitionId")
+    placed = F.col("h.type").isin(*_ROUTED_TYPES) & topic_id.isNotNull() & (F.coalesce(partition_id, F.lit(0)) > 0)
     bucket = F.pmod(F.crc32(F.concat(topic_id, F.lit(":"), partition_id.cast("string")).cast("binary")), F.lit(buckets))
     every = F.array(*[F.lit(b) for b in range(buckets)])
     src = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
-    return events.select(
+    return parsed.select(
         F.explode(F.when(placed, F.array(bucket.cast("int"))).otherwise(every)).alias("bucket"),
         src.alias("src"),
         F.col("offset").alias("seq"),
-        F.coalesce(head["offset"], F.lit(-1)).cast("long").alias("moff"),
+        F.coalesce(F.col("h.offset"), F.lit(-1)).cast("long").alias("moff"),
         F.when(placed, F.lit(KIND_RAW)).otherwise(F.lit(KIND_RAW_BROADCAST)).alias("kind"),
         F.col("value").cast("binary").alias("rec"),
     )
