@@ -41,7 +41,7 @@ from elrwatch.streaming.local.memory import ARROW_POOL_ENV
 from elrwatch.streaming.local.state_service import remove_restart_hints
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
-from elrwatch.streaming.store_writer import WAL_DIR, StoreWriter
+from elrwatch.streaming.store_writer import WAL_DIR, StoreWriteError, StoreWriter
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -89,7 +89,12 @@ def run(
     # the store is written behind the batches; an earlier run's unwritten batches go first
     writer = StoreWriter(store, os.path.join(config.checkpoint, WAL_DIR))
     health.store_behind = writer.behind
-    writer.recover()
+    try:
+        writer.recover()
+    except StoreWriteError as exc:
+        writer.close(0)
+        store.dispose()
+        raise JobError(str(exc)) from None
     stop_event = stop_event or threading.Event()
     exporter = None
     if config.metrics_port is not None:
@@ -108,7 +113,10 @@ def run(
             handle_signals, connector,
         )
         if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
-            writer.raise_error()
+            try:
+                writer.raise_error()
+            except StoreWriteError as exc:
+                raise JobError(str(exc)) from None
         return code
     finally:
         writer.close(STOP_GRACE_S)  # after a failure: what is not written in time stays in the write-ahead list

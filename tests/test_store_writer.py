@@ -186,3 +186,22 @@ def test_a_store_that_keeps_failing_stops_the_job_at_its_next_batch(tmp_path, li
         assert os.listdir(tmp_path / "wal") == [wal_name(0)]  # kept for the next start
     finally:
         store.dispose()
+
+
+def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_starts(tmp_path):
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig
+    from elrwatch.streaming.store_writer import WAL_DIR
+
+    events = tmp_path / "events"
+    events.mkdir()
+    wal = tmp_path / "ck" / WAL_DIR
+    wal.mkdir(parents=True)
+    bad = wal / wal_name(3)
+    bad.write_bytes(b"torn")
+    config = JobConfig(source="files", path=str(events), store=f"sqlite:///{tmp_path}/s.db",
+                       checkpoint=str(tmp_path / "ck"), metrics_port=None)
+    with pytest.raises(query.JobError, match=str(bad)) as caught:
+        query.run(config)
+    assert "\n" not in str(caught.value)
+    assert bad.exists()  # nothing rebuilt from less: the file stays for the operator
