@@ -329,9 +329,9 @@ def insight_gauges(cluster: Any) -> Gauges:
     topics = cluster.topics
     per_topic = []
     for (kind, subject), value in counts.items():
-        name = TOPIC_GAUGES.get(kind)
-        if name is not None and subject in topics:
-            per_topic.append((key(name, topic=topics[subject].name), value))
+        topic_gauge = TOPIC_GAUGES.get(kind)
+        if topic_gauge is not None and subject in topics:
+            per_topic.append((key(topic_gauge, topic=topics[subject].name), value))
     out.update(sorted(per_topic))  # the same order whatever the history of the counters
     for code, cause in enumerate(insight.CAUSES):
         out[key("elrwatch_under_min_isr_partitions_by_cause", cause=cause)] = counts.get((insight.CAUSE, code), 0)
