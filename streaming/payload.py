@@ -40,3 +40,25 @@ def iter_partition_rows(chunks: list[bytes]) -> Iterator[list[Any]]:
 
     while chunks:
         yield from orjson.loads(zlib.decompress(chunks.pop()[1:]))
+
+
+def concat_payloads(payloads: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The buckets' lists of one micro-batch put together in bucket order (`StatusStore.write_batch` arguments;
+    brokers come from bucket 0, which holds every broker)."""
+    out: dict[str, list[Any]] = {
+        "partitions": [],
+        "removed": [],
+        "transitions": [],
+        "quarantined": [],
+        "violations": [],
+        "brokers": [],
+    }
+    for p in sorted(payloads, key=lambda p: p["bucket"]):
+        out["partitions"].extend(p.get("partitions", ()))
+        out["removed"].extend(tuple(r) for r in p["removed"])
+        out["transitions"].extend(p["transitions"])
+        out["quarantined"].extend(p["quarantined"])
+        out["violations"].extend(p["violations"])
+        if p["bucket"] == 0:
+            out["brokers"].extend(p["brokers"])
+    return out

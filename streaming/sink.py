@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from elrwatch.streaming.local.memory import gc_paused, trim_after_big_batch
-from elrwatch.streaming.payload import decode_payloads
+from elrwatch.streaming.payload import concat_payloads, decode_payloads
 
 if TYPE_CHECKING:
     from elrwatch.state.gauges import Gauges
@@ -73,21 +73,10 @@ class Aggregator:
         """Merge one micro-batch's bucket payloads; return the `StatusStore.write_batch` arguments."""
         from elrwatch.state.gauges import as_samples, decode_gauges
 
-        partitions: list[dict[str, Any]] = []
-        removed: list[list[Any]] = []
-        transitions: list[dict[str, Any]] = []
-        quarantined: list[dict[str, Any]] = []
-        violations: list[dict[str, Any]] = []
-        brokers: list[dict[str, Any]] = []
         removed_topics: set[str] = set()
         touched_topics: set[str] = set()
         for p in sorted(payloads, key=lambda p: p["bucket"]):
             b = p["bucket"]
-            partitions.extend(p.get("partitions", ()))
-            removed.extend(p["removed"])
-            transitions.extend(p["transitions"])
-            quarantined.extend(p["quarantined"])
-            violations.extend(p["violations"])
             self.bucket_gauges[b] = decode_gauges(p["gauges"])
             self.bucket_counts[b] = p["counts"]
             docs = self.topic_docs.setdefault(b, {})
@@ -97,21 +86,15 @@ class Aggregator:
                 removed_topics.add(tid)
             if b == 0:
                 self.shared = decode_gauges(p["shared"])
-                brokers.extend(p["brokers"])
                 self.cluster = p["cluster"]
         for tid in removed_topics:
             for docs in self.topic_docs.values():
                 docs.pop(tid, None)
         topics = [self.topic_doc(tid) for tid in sorted(touched_topics - removed_topics)]
         return {
-            "partitions": partitions,
-            "removed": [tuple(r) for r in removed],
-            "brokers": brokers,
+            **concat_payloads(payloads),
             "topics": [t for t in topics if t is not None],
             "removed_topics": sorted(removed_topics),
-            "transitions": transitions,
-            "quarantined": quarantined,
-            "violations": violations,
             "gauges": as_samples(self.gauges()),
             "meta": self.meta(),
         }
@@ -216,7 +199,7 @@ class Sink:
                 "inputEvents": args["meta"]["counts"]["events"] - events_before,
                 "timing": _timing_summary(payloads, collected - started, absorbed - collected),
             }
-            self.writer.submit(batch_id, bodies, payloads, args, info)
+            self.writer.submit(batch_id, bodies, args, info)
             del payloads, bodies, args
         trim_after_big_batch(info["changed"])
         self.aggregator.save(batch_id)

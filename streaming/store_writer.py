@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from elrwatch.streaming.payload import PAYLOAD_ROWS, decode_payloads, iter_partition_rows
+from elrwatch.streaming.payload import PAYLOAD_ROWS, concat_payloads, decode_payloads, iter_partition_rows
 from elrwatch.streaming.priority import lower_current_thread_priority
 
 log = logging.getLogger("elrwatch.stream")
@@ -50,37 +50,19 @@ def wal_name(batch_id: int) -> str:
     return f"{batch_id:020d}{WAL_SUFFIX}"
 
 
-def concat_payloads(payloads: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """The store arguments that are the buckets' lists put together in bucket order (``Aggregator.absorb``)."""
-    out: dict[str, list[Any]] = {
-        "partitions": [],
-        "removed": [],
-        "transitions": [],
-        "quarantined": [],
-        "violations": [],
-        "brokers": [],
-    }
-    for p in sorted(payloads, key=lambda p: p["bucket"]):
-        out["partitions"].extend(p.get("partitions", ()))
-        out["removed"].extend(tuple(r) for r in p["removed"])
-        out["transitions"].extend(p["transitions"])
-        out["quarantined"].extend(p["quarantined"])
-        out["violations"].extend(p["violations"])
-        if p["bucket"] == 0:
-            out["brokers"].extend(p["brokers"])
-    return out
-
-
 #: What the driver adds to the buckets' lists (from its merged state), kept in the write-ahead file as JSON.
 DRIVER_ARGS = ("topics", "removed_topics", "gauges", "meta")
+#: The buckets' lists put together (`payload.concat_payloads`), rebuilt from the payload bodies on recovery.
+LIST_ARGS = ("partitions", "removed", "transitions", "quarantined", "violations", "brokers")
 #: The store's meta entry saying how far behind the gauges it was when written (``StatusStore.get_meta``).
 STORE_BEHIND = "storeBehind"
 CHUNKS = "_chunks"
 
 
-def store_args(payloads: list[dict[str, Any]], chunks: list[bytes], driver_args: dict[str, Any]) -> dict[str, Any]:
-    """`StatusStore.write_batch`'s arguments of a batch (the partition rows as their compressed chunks)."""
-    return {**concat_payloads(payloads), **{k: driver_args[k] for k in DRIVER_ARGS}, CHUNKS: chunks}
+def store_args(lists: dict[str, list[Any]], chunks: list[bytes], driver_args: dict[str, Any]) -> dict[str, Any]:
+    """`StatusStore.write_batch`'s arguments of a batch: the buckets' lists (`payload.concat_payloads`), the
+    driver's `DRIVER_ARGS`, the partition rows as their compressed chunks."""
+    return {**{k: lists[k] for k in LIST_ARGS}, **{k: driver_args[k] for k in DRIVER_ARGS}, CHUNKS: chunks}
 
 
 class StoreWriter:
@@ -125,18 +107,17 @@ class StoreWriter:
         self,
         batch_id: int,
         bodies: list[bytes],
-        payloads: list[dict[str, Any]],
-        driver_args: dict[str, Any],
+        merged: dict[str, Any],
         info: dict[str, Any],
     ) -> None:
         """Put a batch in the write-ahead list (durable on return), then queue its store write.
 
-        ``bodies``: the buckets' payload bodies as Spark returned them, ``payloads`` their decoded heads;
-        ``driver_args``: `DRIVER_ARGS` from the driver's merge. Raises `StoreWriteError` if an earlier batch
+        ``bodies``: the buckets' payload bodies as Spark returned them; ``merged``: the driver's merge of them
+        (``Aggregator.absorb``: `LIST_ARGS` and `DRIVER_ARGS`). Raises `StoreWriteError` if an earlier batch
         could not be written."""
         self.raise_error()
-        write_wal(os.path.join(self.wal_dir, wal_name(batch_id)), batch_id, bodies, driver_args)
-        args = store_args(payloads, [b for b in bodies if b[:1] == PAYLOAD_ROWS], driver_args)
+        write_wal(os.path.join(self.wal_dir, wal_name(batch_id)), batch_id, bodies, merged)
+        args = store_args(merged, [b for b in bodies if b[:1] == PAYLOAD_ROWS], merged)
         self._enqueue(batch_id, args, info)
 
     def _enqueue(self, batch_id: int, args: dict[str, Any], info: dict[str, Any]) -> None:
@@ -274,7 +255,7 @@ def read_wal(path: str) -> tuple[int, dict[str, Any]]:
         if version != WAL_VERSION:
             raise ValueError(f"version {version}, expected {WAL_VERSION}")
         payloads, chunks = decode_payloads(bodies)
-        args = store_args(payloads, chunks, orjson.loads(driver))
+        args = store_args(concat_payloads(payloads), chunks, orjson.loads(driver))
     except (OSError, EOFError, ValueError, TypeError, KeyError) as exc:
         raise StoreWriteError(
             f"store write-ahead file {path} cannot be read ({exc}): its batch is not in the store; restore the file "
