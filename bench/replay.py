@@ -1,6 +1,6 @@
 """Benchmark the core: parse + apply records/s on one core, and memory per partition, for a 1M-partition cluster.
 
-Targets (issue 2): >= 150k records/s, <= 1 KiB per partition. Prints the figures and the ratio to the target.
+Targets: >= 150k records/s, <= 1 KiB per partition. Prints the figures and the ratio to the target.
 Run: python bench/replay.py [--partitions 1000000] [--changes 500000] [--brokers 12] [--track-changes]
 The compiled core (`make compiled`): PYTHONPATH=build/compiled python -P bench/replay.py (the first line says which
 core ran).

@@ -302,7 +302,7 @@ def report(name: str, value: float, unit: str, target: str, ok: bool | None) -> 
 
 
 def throughput_target(raw_jvm: float) -> float:
-    """Issue 21's target: 100k events/s, or half of raw JVM consumption where that is lower (2 cores)."""
+    """The throughput target: 100k events/s, or half of raw JVM consumption where that is lower (2 cores)."""
     return min(100_000.0, 0.5 * raw_jvm)
 
 
@@ -511,7 +511,7 @@ def phase_storm_restart(
         extra_roots = [p.pid for p in spark.workers if p is not None]
     # No --max-records-per-batch (the job's default): the whole load is one batch, as when a new checkpoint
     # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but keeps more
-    # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md, session 12).
+    # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md).
     job = Job(workdir, name, *args)
     producers: list[JvmProducer] = []
 

@@ -55,7 +55,7 @@ partitions_t = Table(
 )
 # Partial indexes: only the partitions under min ISR / leaderless / needing an operator are in them, so the
 # update of a partition that is none of these (most of a broker-failure storm: UNDER_REPLICATED, AT_MIN_ISR)
-# does not touch them. A 100k-row storm upsert into 1M rows: 2.2-2.8 s instead of 4.0-4.6 s (bench, session 8).
+# does not touch them. A 100k-row storm upsert into 1M rows: 2.2-2.8 s instead of 4.0-4.6 s without them.
 # The API's filters use the same `IS true` expressions, which is what lets SQLite and PostgreSQL use them.
 UNDER_MIN_ISR_TRUE = partitions_t.c.under_min_isr.is_(True)
 LEADERLESS_TRUE = partitions_t.c.leaderless.is_(True)
@@ -175,7 +175,7 @@ TREND_GAUGES = ("elrwatch_global_under_min_isr_partitions", "elrwatch_offline_pa
 TREND_KEEP_MS = 24 * 3600 * 1000
 
 #: 2: partitions keep their compact stored form (``state``), documents are rebuilt on read. 1 (no
-#: ``schema_version`` row; a ``doc`` column): whole documents, written by elrwatch before session 8.
+#: ``schema_version`` row; a ``doc`` column): whole documents, as older elrwatch versions wrote them.
 STORE_SCHEMA = 2
 
 
