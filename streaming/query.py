@@ -196,8 +196,8 @@ def state_tasks(config: JobConfig, master: str) -> int:
 
     Local mode: one task by default. With the state servers (one per task, local/state_service.py) ``--state-tasks 2``
     applies two buckets at a time: a storm's or the initial load's state work takes half as long, but every
-    micro-batch pays a second task and state store (at 1k events/s: freshness p50 0.70 → 1.35 s, p99 1.74 →
-    2.71 s measured) and two buckets' documents are built at once (a higher transient RSS peak). Without the
+    micro-batch pays a second task and state store (a slower freshness at 1k events/s; docs/PERFORMANCE.md,
+    "Tried and dropped") and two buckets' rows are built at once (a higher transient RSS peak). Without the
     servers one task lets one Python worker keep (and hit) every bucket. A cluster: one task per bucket, each
     executor keeping the buckets Spark's state-store locality sends it.
     """

@@ -33,9 +33,9 @@ def driver_java_options(config: JobConfig, archive_options: str = "") -> str:
     """``spark.driver.extraJavaOptions`` of the job: G1 returning idle heap, C1-only compilation with
     ``--jvm-quick-start``, then the user's own value from ``--spark-conf`` (later flags win in HotSpot).
 
-    C1 only: a restart's JVM used 13.5 instead of 25.4 s of CPU before its first batch, on 2 cores the
-    difference between a 22 s and a 27 s restart (20k partitions), for a few per cent of sustained throughput
-    (the job's hot code is Python; docs/PERFORMANCE.md, session 10). In local mode the driver JVM is the whole of Spark.
+    C1 only: the optimising compiler is about half of a restarting JVM's CPU before its first batch, which a
+    restart on a small machine waits for, and gains a few per cent of sustained throughput at most (the job's hot
+    code is Python; figures in docs/PERFORMANCE.md#restart). In local mode the driver JVM is the whole of Spark.
     ``archive_options``: the class archive's (`class_archive_for`)."""
     parts = [G1_RETURN_HEAP_OPTIONS]
     if config.local.jvm_quick_start:
