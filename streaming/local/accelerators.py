@@ -17,6 +17,9 @@ from typing import Any
 
 from elrwatch.streaming.bucket import STATE_POOL_ENV, StateSettings
 from elrwatch.streaming.config import JobConfig, is_local, spark_master
+from elrwatch.streaming.local import jvm_archive
+from elrwatch.streaming.local.state_service import StateService
+from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -83,8 +86,6 @@ def class_archive_for(config: JobConfig) -> Any:
 
     if SparkContext._gateway is not None:
         return None
-    from elrwatch.streaming.local import jvm_archive
-
     directory = config.local.jvm_class_archive_dir or jvm_archive.default_archive_dir()
     return jvm_archive.prepare(directory, jvm_archive.spark_jars_dir())
 
@@ -112,8 +113,6 @@ class Accelerators:
         starts)."""
         if not use_state_service(self.config):
             return
-        from elrwatch.streaming.local.state_service import StateService
-
         self.service = StateService(settings, lanes, keys)
         self.service.start()
 
@@ -140,8 +139,6 @@ class Accelerators:
         """Keep the Python workers warm through quiet periods (not for a run that drains its source and ends)."""
         if not self.config.local.keep_workers_warm or self.config.available_now:
             return
-        from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
-
         pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
         self.warmer = WorkerWarmer(spark, pools)
 
