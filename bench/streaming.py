@@ -51,9 +51,10 @@ from consume_raw import JvmProducer, consume_all, consume_all_jvm  # noqa: E402
 from elrwatch.devtools.eventgen import EventGenerator  # noqa: E402
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
 from elrwatch.devtools.spark_cluster import SparkCluster  # noqa: E402
+from elrwatch.kafkaio.clients import create_topic, make_producer  # noqa: E402
+from elrwatch.kafkaio.produce import produce_lines  # noqa: E402
 from elrwatch.store import StatusStore  # noqa: E402
 from elrwatch.streaming.metrics import scrape  # noqa: E402
-from elrwatch.streaming.produce import create_topic, make_producer, produce_lines  # noqa: E402
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
 

@@ -397,7 +397,7 @@ def _kafka_options(
     sasl_username,
     sasl_password_file,
 ) -> dict[str, str]:
-    from elrwatch.streaming.sources import security_options
+    from elrwatch.kafkaio.config import security_options
 
     if not bootstrap_servers or not topic:
         _fail("--bootstrap-servers and --topic are required")
@@ -449,8 +449,9 @@ def produce(
     import itertools
     import time
 
-    from elrwatch.streaming import produce as producing
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.kafkaio import clients
+    from elrwatch.kafkaio import produce as producing
+    from elrwatch.kafkaio.config import SourceError
 
     opts = _kafka_options(
         bootstrap_servers,
@@ -468,7 +469,7 @@ def produce(
         _fail("give either FILE or --simulate")
     handle = None
     try:
-        if create_topic and producing.create_topic(opts, topic, partitions):
+        if create_topic and clients.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
             try:  # developer tooling, imported only with --simulate
@@ -608,7 +609,7 @@ def bridge(
     import logging
 
     from elrwatch.bridge.runner import run_bridge
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.kafkaio.config import SourceError
 
     opts = _kafka_options(
         bootstrap_servers,
@@ -682,7 +683,7 @@ def agent(
     import logging
 
     from elrwatch.bridge.agent import AgentError, run_agent
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.kafkaio.config import SourceError
 
     opts = _kafka_options(
         bootstrap_servers,

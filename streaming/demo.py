@@ -160,9 +160,9 @@ def run_demo(
     ELR on, the metadata-log bridge) or ``"3.9"`` (3.9.1 in ZooKeeper mode, no ELR, the admin bridge: the
     fault injector's double kills leave partitions with their last replica standing). A work dir the demo created
     itself (no ``workdir``) is removed at the end unless ``keep``."""
+    from elrwatch.kafkaio.produce import produce_lines
     from elrwatch.streaming import query
     from elrwatch.streaming.config import JobConfig
-    from elrwatch.streaming.produce import produce_lines
 
     try:  # developer tooling, not the product's runtime path
         from elrwatch.devtools.fault_injector import FaultInjector

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from elrwatch.devtools.eventgen import simulated_lines
-from elrwatch.streaming.produce import EventKeys, key_of
+from elrwatch.kafkaio.produce import EventKeys, key_of
 
 
 def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
