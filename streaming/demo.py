@@ -160,9 +160,10 @@ def run_demo(
     ELR on, the metadata-log bridge) or ``"3.9"`` (3.9.1 in ZooKeeper mode, no ELR, the admin bridge: the
     fault injector's double kills leave partitions with their last replica standing). A work dir the demo created
     itself (no ``workdir``) is removed at the end unless ``keep``."""
+    from elrwatch.kafkaio.config import KafkaSettings
     from elrwatch.kafkaio.produce import produce_lines
     from elrwatch.streaming import query
-    from elrwatch.streaming.config import JobConfig
+    from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
 
     try:  # developer tooling, not the product's runtime path
         from elrwatch.devtools.fault_injector import FaultInjector
@@ -298,8 +299,8 @@ def run_demo(
                 timer.start()
 
         config = JobConfig(
-            source="kafka", bootstrap_servers=kafka.bootstrap, topic=TOPIC, store=store, checkpoint=checkpoint,
-            metrics_port=metrics_port, trigger="1s", buckets=2,
+            source="kafka", kafka=KafkaSettings(kafka.bootstrap), topic=TOPIC, store=StoreSettings(store),
+            checkpoint=checkpoint, metrics=MetricsEndpoint(metrics_port), trigger="1s", buckets=2,
         )
         try:
             query.run(config, stop_event=stop, on_started=started,

@@ -306,15 +306,13 @@ def test_security_options_reference_secrets_never_copy_them(monkeypatch):
 def test_job_and_produce_build_the_same_security_options(monkeypatch):
     """`elrwatch stream` (JobConfig) and `elrwatch produce` (the CLI) share one mapping."""
     from elrwatch.cli import _kafka_options
+    from elrwatch.kafkaio.config import KafkaSettings
     from elrwatch.streaming.config import JobConfig
 
     monkeypatch.setenv("ELRWATCH_SASL_PASSWORD", "x")
-    config = JobConfig(
-        bootstrap_servers="h:9093", topic="t", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-        sasl_username="u",
-    )
-    job_opts = config.source_options()
-    cli_opts = _kafka_options("h:9093", "t", "SASL_PLAINTEXT", None, None, None, None, "PLAIN", "u", None)
+    kafka = KafkaSettings("h:9093", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username="u")
+    job_opts = JobConfig(kafka=kafka, topic="t").source_options()
+    cli_opts = _kafka_options(kafka, "t")
     assert {k: v for k, v in job_opts.items() if k not in ("timeout.ms", "startingOffsets")} == cli_opts
     assert cli_opts["sasl.password.env"] == "ELRWATCH_SASL_PASSWORD"
 
