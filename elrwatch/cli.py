@@ -360,7 +360,7 @@ def api(
     uvicorn.run(application, host=host, port=port, workers=1, log_level=log_level, access_log=False)
 
 
-# --- streaming: produce, stream, demo (elrwatch.streaming) ------------------------------------------------------
+# --- Kafka and the streaming job: produce, stream, bridge, agent --------------------------------------------------
 
 
 def _kafka_options(kafka: KafkaSettings, topic: str | None) -> dict[str, str]:
@@ -407,10 +407,8 @@ def produce(
         if create_topic and clients.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-            try:  # developer tooling, imported only with --simulate
-                from elrwatch.devtools.eventgen import simulated_lines
-            except ImportError as exc:
-                _fail(f"--simulate needs elrwatch's developer tools (a source checkout): {exc}")
+            from elrwatch.state.eventgen import simulated_lines
+
             lines = simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop)
         elif file == "-":
             lines = iter(sys.stdin.buffer)
@@ -561,50 +559,6 @@ def agent(
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors at start: one line, no traceback
         _fail(f"agent failed: {type(exc).__name__}: {exc}", code=1)
-
-
-@app.command()
-def demo(
-    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = until Ctrl-C).", min=0)] = 0.0,
-    workdir: Annotated[str | None, _opt("--workdir", "Where store and checkpoint go (default: a temp dir).")] = None,
-    metrics_port: Annotated[int, _opt("--metrics-port", "Prometheus port of the job.", min=0)] = 9464,
-    api_port: Annotated[int, _opt("--api-port", "Port of the REST API (0 = no API).", min=0)] = 8080,
-    rate: Annotated[float, _opt("--rate", "--simulated: simulated events per second.", min=1)] = 200.0,
-    keep: Annotated[
-        bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
-    ] = False,
-    simulated: Annotated[
-        bool, typer.Option("--simulated/--real", envvar="ELRWATCH_DEMO_SIMULATED",
-                           help="Simulator events (with faults) instead of a real 3-broker cluster.")
-    ] = False,
-    faults: Annotated[
-        bool, typer.Option("--faults/--no-faults", envvar="ELRWATCH_DEMO_FAULTS",
-                           help="Real cluster: kill and restart brokers on a schedule (devtools/fault_injector.py).")
-    ] = True,
-    seed: Annotated[
-        int, typer.Option("--seed", envvar="ELRWATCH_DEMO_SEED",
-                          help="Real cluster: seed of the fault injector's choice of brokers.")
-    ] = 7,
-    kafka: Annotated[
-        str, typer.Option("--kafka", envvar="ELRWATCH_DEMO_KAFKA",
-                          help="Real cluster: 4.4 (KRaft, ELR on, the metadata-log bridge) or 3.9 (ZooKeeper mode, "
-                               "no ELR, the admin bridge; shows last-replica-standing exposure).")
-    ] = "4.4",
-) -> None:
-    """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
-    brokers, ELR on, min.insync.replicas=2), `elrwatch bridge --source metadata-log` on the controller's
-    __cluster_metadata-0, a fault injector killing and restarting brokers, the job and the API, the event topic on a
-    1-broker cluster of its own. --simulated: the simulator's events with faults instead of the 3-broker cluster.
-    Prints where to look; Ctrl-C stops everything."""
-    from elrwatch.streaming.demo import DemoError, run_demo
-
-    try:
-        run_demo(
-            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep,
-            simulated=simulated, faults=faults, seed=seed, kafka_version=kafka,
-        )
-    except DemoError as exc:
-        _fail(str(exc), code=1)
 
 
 def main() -> None:

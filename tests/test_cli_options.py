@@ -25,7 +25,8 @@ def _typer_options(name: str) -> list[click.Option]:
 
 
 def test_the_cli_has_its_commands() -> None:
-    assert {"replay", "status", "produce", "stream", "api", "demo"} <= set(COMMANDS)
+    assert {"replay", "status", "produce", "stream", "api", "bridge", "agent"} <= set(COMMANDS)
+    assert "demo" not in COMMANDS  # developer tooling: python -m elrwatch.devtools.demo (make demo)
 
 
 @pytest.mark.parametrize("name", COMMANDS)

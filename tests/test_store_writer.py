@@ -10,8 +10,8 @@ import threading
 import pyarrow as pa
 import pytest
 
-from elrwatch.devtools.eventgen import scenario
 from elrwatch.state.cluster import ClusterState
+from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
