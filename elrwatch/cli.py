@@ -50,9 +50,16 @@ InputFiles = Annotated[
 def replay(
     files: InputFiles = None,
     default_min_isr: DefaultMinIsr = 1,
-    pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
+    pretty: Annotated[
+        bool,
+        typer.Option("--pretty/--compact", envvar="ELRWATCH_REPLAY_PRETTY", help="Indent the JSON output."),
+    ] = True,
     advice: Annotated[
-        bool, typer.Option("--advice/--no-advice", help="Include each partition's outlook and recommendation.")
+        bool,
+        typer.Option(
+            "--advice/--no-advice", envvar="ELRWATCH_REPLAY_ADVICE",
+            help="Include each partition's outlook and recommendation.",
+        ),
     ] = True,
 ) -> None:
     """Replay metadata events in order and print the resulting state as one JSON document."""
@@ -91,7 +98,10 @@ def advise(
     file: InputFile = "-",
     strategy: Annotated[
         str | None,
-        typer.Option("--strategy", help="Aggressive, Balanced or None (default: from unclean.leader.election.enable)."),
+        typer.Option(
+            "--strategy", envvar="ELRWATCH_ADVISE_STRATEGY",
+            help="Aggressive, Balanced or None (default: from unclean.leader.election.enable).",
+        ),
     ] = None,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
@@ -117,12 +127,22 @@ def advise(
 
 @app.command()
 def whatif(
-    down: Annotated[str, typer.Option("--down", help="Brokers to take down, comma-separated (e.g. 1,2).")],
+    down: Annotated[
+        str,
+        typer.Option("--down", envvar="ELRWATCH_WHATIF_DOWN", help="Brokers to take down, comma-separated (e.g. 1,2)."),
+    ],
     file: InputFile = "-",
     unclean: Annotated[
-        bool, typer.Option("--unclean/--fenced", help="Re-register them after an unclean shutdown instead of fencing.")
+        bool,
+        typer.Option(
+            "--unclean/--fenced", envvar="ELRWATCH_WHATIF_UNCLEAN",
+            help="Re-register them after an unclean shutdown instead of fencing.",
+        ),
     ] = False,
-    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many partitions per list.")] = 1000,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", envvar="ELRWATCH_WHATIF_LIMIT", min=0, help="At most this many partitions per list."),
+    ] = 1000,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
     """Replay FILE, take brokers down through the controller model; print the partitions that end under min ISR,
@@ -146,22 +166,58 @@ def whatif(
 
 @app.command()
 def simulate(
-    brokers: Annotated[int, typer.Option("--brokers", min=1, help="Number of brokers.")] = 6,
-    topics: Annotated[int, typer.Option("--topics", min=0, help="Number of topics.")] = 3,
-    partitions: Annotated[int, typer.Option("--partitions", min=1, help="Partitions per topic.")] = 10,
-    replication_factor: Annotated[int, typer.Option("--replication-factor", min=1)] = 3,
-    min_isr: Annotated[int, typer.Option("--min-isr", min=1, help="Cluster min.insync.replicas.")] = 2,
+    brokers: Annotated[
+        int,
+        typer.Option("--brokers", envvar="ELRWATCH_SIMULATE_BROKERS", min=1, help="Number of brokers."),
+    ] = 6,
+    topics: Annotated[
+        int,
+        typer.Option("--topics", envvar="ELRWATCH_SIMULATE_TOPICS", min=0, help="Number of topics."),
+    ] = 3,
+    partitions: Annotated[
+        int,
+        typer.Option("--partitions", envvar="ELRWATCH_SIMULATE_PARTITIONS", min=1, help="Partitions per topic."),
+    ] = 10,
+    replication_factor: Annotated[
+        int,
+        typer.Option("--replication-factor", envvar="ELRWATCH_SIMULATE_REPLICATION_FACTOR", min=1),
+    ] = 3,
+    min_isr: Annotated[
+        int,
+        typer.Option("--min-isr", envvar="ELRWATCH_SIMULATE_MIN_ISR", min=1, help="Cluster min.insync.replicas."),
+    ] = 2,
     scenario: Annotated[
-        str | None, typer.Option("--scenario", help="kip966-walkthrough, last-replica-standing-elr, … ")
+        str | None,
+        typer.Option(
+            "--scenario", envvar="ELRWATCH_SIMULATE_SCENARIO",
+            help="kip966-walkthrough, last-replica-standing-elr, … ",
+        ),
     ] = None,
     faults: Annotated[
-        float | None, typer.Option("--faults", min=0.0, max=1.0, help="Random events; chance each is a fault.")
+        float | None,
+        typer.Option(
+            "--faults", envvar="ELRWATCH_SIMULATE_FAULTS", min=0.0, max=1.0,
+            help="Random events; chance each is a fault.",
+        ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="RNG seed: the same seed writes the same records.")] = 1,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", envvar="ELRWATCH_SIMULATE_SEED",
+            help="RNG seed: the same seed writes the same records.",
+        ),
+    ] = 1,
     records: Annotated[
-        int | None, typer.Option("--records", min=1, help="With --faults: records to write (default 10000).")
+        int | None,
+        typer.Option(
+            "--records", envvar="ELRWATCH_SIMULATE_RECORDS", min=1,
+            help="With --faults: records to write (default 10000).",
+        ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file; '-' for stdout.")] = "-",
+    output: Annotated[
+        str,
+        typer.Option("--output", "-o", envvar="ELRWATCH_SIMULATE_OUTPUT", help="Output file; '-' for stdout."),
+    ] = "-",
 ) -> None:
     """Simulate a cluster through the controller model and write the metadata records Kafka would write."""
     from elrwatch.state.simulator import simulate as run_simulation
@@ -216,7 +272,10 @@ def _open_store(store: str, store_password_file: str | Path | None, must_exist: 
 @grouped
 def status(
     store: StoreSettings = STORE,
-    pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
+    pretty: Annotated[
+        bool,
+        typer.Option("--pretty/--compact", envvar="ELRWATCH_STATUS_PRETTY", help="Indent the JSON output."),
+    ] = True,
 ) -> None:
     """Print the status store's content as one JSON document, in the same shape as `elrwatch replay`."""
     import json
@@ -252,7 +311,11 @@ def restart_check(
     ] = None,
     store_password_file: StorePasswordFile = None,
     limit: Annotated[
-        int, typer.Option("--limit", min=1, max=1000, help="At most this many partitions per list.")
+        int,
+        typer.Option(
+            "--limit", envvar="ELRWATCH_RESTART_CHECK_LIMIT", min=1, max=1000,
+            help="At most this many partitions per list.",
+        ),
     ] = 100,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
