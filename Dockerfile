@@ -34,6 +34,7 @@ COPY streaming/ streaming/
 COPY store/ store/
 COPY api/ api/
 COPY bridge/ bridge/
+COPY kafkaio/ kafkaio/
 # Developer tooling (the demo's cluster harness, event generator): packaged, never on the product's runtime path.
 COPY devtools/ devtools/
 RUN python -m venv /opt/elrwatch/venv \

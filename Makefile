@@ -47,7 +47,7 @@ KAFKA_LIBS := .tools/kafka/libs
 $(KAFKA_LIBS)/.resolved: tools/kafka/pom.xml
 	$(call maven-jars,tools/kafka/pom.xml,$(KAFKA_LIBS),kafka-jars)
 
-# Older Kafka releases for the compatibility tests (tests/test_kafka3_real.py, `elrwatch demo --kafka 3.9`):
+# Older Kafka releases for the compatibility tests (tests/test_kafka3_real.py, `make demo KAFKA=3.9`):
 # tools/kafka-<version>/pom.xml into .tools/kafka-<version>/libs/ (3.9.1 brings its ZooKeeper).
 KAFKA_OLD_VERSIONS := 3.9.1 3.7.2
 KAFKA_OLD_LIBS := $(foreach v,$(KAFKA_OLD_VERSIONS),.tools/kafka-$(v)/libs/.resolved)
@@ -153,7 +153,7 @@ test: lint test-python test-compiled test-alerts test-helm
 # The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.
 # `make demo KAFKA=3.9`: the watched cluster is Kafka 3.9.1 in ZooKeeper mode (no ELR, the admin bridge).
 demo: install-python kafka-jars spark-jars
-	$(PYTHON) -m elrwatch.cli demo $(if $(KAFKA),--kafka $(KAFKA))
+	$(PYTHON) -m elrwatch.devtools.demo $(if $(KAFKA),--kafka $(KAFKA))
 
 bench: install-python kafka-jars spark-jars compiled
 	$(PYTHON) bench/replay.py

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from elrwatch.devtools.eventgen import EventGenerator
 from elrwatch.state import core_build
+from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.bucket import StateSettings, apply_rows, bucket_payload, run_bucket
 from elrwatch.streaming.payload import decode_payloads, encode_payload
 from elrwatch.streaming.route import route_batches

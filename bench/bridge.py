@@ -207,7 +207,7 @@ def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, broker
     from elrwatch.bridge.admin import KafkaClusterReader, diff, poll_view
     from elrwatch.bridge.runner import StateFile
     from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
-    from elrwatch.streaming.sources import kafka_python_config
+    from elrwatch.kafkaio.config import kafka_python_config
 
     # Many partitions on small JVMs: small index files and no flush pressure. RF 1: no replica fetchers, so
     # num.replica.fetchers and replica.lag.time.max.ms play no part.

@@ -86,7 +86,7 @@ class JvmProducer:
 
     def send(self, lines: Iterable[bytes], timeout_s: float = 600.0) -> tuple[int, float, float]:
         """(lines sent, monotonic time the first line was written, monotonic time all were acknowledged)."""
-        from elrwatch.streaming.produce import EventKeys
+        from elrwatch.kafkaio.produce import EventKeys
 
         keys = EventKeys()
         payload = b"".join(keys(line) + b"\t" + line.rstrip(b"\n") + b"\n" for line in lines)

@@ -48,12 +48,13 @@ sys.path.insert(0, str(HERE))
 
 from consume_raw import JvmProducer, consume_all, consume_all_jvm  # noqa: E402
 
-from elrwatch.devtools.eventgen import EventGenerator  # noqa: E402
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
 from elrwatch.devtools.spark_cluster import SparkCluster  # noqa: E402
+from elrwatch.kafkaio.clients import create_topic, make_producer  # noqa: E402
+from elrwatch.kafkaio.produce import produce_lines  # noqa: E402
+from elrwatch.state.eventgen import EventGenerator  # noqa: E402
 from elrwatch.store import StatusStore  # noqa: E402
 from elrwatch.streaming.metrics import scrape  # noqa: E402
-from elrwatch.streaming.produce import create_topic, make_producer, produce_lines  # noqa: E402
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): .* events=(\d+)")
 
@@ -690,7 +691,7 @@ def drop_page_cache() -> None:
 def ensure_class_archive(workdir: str) -> None:
     """Write the JVM class archive with a short clean run if this machine has none (a killed job never writes
     it); print what the jobs will use."""
-    from elrwatch.devtools.eventgen import scenario
+    from elrwatch.state.eventgen import scenario
     from elrwatch.streaming.local import jvm_archive
 
     java = jvm_archive.java_executable()

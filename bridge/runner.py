@@ -88,7 +88,8 @@ class KafkaPublisher:
     """Publishes to the event topic with ``elrwatch produce``'s keys (per-topic and per-broker order kept)."""
 
     def __init__(self, options: dict[str, str], topic: str, timeout_s: float = 30.0) -> None:
-        from elrwatch.streaming.produce import EventKeys, make_producer
+        from elrwatch.kafkaio.clients import make_producer
+        from elrwatch.kafkaio.produce import EventKeys
 
         self.topic = topic
         self.timeout_s = timeout_s
@@ -367,7 +368,7 @@ def run_bridge(
     import threading
 
     from elrwatch.bridge.admin import KafkaClusterReader
-    from elrwatch.streaming.sources import kafka_python_config
+    from elrwatch.kafkaio.config import kafka_python_config
 
     if source not in ("admin", "metadata-log"):
         raise ValueError(f"--source must be admin or metadata-log, not {source!r}")

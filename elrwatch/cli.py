@@ -13,28 +13,12 @@ from typing import Annotated
 
 import typer
 
-from elrwatch import options
-from elrwatch.options import (
-    BootstrapServers,
-    DefaultMinIsr,
-    EventTopic,
-    SaslMechanism,
-    SaslPasswordFile,
-    SaslUsername,
-    SecurityProtocol,
-    SslCafile,
-    SslCertfile,
-    SslKeyfile,
-    SslPasswordFile,
-    StorePasswordFile,
-    StoreUrl,
-)
+from elrwatch.kafkaio.config import KafkaSettings
+from elrwatch.options import JOB_OPTIONS, KAFKA, METRICS, STORE, DefaultMinIsr, EventTopic, StorePasswordFile, grouped
+from elrwatch.options import fail as _fail
 from elrwatch.options import option as _opt
 from elrwatch.store.urls import DEFAULT_URL
-from elrwatch.streaming.config import JobConfig
-from elrwatch.streaming.local.tuning import LocalTuning
-
-JOB, TUNING = JobConfig(), LocalTuning()  # elrwatch stream's defaults
+from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
 
 app = typer.Typer(
     name="elrwatch",
@@ -44,12 +28,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "ELRWATCH"},
 )
-
-
-def _fail(message: str, code: int = 2) -> None:
-    """Print a one-line error to stderr and exit non-zero."""
-    typer.echo(f"elrwatch: error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 InputFile = Annotated[
@@ -72,9 +50,16 @@ InputFiles = Annotated[
 def replay(
     files: InputFiles = None,
     default_min_isr: DefaultMinIsr = 1,
-    pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
+    pretty: Annotated[
+        bool,
+        typer.Option("--pretty/--compact", envvar="ELRWATCH_REPLAY_PRETTY", help="Indent the JSON output."),
+    ] = True,
     advice: Annotated[
-        bool, typer.Option("--advice/--no-advice", help="Include each partition's outlook and recommendation.")
+        bool,
+        typer.Option(
+            "--advice/--no-advice", envvar="ELRWATCH_REPLAY_ADVICE",
+            help="Include each partition's outlook and recommendation.",
+        ),
     ] = True,
 ) -> None:
     """Replay metadata events in order and print the resulting state as one JSON document."""
@@ -113,7 +98,10 @@ def advise(
     file: InputFile = "-",
     strategy: Annotated[
         str | None,
-        typer.Option("--strategy", help="Aggressive, Balanced or None (default: from unclean.leader.election.enable)."),
+        typer.Option(
+            "--strategy", envvar="ELRWATCH_ADVISE_STRATEGY",
+            help="Aggressive, Balanced or None (default: from unclean.leader.election.enable).",
+        ),
     ] = None,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
@@ -139,12 +127,22 @@ def advise(
 
 @app.command()
 def whatif(
-    down: Annotated[str, typer.Option("--down", help="Brokers to take down, comma-separated (e.g. 1,2).")],
+    down: Annotated[
+        str,
+        typer.Option("--down", envvar="ELRWATCH_WHATIF_DOWN", help="Brokers to take down, comma-separated (e.g. 1,2)."),
+    ],
     file: InputFile = "-",
     unclean: Annotated[
-        bool, typer.Option("--unclean/--fenced", help="Re-register them after an unclean shutdown instead of fencing.")
+        bool,
+        typer.Option(
+            "--unclean/--fenced", envvar="ELRWATCH_WHATIF_UNCLEAN",
+            help="Re-register them after an unclean shutdown instead of fencing.",
+        ),
     ] = False,
-    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many partitions per list.")] = 1000,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", envvar="ELRWATCH_WHATIF_LIMIT", min=0, help="At most this many partitions per list."),
+    ] = 1000,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
     """Replay FILE, take brokers down through the controller model; print the partitions that end under min ISR,
@@ -168,22 +166,58 @@ def whatif(
 
 @app.command()
 def simulate(
-    brokers: Annotated[int, typer.Option("--brokers", min=1, help="Number of brokers.")] = 6,
-    topics: Annotated[int, typer.Option("--topics", min=0, help="Number of topics.")] = 3,
-    partitions: Annotated[int, typer.Option("--partitions", min=1, help="Partitions per topic.")] = 10,
-    replication_factor: Annotated[int, typer.Option("--replication-factor", min=1)] = 3,
-    min_isr: Annotated[int, typer.Option("--min-isr", min=1, help="Cluster min.insync.replicas.")] = 2,
+    brokers: Annotated[
+        int,
+        typer.Option("--brokers", envvar="ELRWATCH_SIMULATE_BROKERS", min=1, help="Number of brokers."),
+    ] = 6,
+    topics: Annotated[
+        int,
+        typer.Option("--topics", envvar="ELRWATCH_SIMULATE_TOPICS", min=0, help="Number of topics."),
+    ] = 3,
+    partitions: Annotated[
+        int,
+        typer.Option("--partitions", envvar="ELRWATCH_SIMULATE_PARTITIONS", min=1, help="Partitions per topic."),
+    ] = 10,
+    replication_factor: Annotated[
+        int,
+        typer.Option("--replication-factor", envvar="ELRWATCH_SIMULATE_REPLICATION_FACTOR", min=1),
+    ] = 3,
+    min_isr: Annotated[
+        int,
+        typer.Option("--min-isr", envvar="ELRWATCH_SIMULATE_MIN_ISR", min=1, help="Cluster min.insync.replicas."),
+    ] = 2,
     scenario: Annotated[
-        str | None, typer.Option("--scenario", help="kip966-walkthrough, last-replica-standing-elr, … ")
+        str | None,
+        typer.Option(
+            "--scenario", envvar="ELRWATCH_SIMULATE_SCENARIO",
+            help="kip966-walkthrough, last-replica-standing-elr, … ",
+        ),
     ] = None,
     faults: Annotated[
-        float | None, typer.Option("--faults", min=0.0, max=1.0, help="Random events; chance each is a fault.")
+        float | None,
+        typer.Option(
+            "--faults", envvar="ELRWATCH_SIMULATE_FAULTS", min=0.0, max=1.0,
+            help="Random events; chance each is a fault.",
+        ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="RNG seed: the same seed writes the same records.")] = 1,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", envvar="ELRWATCH_SIMULATE_SEED",
+            help="RNG seed: the same seed writes the same records.",
+        ),
+    ] = 1,
     records: Annotated[
-        int | None, typer.Option("--records", min=1, help="With --faults: records to write (default 10000).")
+        int | None,
+        typer.Option(
+            "--records", envvar="ELRWATCH_SIMULATE_RECORDS", min=1,
+            help="With --faults: records to write (default 10000).",
+        ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file; '-' for stdout.")] = "-",
+    output: Annotated[
+        str,
+        typer.Option("--output", "-o", envvar="ELRWATCH_SIMULATE_OUTPUT", help="Output file; '-' for stdout."),
+    ] = "-",
 ) -> None:
     """Simulate a cluster through the controller model and write the metadata records Kafka would write."""
     from elrwatch.state.simulator import simulate as run_simulation
@@ -211,7 +245,7 @@ def simulate(
         _fail(f"cannot write {output}: {exc.strerror or exc}")
 
 
-def _open_store(store: str, store_password_file: Path | None, must_exist: bool = True):  # -> StatusStore
+def _open_store(store: str, store_password_file: str | Path | None, must_exist: bool = True):  # -> StatusStore
     """Open a status store (an existing one if ``must_exist``) or fail with a one-line error (password masked)."""
     from sqlalchemy.engine import make_url
 
@@ -235,17 +269,20 @@ def _open_store(store: str, store_password_file: Path | None, must_exist: bool =
 
 
 @app.command()
+@grouped
 def status(
-    store: StoreUrl = DEFAULT_URL,
-    store_password_file: StorePasswordFile = None,
-    pretty: Annotated[bool, typer.Option("--pretty/--compact", help="Indent the JSON output.")] = True,
+    store: StoreSettings = STORE,
+    pretty: Annotated[
+        bool,
+        typer.Option("--pretty/--compact", envvar="ELRWATCH_STATUS_PRETTY", help="Indent the JSON output."),
+    ] = True,
 ) -> None:
     """Print the status store's content as one JSON document, in the same shape as `elrwatch replay`."""
     import json
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    status_store = _open_store(store, store_password_file)
+    status_store = _open_store(store.url, store.password_file)
     try:
         document = status_store.read_document()
     except SQLAlchemyError as exc:
@@ -274,7 +311,11 @@ def restart_check(
     ] = None,
     store_password_file: StorePasswordFile = None,
     limit: Annotated[
-        int, typer.Option("--limit", min=1, max=1000, help="At most this many partitions per list.")
+        int,
+        typer.Option(
+            "--limit", envvar="ELRWATCH_RESTART_CHECK_LIMIT", min=1, max=1000,
+            help="At most this many partitions per list.",
+        ),
     ] = 100,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
@@ -322,9 +363,9 @@ def restart_check(
 
 
 @app.command()
+@grouped
 def api(
-    store: StoreUrl = DEFAULT_URL,
-    store_password_file: StorePasswordFile = None,
+    store: StoreSettings = STORE,
     host: Annotated[str, typer.Option("--host", envvar="ELRWATCH_HOST", help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", envvar="ELRWATCH_PORT", min=1, max=65535, help="Port.")] = 8080,
     api_token_file: Annotated[
@@ -364,11 +405,11 @@ def api(
     from elrwatch.api.app import create_app
     from elrwatch.api.settings import Settings
 
-    status_store = _open_store(store, store_password_file, must_exist=False)  # /readyz waits for the job
+    status_store = _open_store(store.url, store.password_file, must_exist=False)  # /readyz waits for the job
     try:
         settings = Settings(
-            store=store,
-            store_password_file=store_password_file,
+            store=store.url,
+            store_password_file=store.password_file,
             api_token_file=api_token_file,
             host=host,
             port=port,
@@ -382,47 +423,23 @@ def api(
     uvicorn.run(application, host=host, port=port, workers=1, log_level=log_level, access_log=False)
 
 
-# --- streaming: produce, stream, demo (elrwatch.streaming) ------------------------------------------------------
+# --- Kafka and the streaming job: produce, stream, bridge, agent --------------------------------------------------
 
 
-def _kafka_options(
-    bootstrap_servers,
-    topic,
-    security_protocol,
-    ssl_cafile,
-    ssl_certfile,
-    ssl_keyfile,
-    ssl_password_file,
-    sasl_mechanism,
-    sasl_username,
-    sasl_password_file,
-) -> dict[str, str]:
-    from elrwatch.streaming.sources import security_options
-
-    if not bootstrap_servers or not topic:
+def _kafka_options(kafka: KafkaSettings, topic: str | None) -> dict[str, str]:
+    """The event topic's client options (`produce`, `bridge`, `agent`: servers and topic required)."""
+    if not kafka.bootstrap_servers or not topic:
         _fail("--bootstrap-servers and --topic are required")
-    return {
-        "bootstrap.servers": bootstrap_servers,
-        "topic": topic,
-        **security_options(
-            security_protocol,
-            ssl_cafile,
-            ssl_certfile,
-            ssl_keyfile,
-            ssl_password_file,
-            sasl_mechanism,
-            sasl_username,
-            sasl_password_file,
-        ),
-    }
+    return kafka.options(topic)
 
 
 @app.command()
+@grouped
 def produce(
     file: Annotated[
         str | None, typer.Argument(help="Event file (envelope lines / dump-log output); '-' for stdin.")
     ] = None,
-    bootstrap_servers: BootstrapServers = None,
+    kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     simulate: Annotated[bool, _opt("--simulate", "Publish generated events instead of a file.")] = False,
     sim_topics: Annotated[int, _opt("--sim-topics", "--simulate: topics.", min=1)] = 3,
@@ -436,45 +453,25 @@ def produce(
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
     create_topic: Annotated[bool, _opt("--create-topic", "Create the topic if it does not exist.")] = False,
     partitions: Annotated[int, _opt("--partitions", "Partitions of a topic created by --create-topic.", min=1)] = 1,
-    security_protocol: SecurityProtocol = None,
-    ssl_cafile: SslCafile = None,
-    ssl_certfile: SslCertfile = None,
-    ssl_keyfile: SslKeyfile = None,
-    ssl_password_file: SslPasswordFile = None,
-    sasl_mechanism: SaslMechanism = None,
-    sasl_username: SaslUsername = None,
-    sasl_password_file: SaslPasswordFile = None,
 ) -> None:
     """Publish metadata events to Kafka, keyed so each partition's and each broker's records keep their order."""
     import itertools
     import time
 
-    from elrwatch.streaming import produce as producing
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.kafkaio import clients
+    from elrwatch.kafkaio import produce as producing
+    from elrwatch.kafkaio.config import SourceError
 
-    opts = _kafka_options(
-        bootstrap_servers,
-        topic,
-        security_protocol,
-        ssl_cafile,
-        ssl_certfile,
-        ssl_keyfile,
-        ssl_password_file,
-        sasl_mechanism,
-        sasl_username,
-        sasl_password_file,
-    )
+    opts = _kafka_options(kafka, topic)
     if simulate == (file is not None):
         _fail("give either FILE or --simulate")
     handle = None
     try:
-        if create_topic and producing.create_topic(opts, topic, partitions):
+        if create_topic and clients.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-            try:  # developer tooling, imported only with --simulate
-                from elrwatch.devtools.eventgen import simulated_lines
-            except ImportError as exc:
-                _fail(f"--simulate needs elrwatch's developer tools (a source checkout): {exc}")
+            from elrwatch.state.eventgen import simulated_lines
+
             lines = simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop)
         elif file == "-":
             lines = iter(sys.stdin.buffer)
@@ -490,58 +487,16 @@ def produce(
     except SourceError as exc:
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors: one line, no traceback
-        _fail(f"cannot publish to {bootstrap_servers}: {type(exc).__name__}: {exc}")
+        _fail(f"cannot publish to {kafka.bootstrap_servers}: {type(exc).__name__}: {exc}")
     finally:
         if handle is not None:
             handle.close()
 
 
 @app.command()
-def stream(
-    source: options.Source = JOB.source,
-    bootstrap_servers: options.BootstrapServers = JOB.bootstrap_servers,
-    topic: options.EventTopic = JOB.topic,
-    path: options.FilesPath = JOB.path,
-    store: options.StoreUrl = JOB.store,
-    store_password_file: options.StorePasswordFile = JOB.store_password_file,
-    checkpoint: options.Checkpoint = JOB.checkpoint,
-    metrics_port: options.MetricsPort = JOB.metrics_port,
-    metrics_host: options.MetricsHost = JOB.metrics_host,
-    trigger: options.Trigger = JOB.trigger,
-    buckets: options.Buckets = JOB.buckets,
-    max_records_per_batch: options.MaxRecordsPerBatch = JOB.max_records_per_batch,
-    starting_offsets: options.StartingOffsets = JOB.starting_offsets,
-    available_now: options.AvailableNow = JOB.available_now,
-    default_min_isr: options.DefaultMinIsr = JOB.default_min_isr,
-    source_timeout_ms: options.SourceTimeoutMs = JOB.source_timeout_ms,
-    security_protocol: options.SecurityProtocol = JOB.security_protocol,
-    ssl_cafile: options.SslCafile = JOB.ssl_cafile,
-    ssl_certfile: options.SslCertfile = JOB.ssl_certfile,
-    ssl_keyfile: options.SslKeyfile = JOB.ssl_keyfile,
-    ssl_password_file: options.SslPasswordFile = JOB.ssl_password_file,
-    sasl_mechanism: options.SaslMechanism = JOB.sasl_mechanism,
-    sasl_username: options.SaslUsername = JOB.sasl_username,
-    sasl_password_file: options.SaslPasswordFile = JOB.sasl_password_file,
-    spark_master: options.SparkMaster = JOB.spark_master,
-    spark_conf: options.SparkConf = None,  # JobConfig's: {}
-    spark_driver_memory: options.SparkDriverMemory = JOB.spark_driver_memory,
-    spark_jars_packages: options.SparkJarsPackages = JOB.spark_jars_packages,
-    spark_jars: options.SparkJars = JOB.spark_jars,
-    spark_log_level: options.SparkLogLevel = JOB.spark_log_level,
-    changelog_checkpointing: options.ChangelogCheckpointing = JOB.changelog_checkpointing,
-    state_cache: options.StateCache = JOB.state_cache,
-    keep_workers_warm: options.KeepWorkersWarm = TUNING.keep_workers_warm,
-    jvm_quick_start: options.JvmQuickStart = TUNING.jvm_quick_start,
-    jvm_class_archive: options.JvmClassArchive = TUNING.jvm_class_archive,
-    jvm_class_archive_dir: options.JvmClassArchiveDir = TUNING.jvm_class_archive_dir,
-    state_mode: options.StateMode = JOB.state_mode,
-    state_dir: options.StateDir = JOB.state_dir,
-    state_delta_max_records: options.StateDeltaMaxRecords = JOB.state_delta_max_records,
-    state_tasks: options.StateTasks = JOB.state_tasks,
-    state_service: options.StateService = TUNING.state_service,
-) -> None:
+@grouped
+def stream(config: JobConfig = JOB_OPTIONS) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
-    values = dict(locals())
     import logging
     import threading
 
@@ -550,23 +505,20 @@ def stream(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python's connection chatter (kafka-native's check)
     try:
-        config = options.job_config(values)
-    except options.OptionError as exc:
-        _fail(str(exc))
-    try:
         query.run(config, stop_event=threading.Event(), handle_signals=True)
     except (query.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
 
 
 @app.command()
+@grouped
 def bridge(
     source: Annotated[
         str,
         typer.Option("--source", envvar="ELRWATCH_BRIDGE_SOURCE",
                      help="admin (poll a cluster's admin API) or metadata-log (follow a node's metadata log)."),
     ] = "admin",
-    bootstrap_servers: BootstrapServers = None,
+    kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     log_dir: Annotated[
         str | None,
@@ -591,46 +543,26 @@ def bridge(
         typer.Option("--state-file", envvar="ELRWATCH_BRIDGE_STATE_FILE",
                      help="What was published (restart without duplicates or losses); default: none (in memory)."),
     ] = None,
-    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)] = None,
-    metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
+    metrics: MetricsEndpoint = METRICS,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
-    security_protocol: SecurityProtocol = None,
-    ssl_cafile: SslCafile = None,
-    ssl_certfile: SslCertfile = None,
-    ssl_keyfile: SslKeyfile = None,
-    ssl_password_file: SslPasswordFile = None,
-    sasl_mechanism: SaslMechanism = None,
-    sasl_username: SaslUsername = None,
-    sasl_password_file: SaslPasswordFile = None,
 ) -> None:
     """Publish a live cluster's metadata to the event topic: polled from its admin API, or read from a node's
     metadata log (exact records and offsets)."""
     import logging
 
     from elrwatch.bridge.runner import run_bridge
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.kafkaio.config import SourceError
 
-    opts = _kafka_options(
-        bootstrap_servers,
-        topic,
-        security_protocol,
-        ssl_cafile,
-        ssl_certfile,
-        ssl_keyfile,
-        ssl_password_file,
-        sasl_mechanism,
-        sasl_username,
-        sasl_password_file,
-    )
+    opts = _kafka_options(kafka, topic)
     if source not in ("admin", "metadata-log"):
         _fail("--source must be admin or metadata-log")
-    admin_opts = {**opts, "bootstrap.servers": admin_bootstrap_servers} if admin_bootstrap_servers else opts
+    admin_opts = kafka.with_servers(admin_bootstrap_servers).options(topic)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the bridge logs and counts connection failures itself
     try:
         run_bridge(source=source, options=opts, topic=topic, admin_options=admin_opts, log_dir=log_dir,
-                   state_file=state_file, interval_s=interval, page_size=page_size, metrics_port=metrics_port,
-                   metrics_host=metrics_host, duration_s=duration)
+                   state_file=state_file, interval_s=interval, page_size=page_size, metrics_port=metrics.port,
+                   metrics_host=metrics.host, duration_s=duration)
     except (ValueError, SourceError) as exc:
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors at start: one line, no traceback
@@ -638,6 +570,7 @@ def bridge(
 
 
 @app.command()
+@grouped
 def agent(
     log_dirs: Annotated[
         str | None,
@@ -649,7 +582,7 @@ def agent(
         typer.Option("--metadata-log-dir", envvar="ELRWATCH_AGENT_METADATA_LOG_DIR",
                      help="The broker's metadata.log.dir (or its __cluster_metadata-0 directory)."),
     ] = None,
-    bootstrap_servers: BootstrapServers = None,
+    kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     interval: Annotated[
         float, typer.Option("--interval", envvar="ELRWATCH_AGENT_INTERVAL", min=0.05,
@@ -664,17 +597,8 @@ def agent(
         typer.Option("--state-file", envvar="ELRWATCH_AGENT_STATE_FILE",
                      help="What was published (a restart publishes nothing twice); default: none (in memory)."),
     ] = None,
-    metrics_port: Annotated[int | None, _opt("--metrics-port", "Serve Prometheus metrics on this port.", min=0)] = None,
-    metrics_host: Annotated[str, _opt("--metrics-host", "Address of the metrics endpoint.")] = "127.0.0.1",
+    metrics: MetricsEndpoint = METRICS,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
-    security_protocol: SecurityProtocol = None,
-    ssl_cafile: SslCafile = None,
-    ssl_certfile: SslCertfile = None,
-    ssl_keyfile: SslKeyfile = None,
-    ssl_password_file: SslPasswordFile = None,
-    sasl_mechanism: SaslMechanism = None,
-    sasl_username: SaslUsername = None,
-    sasl_password_file: SaslPasswordFile = None,
 ) -> None:
     """Beside one broker: publish its replicas' log end offset and last leader epoch (REPLICA_LOG_INFO_RECORD) for
     the partitions that have no leader or an empty ISR, so that the advice names the replica an unclean election
@@ -682,20 +606,9 @@ def agent(
     import logging
 
     from elrwatch.bridge.agent import AgentError, run_agent
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.kafkaio.config import SourceError
 
-    opts = _kafka_options(
-        bootstrap_servers,
-        topic,
-        security_protocol,
-        ssl_cafile,
-        ssl_certfile,
-        ssl_keyfile,
-        ssl_password_file,
-        sasl_mechanism,
-        sasl_username,
-        sasl_password_file,
-    )
+    opts = _kafka_options(kafka, topic)
     dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]
     if not dirs or not metadata_log_dir:
         _fail("--log-dirs and --metadata-log-dir are required")
@@ -703,56 +616,12 @@ def agent(
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # publish failures are logged and counted by the agent
     try:
         run_agent(log_dirs=dirs, metadata_log_dir=metadata_log_dir, options=opts, topic=topic,  # type: ignore[arg-type]
-                  state_file=state_file, interval_s=interval, max_rate=max_rate, metrics_port=metrics_port,
-                  metrics_host=metrics_host, duration_s=duration)
+                  state_file=state_file, interval_s=interval, max_rate=max_rate, metrics_port=metrics.port,
+                  metrics_host=metrics.host, duration_s=duration)
     except (AgentError, ValueError, SourceError) as exc:
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors at start: one line, no traceback
         _fail(f"agent failed: {type(exc).__name__}: {exc}", code=1)
-
-
-@app.command()
-def demo(
-    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = until Ctrl-C).", min=0)] = 0.0,
-    workdir: Annotated[str | None, _opt("--workdir", "Where store and checkpoint go (default: a temp dir).")] = None,
-    metrics_port: Annotated[int, _opt("--metrics-port", "Prometheus port of the job.", min=0)] = 9464,
-    api_port: Annotated[int, _opt("--api-port", "Port of the REST API (0 = no API).", min=0)] = 8080,
-    rate: Annotated[float, _opt("--rate", "--simulated: simulated events per second.", min=1)] = 200.0,
-    keep: Annotated[
-        bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
-    ] = False,
-    simulated: Annotated[
-        bool, typer.Option("--simulated/--real", envvar="ELRWATCH_DEMO_SIMULATED",
-                           help="Simulator events (with faults) instead of a real 3-broker cluster.")
-    ] = False,
-    faults: Annotated[
-        bool, typer.Option("--faults/--no-faults", envvar="ELRWATCH_DEMO_FAULTS",
-                           help="Real cluster: kill and restart brokers on a schedule (devtools/fault_injector.py).")
-    ] = True,
-    seed: Annotated[
-        int, typer.Option("--seed", envvar="ELRWATCH_DEMO_SEED",
-                          help="Real cluster: seed of the fault injector's choice of brokers.")
-    ] = 7,
-    kafka: Annotated[
-        str, typer.Option("--kafka", envvar="ELRWATCH_DEMO_KAFKA",
-                          help="Real cluster: 4.4 (KRaft, ELR on, the metadata-log bridge) or 3.9 (ZooKeeper mode, "
-                               "no ELR, the admin bridge; shows last-replica-standing exposure).")
-    ] = "4.4",
-) -> None:
-    """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
-    brokers, ELR on, min.insync.replicas=2), `elrwatch bridge --source metadata-log` on the controller's
-    __cluster_metadata-0, a fault injector killing and restarting brokers, the job and the API, the event topic on a
-    1-broker cluster of its own. --simulated: the simulator's events with faults instead of the 3-broker cluster.
-    Prints where to look; Ctrl-C stops everything."""
-    from elrwatch.streaming.demo import DemoError, run_demo
-
-    try:
-        run_demo(
-            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep,
-            simulated=simulated, faults=faults, seed=seed, kafka_version=kafka,
-        )
-    except DemoError as exc:
-        _fail(str(exc), code=1)
 
 
 def main() -> None:

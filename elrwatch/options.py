@@ -1,16 +1,25 @@
 """The command line's options: type, flag, environment variable (``ELRWATCH_<OPTION>``) and help of each, shared by
-the commands that take them. ``elrwatch stream``'s defaults are the job's own (`JobConfig`, `LocalTuning`)."""
+the commands that take them, and the groups of options several commands take (:class:`OptionGroup`: the Kafka
+connection, the status store, the metrics endpoint, `elrwatch stream`'s job). ``elrwatch stream``'s defaults are the
+job's own (`JobConfig`, `LocalTuning`)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from elrwatch.streaming.config import SOURCES, JobConfig
+from elrwatch.kafkaio.config import KafkaSettings
+from elrwatch.store.urls import DEFAULT_URL
+from elrwatch.streaming.config import SOURCES, JobConfig, MetricsEndpoint, StoreSettings
 from elrwatch.streaming.local.tuning import LocalTuning
+
+JOB, TUNING = JobConfig(), LocalTuning()  # elrwatch stream's defaults
 
 
 def option(name: str, help_text: str, **kwargs: Any) -> Any:
@@ -224,6 +233,12 @@ class OptionError(ValueError):
     """An option value the job cannot take (one line)."""
 
 
+def fail(message: str, code: int = 2) -> None:
+    """Print a one-line error to stderr and exit non-zero."""
+    typer.echo(f"elrwatch: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
 def key_values(items: list[str], option_name: str) -> dict[str, str]:
     """Parse repeated KEY=VALUE options."""
     out: dict[str, str] = {}
@@ -235,13 +250,168 @@ def key_values(items: list[str], option_name: str) -> dict[str, str]:
     return out
 
 
-def job_config(values: dict[str, Any]) -> JobConfig:
-    """The job's configuration from ``elrwatch stream``'s option values (by parameter name)."""
-    values = dict(values)
-    tuning = LocalTuning(**{f.name: values.pop(f.name) for f in fields(LocalTuning)})
-    values["spark_conf"] = key_values(values["spark_conf"] or [], "--spark-conf")
-    if values["store_password_file"]:
-        values["store_password_file"] = str(values["store_password_file"])
-    if values["source"] not in SOURCES:
+# --- option groups -------------------------------------------------------------------------------------------------
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option of a group: its parameter name, its declaration (``Annotated[type, typer.Option(...)]``) and
+    its default."""
+
+    name: str
+    annotation: Any
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Options several commands take, declared once, and the object they make.
+
+    Typer reads a command's options from its signature and has no groups: a command decorated with :func:`grouped`
+    declares ``name: Type = GROUP``, gets the group's options in its signature instead (the same flags, env vars
+    and help in every command, at that place in ``--help``) and is called with ``name=build(**their values)``. An
+    entry of ``options`` may be a group itself, ``(keyword, group)``: its object is passed to ``build`` under that
+    keyword."""
+
+    build: Callable[..., Any]
+    options: tuple[Opt | tuple[str, OptionGroup], ...]
+
+    def parameters(self) -> list[inspect.Parameter]:
+        """The group's options as keyword parameters, nested groups' included, in declaration order."""
+        out: list[inspect.Parameter] = []
+        for entry in self.options:
+            if isinstance(entry, Opt):
+                kind = inspect.Parameter.KEYWORD_ONLY
+                out.append(inspect.Parameter(entry.name, kind, default=entry.default, annotation=entry.annotation))
+            else:
+                out.extend(entry[1].parameters())
+        return out
+
+    def collect(self, values: dict[str, Any]) -> Any:
+        """The group's object from the command's option values (its own values are taken out of ``values``)."""
+        kwargs: dict[str, Any] = {}
+        for entry in self.options:
+            if isinstance(entry, Opt):
+                kwargs[entry.name] = values.pop(entry.name)
+            else:
+                kwargs[entry[0]] = entry[1].collect(values)
+        return self.build(**kwargs)
+
+
+def grouped(command: Command) -> Command:
+    """Decorator of a command whose parameters default to :class:`OptionGroup` s (``kafka: KafkaSettings = KAFKA``):
+    each such parameter is replaced by its group's options (at its place in ``--help``: typer reads the signature)
+    and the command is called with the group's object. An :class:`OptionError` while building one is a one-line
+    usage error (exit 2)."""
+    signature = inspect.signature(command, eval_str=True)
+    groups = {p.name: p.default for p in signature.parameters.values() if isinstance(p.default, OptionGroup)}
+    if not groups:
+        raise TypeError(f"{command.__name__} has no parameter that defaults to an OptionGroup")
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        if parameter.name in groups:
+            parameters.extend(groups[parameter.name].parameters())
+        else:
+            parameters.append(parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+    @functools.wraps(command)
+    def wrapper(**values: Any) -> Any:
+        try:
+            for name, group in groups.items():
+                values[name] = group.collect(values)
+        except OptionError as exc:
+            fail(str(exc))
+        return command(**values)
+
+    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+    wrapper.__annotations__["return"] = signature.return_annotation
+    return wrapper  # type: ignore[return-value]
+
+
+def _text(value: str | Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+#: --bootstrap-servers and TLS/SASL: the Kafka connection of `stream`, `produce`, `bridge` and `agent`.
+KAFKA = OptionGroup(
+    KafkaSettings,
+    (
+        Opt("bootstrap_servers", BootstrapServers),
+        Opt("security_protocol", SecurityProtocol),
+        Opt("ssl_cafile", SslCafile),
+        Opt("ssl_certfile", SslCertfile),
+        Opt("ssl_keyfile", SslKeyfile),
+        Opt("ssl_password_file", SslPasswordFile),
+        Opt("sasl_mechanism", SaslMechanism),
+        Opt("sasl_username", SaslUsername),
+        Opt("sasl_password_file", SaslPasswordFile),
+    ),
+)
+
+#: --store and --store-password-file: the status store of `stream`, `status` and `api`.
+STORE = OptionGroup(
+    lambda store, store_password_file: StoreSettings(store, _text(store_password_file)),
+    (Opt("store", StoreUrl, DEFAULT_URL), Opt("store_password_file", StorePasswordFile)),
+)
+
+#: --metrics-port and --metrics-host: the Prometheus endpoint of `stream`, `bridge` and `agent`.
+METRICS = OptionGroup(
+    lambda metrics_port, metrics_host: MetricsEndpoint(metrics_port, metrics_host),
+    (Opt("metrics_port", MetricsPort), Opt("metrics_host", MetricsHost, MetricsEndpoint().host)),
+)
+
+#: The local-mode accelerators' knobs of `elrwatch stream`.
+LOCAL_TUNING = OptionGroup(
+    LocalTuning,
+    (
+        Opt("keep_workers_warm", KeepWorkersWarm, TUNING.keep_workers_warm),
+        Opt("jvm_quick_start", JvmQuickStart, TUNING.jvm_quick_start),
+        Opt("jvm_class_archive", JvmClassArchive, TUNING.jvm_class_archive),
+        Opt("jvm_class_archive_dir", JvmClassArchiveDir, TUNING.jvm_class_archive_dir),
+        Opt("state_service", StateService, TUNING.state_service),
+    ),
+)
+
+
+def job_config(*, source: str, spark_conf: list[str] | None, **values: Any) -> JobConfig:
+    """The job's configuration from ``elrwatch stream``'s option values (groups already made into objects)."""
+    if source not in SOURCES:
         raise OptionError(f"--source must be {', '.join(SOURCES[:-1])} or {SOURCES[-1]}")
-    return JobConfig(**values, local=tuning)
+    return JobConfig(source=source, spark_conf=key_values(spark_conf or [], "--spark-conf"), **values)
+
+
+#: Everything `elrwatch stream` takes, in `--help` order.
+JOB_OPTIONS = OptionGroup(
+    job_config,
+    (
+        Opt("source", Source, JOB.source),
+        ("kafka", KAFKA),
+        Opt("topic", EventTopic, JOB.topic),
+        Opt("path", FilesPath, JOB.path),
+        ("store", STORE),
+        Opt("checkpoint", Checkpoint, JOB.checkpoint),
+        ("metrics", METRICS),
+        Opt("trigger", Trigger, JOB.trigger),
+        Opt("buckets", Buckets, JOB.buckets),
+        Opt("max_records_per_batch", MaxRecordsPerBatch, JOB.max_records_per_batch),
+        Opt("starting_offsets", StartingOffsets, JOB.starting_offsets),
+        Opt("available_now", AvailableNow, JOB.available_now),
+        Opt("default_min_isr", DefaultMinIsr, JOB.default_min_isr),
+        Opt("source_timeout_ms", SourceTimeoutMs, JOB.source_timeout_ms),
+        Opt("spark_master", SparkMaster, JOB.spark_master),
+        Opt("spark_conf", SparkConf, None),  # JobConfig's: {}
+        Opt("spark_driver_memory", SparkDriverMemory, JOB.spark_driver_memory),
+        Opt("spark_jars_packages", SparkJarsPackages, JOB.spark_jars_packages),
+        Opt("spark_jars", SparkJars, JOB.spark_jars),
+        Opt("spark_log_level", SparkLogLevel, JOB.spark_log_level),
+        Opt("changelog_checkpointing", ChangelogCheckpointing, JOB.changelog_checkpointing),
+        Opt("state_cache", StateCache, JOB.state_cache),
+        Opt("state_mode", StateMode, JOB.state_mode),
+        Opt("state_dir", StateDir, JOB.state_dir),
+        Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
+        Opt("state_tasks", StateTasks, JOB.state_tasks),
+        ("local", LOCAL_TUNING),
+    ),
+)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.store.urls import DEFAULT_URL, mask_url
 from elrwatch.streaming.bucket import StateSettings
 from elrwatch.streaming.local.tuning import LocalTuning
@@ -20,33 +21,39 @@ SOURCES = ("kafka", "kafka-native", "files")
 DEFAULT_SNAPSHOT_SUBDIR = "bucket-snapshots"
 
 
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where the status store is: its URL and the file holding its password (kept out of the URL)."""
+
+    url: str = DEFAULT_URL
+    password_file: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where a process serves its Prometheus metrics (``port`` None: not served, 0: any free port)."""
+
+    port: int | None = None
+    host: str = "127.0.0.1"
+
+
 @dataclass
 class JobConfig:
     """Everything `elrwatch stream` needs (the CLI fills it from options / env)."""
 
     source: str = "kafka"
-    bootstrap_servers: str | None = None
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)  # servers, TLS, SASL (--source kafka*)
     topic: str | None = None
     path: str | None = None
-    store: str = DEFAULT_URL
-    store_password_file: str | None = None
+    store: StoreSettings = field(default_factory=StoreSettings)
     checkpoint: str = "var/checkpoint"
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
+    metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
     trigger: str = "1s"
     buckets: int = 2
     max_records_per_batch: int | None = None
     starting_offsets: str = "earliest"
     available_now: bool = False
     default_min_isr: int = 1
-    security_protocol: str | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    ssl_password_file: str | None = None
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password_file: str | None = None
     source_timeout_ms: int = 15000
     spark_master: str | None = None  # None: spark-submit's master when launched by it, else local[2]
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -95,35 +102,15 @@ class JobConfig:
 
     def source_options(self) -> dict[str, str]:
         """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
-        from elrwatch.streaming.sources import security_options  # imports pyspark: kept off the CLI's path
-
         opts: dict[str, str] = {"timeout.ms": str(self.source_timeout_ms)}
         if self.source == "files":
             if not self.path:
                 raise ValueError("--path is required with --source files")
             opts["path"] = self.path
         else:
-            if not self.bootstrap_servers or not self.topic:
+            if not self.kafka.bootstrap_servers or not self.topic:
                 raise ValueError(f"--bootstrap-servers and --topic are required with --source {self.source}")
-            opts.update(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "topic": self.topic,
-                    "startingOffsets": self.starting_offsets,
-                }
-            )
-            opts.update(
-                security_options(
-                    self.security_protocol,
-                    self.ssl_cafile,
-                    self.ssl_certfile,
-                    self.ssl_keyfile,
-                    self.ssl_password_file,
-                    self.sasl_mechanism,
-                    self.sasl_username,
-                    self.sasl_password_file,
-                )
-            )
+            opts.update(self.kafka.options(self.topic, startingOffsets=self.starting_offsets))
         if self.max_records_per_batch:
             opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
         return opts
@@ -157,11 +144,13 @@ def parse_trigger(text: str) -> str:
 
 
 def options_summary(config: JobConfig) -> Mapping[str, Any]:
-    """The configuration without secrets (for the startup log line)."""
-    skip = {"ssl_password_file", "sasl_password_file", "store_password_file"}
-    data = {k: v for k, v in config.__dict__.items() if k not in skip and k != "local"}
+    """The configuration without secrets nor password files (for the startup log line), flat."""
+    groups = ("kafka", "store", "metrics", "local")
+    data = {k: v for k, v in config.__dict__.items() if k not in groups}
+    data.update({k: v for k, v in asdict(config.kafka).items() if not k.endswith("password_file")})
     data.update(asdict(config.local))
-    data["store"] = _masked(config.store)
+    data["store"] = _masked(config.store.url)
+    data["metrics_port"], data["metrics_host"] = config.metrics.port, config.metrics.host
     with contextlib.suppress(ValueError):
         data["state_dir"] = config.snapshot_dir()
     return data

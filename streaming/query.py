@@ -77,7 +77,7 @@ def run(
     config.source_options()  # validates required options early
     connector = kafka_connector(config)
     snapshot_dir = config.snapshot_dir()
-    store = StatusStore(config.store, password_file=config.store_password_file)
+    store = StatusStore(config.store.url, password_file=config.store.password_file)
     store.create_schema()
     fresh = not _checkpoint_has_batches(config.checkpoint)
     driver_file = os.path.join(config.checkpoint, DRIVER_FILE)
@@ -97,8 +97,8 @@ def run(
         raise JobError(str(exc)) from None
     stop_event = stop_event or threading.Event()
     exporter = None
-    if config.metrics_port is not None:
-        exporter = start_exporter(health, config.metrics_port, config.metrics_host)
+    if config.metrics.port is not None:
+        exporter = start_exporter(health, config.metrics.port, config.metrics.host)
         config.bound_metrics_port = exporter.port
     accelerators = Accelerators(config)
     try:

@@ -19,7 +19,7 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
   (``route.route_batches``) and yields the routed rows (``route.ROUTED_SCHEMA``) for that many buckets: the
   streaming job's read task then needs one Python worker, not two (reader + ``mapInArrow``).
 * ``kafka-native``: Spark's ``format("kafka")`` (needs spark-sql-kafka-0-10 on the classpath), same options
-  mapped by :func:`native_kafka_options`.
+  mapped by :func:`elrwatch.kafkaio.jvm.native_kafka_options`.
 * ``files`` (:class:`FilesDataSource`, format ``elrwatch-files``): every file under ``path`` (sorted by name;
   appended lines and new files are picked up), envelope lines or kafka-dump-log output. Offset:
   ``{"<file>": [<bytes consumed>, <lines consumed>, <dump position>]}``; only complete lines (ending in a newline)
@@ -31,11 +31,8 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -44,35 +41,17 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from elrwatch.kafkaio.clients import make_consumer
+from elrwatch.kafkaio.config import DEFAULT_TIMEOUT_MS, Options, SourceError, kafka_python_config
+from elrwatch.kafkaio.jvm import native_kafka_options
 from elrwatch.streaming.route import ROUTED_SCHEMA, route_batches
 
 SCHEMA = "value string, topic string, partition int, offset long, timestamp timestamp"
 KAFKA_FORMAT = "elrwatch-kafka"
 FILES_FORMAT = "elrwatch-files"
-DEFAULT_TIMEOUT_MS = 15000
 EARLIEST, LATEST = -2, -1
 ROUTE_BUCKETS_OPTION = "routeBuckets"
 ROUTING_SOURCES = frozenset({"kafka", "files"})  # the Python sources, which take ROUTE_BUCKETS_OPTION
-
-
-class SourceError(RuntimeError):
-    """A configuration or connectivity problem of a source, with a one-line message."""
-
-
-class Options(dict):
-    """Case-insensitive options (Spark hands data sources lower-cased keys)."""
-
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
-        super().__init__({str(k).lower(): v for k, v in (options or {}).items()})
-
-    def __getitem__(self, key: str) -> str:
-        return super().__getitem__(key.lower())
-
-    def __contains__(self, key: object) -> bool:
-        return super().__contains__(str(key).lower())
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return super().get(key.lower(), default)
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -90,218 +69,6 @@ def route_buckets(options: Mapping[str, str]) -> int | None:
     if buckets < 1:
         raise SourceError(f"option {ROUTE_BUCKETS_OPTION} must be an integer >= 1, not {value!r}")
     return buckets
-
-
-def security_options(
-    security_protocol: str | None = None,
-    ssl_cafile: str | None = None,
-    ssl_certfile: str | None = None,
-    ssl_keyfile: str | None = None,
-    ssl_password_file: str | None = None,
-    sasl_mechanism: str | None = None,
-    sasl_username: str | None = None,
-    sasl_password_file: str | None = None,
-) -> dict[str, str]:
-    """TLS/SASL source options from the CLI's values; secrets only by reference (a file, or the name of the
-    env var ELRWATCH_SASL_PASSWORD / ELRWATCH_SSL_PASSWORD when it is set and no file is given)."""
-    pairs = {
-        "security.protocol": security_protocol,
-        "ssl.cafile": ssl_cafile,
-        "ssl.certfile": ssl_certfile,
-        "ssl.keyfile": ssl_keyfile,
-        "ssl.password.file": ssl_password_file,
-        "sasl.mechanism": sasl_mechanism,
-        "sasl.username": sasl_username,
-        "sasl.password.file": sasl_password_file,
-    }
-    opts = {k: v for k, v in pairs.items() if v}
-    if not sasl_password_file and os.environ.get("ELRWATCH_SASL_PASSWORD"):
-        opts["sasl.password.env"] = "ELRWATCH_SASL_PASSWORD"
-    if not ssl_password_file and os.environ.get("ELRWATCH_SSL_PASSWORD"):
-        opts["ssl.password.env"] = "ELRWATCH_SSL_PASSWORD"
-    return opts
-
-
-def read_secret(options: Mapping[str, str], name: str) -> str | None:
-    """The secret ``name`` (e.g. ``sasl.password``) from ``<name>.env`` (an env var) or ``<name>.file``."""
-    options = Options(options)
-    env_name = options.get(f"{name}.env")
-    if env_name:
-        value = os.environ.get(env_name)
-        if value is None:
-            raise SourceError(f"{name}: environment variable {env_name} is not set")
-        return value
-    path = options.get(f"{name}.file")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return fh.readline().rstrip("\r\n")
-        except OSError as exc:
-            raise SourceError(f"{name}: cannot read {path}: {exc.strerror}") from None
-    return None
-
-
-def kafka_python_config(options: Mapping[str, str]) -> dict[str, Any]:
-    """kafka-python client settings from the source options (security settings passed through)."""
-    options = Options(options)
-    servers = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
-    if not servers:
-        raise SourceError("option bootstrap.servers is required")
-    timeout_ms = int(options.get("timeout.ms", DEFAULT_TIMEOUT_MS))
-    config: dict[str, Any] = {
-        "bootstrap_servers": servers.split(","),
-        "request_timeout_ms": timeout_ms,
-        "bootstrap_timeout_ms": timeout_ms,
-        "reconnect_backoff_max_ms": 1000,
-        "security_protocol": options.get("security.protocol", "PLAINTEXT").upper(),
-    }
-    for key in ("cafile", "certfile", "keyfile"):
-        if options.get(f"ssl.{key}"):
-            config[f"ssl_{key}"] = options[f"ssl.{key}"]
-    ssl_password = read_secret(options, "ssl.password")
-    if ssl_password is not None:
-        config["ssl_password"] = ssl_password
-    if options.get("ssl.check.hostname", "true").lower() == "false":
-        config["ssl_check_hostname"] = False
-    mechanism = options.get("sasl.mechanism")
-    if mechanism:
-        mechanism = mechanism.upper()
-        if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-            raise SourceError(f"sasl.mechanism {mechanism} is not supported (PLAIN, SCRAM-SHA-256/512)")
-        config["sasl_mechanism"] = mechanism
-        config["sasl_plain_username"] = options.get("sasl.username")
-        config["sasl_plain_password"] = read_secret(options, "sasl.password")
-    return config
-
-
-class _ConnectionFailureTap(logging.Handler):
-    """Keeps the most telling connection failure kafka-python logs (SASL authentication, TLS handshake, refused):
-    its exceptions only say that it could not bootstrap. The messages name hosts and causes, never credentials."""
-
-    #: Causes worth naming, most telling first; a plain "socket disconnected" is kept only when nothing else came.
-    SPECIFIC = ("Authentication", "SSL", "Handshake", "certificate", "refused", "UnsupportedVersion")
-    PREFIX = re.compile(r"^Bootstrap connection to \S+ failed: (.*?)(?: \(backoff [^)]*\))?$")
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.specific: str | None = None
-        self.generic: str | None = None
-
-    @property
-    def last(self) -> str | None:
-        """The last specific cause seen, else the last failure seen (None when none was logged)."""
-        return self.specific or self.generic
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = " ".join(record.getMessage().split())
-        except Exception:  # a malformed log call must not break the client
-            return
-        match = self.PREFIX.match(message)
-        if match is None:
-            return
-        cause = match.group(1)[:300]
-        if any(marker in cause for marker in self.SPECIFIC):
-            self.specific = cause
-        else:
-            self.generic = cause
-
-
-@contextlib.contextmanager
-def connection_failures() -> Iterator[_ConnectionFailureTap]:
-    """While inside, ``.last`` holds the last connection failure kafka-python logged (None if none)."""
-    tap = _ConnectionFailureTap()
-    logger = logging.getLogger("kafka")
-    level, propagate = logger.level, logger.propagate
-    if logger.getEffectiveLevel() > logging.WARNING:
-        # Someone silenced kafka-python (e.g. `elrwatch bridge`, which counts failures itself): the tap still needs
-        # its warnings, and nothing else gets them.
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
-    logger.addHandler(tap)
-    try:
-        yield tap
-    finally:
-        logger.removeHandler(tap)
-        logger.setLevel(level)
-        logger.propagate = propagate
-
-
-def unreachable_error(
-    servers: str | None, timeout_s: float, exc: BaseException, last: str | None, security_protocol: str = "PLAINTEXT"
-) -> SourceError:
-    """The one-line error for a Kafka client that could not connect, with the cause kafka-python logged. Over SASL,
-    kafka-python sometimes sees only the broker closing the connection after rejecting the credentials."""
-    cause = f"; last connection error: {last}" if last else ""
-    named = last is not None and any(marker in last for marker in _ConnectionFailureTap.SPECIFIC)
-    if security_protocol.upper().startswith("SASL") and not named:
-        # kafka-python may see only the connection closed, or a request timing out after it, not the broker's answer
-        cause += " (with SASL, a connection that fails without a named cause usually means the broker rejected the " \
-                 "credentials or mechanism)"
-    return SourceError(f"cannot reach Kafka at {servers} within {timeout_s:g}s: {type(exc).__name__}{cause}")
-
-
-def _pem_blocks(path: str) -> set[str]:
-    """The kinds of PEM blocks in a file ("CERTIFICATE", "PRIVATE KEY", ...)."""
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise SourceError(f"cannot read {path}: {exc.strerror}") from None
-    return {line[len("-----BEGIN ") : -len("-----")] for line in text.splitlines() if line.startswith("-----BEGIN ")}
-
-
-def pem_keystore(certfile: str | None, keyfile: str | None) -> str:
-    """The one PEM file Kafka's Java client takes for mutual TLS (``ssl.keystore.type=PEM``): the private key and
-    its certificate chain together. kafka-python takes them as two files; Spark's Kafka source cannot, so the
-    file given must hold both (the same path for --ssl-certfile and --ssl-keyfile, or either one holding both)."""
-    candidates = list(dict.fromkeys(p for p in (keyfile, certfile) if p))
-    for path in candidates:
-        blocks = _pem_blocks(path)
-        if "CERTIFICATE" in blocks and any(b.endswith("PRIVATE KEY") for b in blocks):
-            return path
-    raise SourceError(
-        "--source kafka-native: Spark's Kafka client reads mutual TLS from one PEM file holding the private key "
-        f"and its certificate chain; {' and '.join(candidates)} do not: concatenate them "
-        "(cat client.key client.crt > client.pem) and pass that file as --ssl-certfile and --ssl-keyfile"
-    )
-
-
-def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The same options for Spark's built-in Kafka source (``kafka.*`` consumer properties)."""
-    options = Options(options)
-    cfg = kafka_python_config(options)
-    out = {
-        "kafka.bootstrap.servers": ",".join(cfg["bootstrap_servers"]),
-        "subscribe": options["topic"],
-        "startingOffsets": options.get("startingOffsets", "earliest"),
-        "failOnDataLoss": options.get("failOnDataLoss", "true"),
-        "kafka.security.protocol": cfg["security_protocol"],
-        "kafka.request.timeout.ms": str(cfg["request_timeout_ms"]),
-        "kafka.default.api.timeout.ms": str(cfg["request_timeout_ms"]),
-    }
-    if options.get("maxOffsetsPerTrigger"):
-        out["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]
-    # PEM files: Kafka's Java client takes PEM content through ssl.*.location with type PEM.
-    if cfg.get("ssl_cafile"):
-        out["kafka.ssl.truststore.type"] = "PEM"
-        out["kafka.ssl.truststore.location"] = cfg["ssl_cafile"]
-    if cfg.get("ssl_certfile") or cfg.get("ssl_keyfile"):
-        out["kafka.ssl.keystore.type"] = "PEM"
-        out["kafka.ssl.keystore.location"] = pem_keystore(cfg.get("ssl_certfile"), cfg.get("ssl_keyfile"))
-    if cfg.get("ssl_password"):
-        out["kafka.ssl.key.password"] = cfg["ssl_password"]
-    if cfg.get("sasl_mechanism"):
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if cfg["sasl_mechanism"] == "PLAIN"
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
-        out["kafka.sasl.mechanism"] = cfg["sasl_mechanism"]
-        user = json.dumps(cfg.get("sasl_plain_username") or "")
-        password = json.dumps(cfg.get("sasl_plain_password") or "")
-        out["kafka.sasl.jaas.config"] = f"{module} required username={user} password={password};"
-    return out
 
 
 def parse_starting_offsets(spec: str | None, topics: list[str]) -> dict[str, dict[str, int]] | str:
@@ -389,18 +156,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver-side helpers
     def _client(self) -> Any:
         if self._consumer is None:
-            from kafka import KafkaConsumer
-            from kafka.errors import KafkaError
-
-            with connection_failures() as failures:
-                try:
-                    self._consumer = KafkaConsumer(
-                        enable_auto_commit=False, group_id=None, **kafka_python_config(self.options)
-                    )
-                except KafkaError as exc:
-                    servers = self.options.get("bootstrap.servers")
-                    protocol = self.options.get("security.protocol", "PLAINTEXT")
-                    raise unreachable_error(servers, self.timeout_s, exc, failures.last, protocol) from None
+            self._consumer = make_consumer(self.options, enable_auto_commit=False, group_id=None)
         return self._consumer
 
     def _partitions(self) -> dict[str, list[int]]:

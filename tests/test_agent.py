@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from elrwatch.bridge.agent import AgentError, ReplicaLogAgent
 from elrwatch.bridge.runner import MemoryPublisher, Metrics, StateFile
-from elrwatch.streaming.produce import EventKeys
+from elrwatch.kafkaio.produce import EventKeys
 
 NODE = 2
 

@@ -642,7 +642,7 @@ class KeyingPublisher(MemoryPublisher):
     """A memory publisher that keys lines as KafkaPublisher does (`produce.EventKeys`), learnt topics included."""
 
     def __init__(self) -> None:
-        from elrwatch.streaming.produce import EventKeys
+        from elrwatch.kafkaio.produce import EventKeys
 
         super().__init__()
         self.keys = EventKeys()

@@ -183,7 +183,7 @@ class Bridges:
     def start(self) -> None:
         from elrwatch.bridge.admin import KafkaClusterReader
         from elrwatch.bridge.runner import AdminBridge, KafkaPublisher, LogBridge, StateFile
-        from elrwatch.streaming.sources import kafka_python_config
+        from elrwatch.kafkaio.config import kafka_python_config
 
         options = {"bootstrap.servers": self.cluster.bootstrap}
         reader = KafkaClusterReader(kafka_python_config(options))

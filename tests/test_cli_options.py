@@ -14,18 +14,21 @@ COMMANDS = sorted(COMMAND.commands)  # type: ignore[attr-defined]
 
 
 def _options(name: str) -> list[click.Option]:
+    """The command's options (typer builds them with its own copy of click: not `click.Option` instances)."""
     command = COMMAND.commands[name]  # type: ignore[attr-defined]
-    return [p for p in command.params if isinstance(p, click.Option) and p.name != "help"]
+    return [p for p in command.params if p.param_type_name == "option" and p.name != "help"]
 
 
 def test_the_cli_has_its_commands() -> None:
-    assert {"replay", "status", "produce", "stream", "api", "demo"} <= set(COMMANDS)
+    assert {"replay", "status", "produce", "stream", "api", "bridge", "agent"} <= set(COMMANDS)
+    assert "demo" not in COMMANDS  # developer tooling: python -m elrwatch.devtools.demo (make demo)
 
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_option_has_an_env_var_shown_in_help(name: str) -> None:
     result = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "400", "NO_COLOR": "1"}, terminal_width=400)
     assert result.exit_code == 0, result.output
+    assert _options(name) or name == "conformance"  # the options are seen (conformance has none)
     for option in _options(name):
         envvars = [option.envvar] if isinstance(option.envvar, str) else list(option.envvar or [])
         assert envvars, f"{name} {option.opts[0]}: no env var"
@@ -78,3 +81,62 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
     assert config.changelog_checkpointing is True and config.state_cache is True and config.local.keep_workers_warm
     assert config.local.jvm_quick_start and config.local.jvm_class_archive and config.local.jvm_class_archive_dir is None
+
+
+def _declaration(option: click.Option) -> tuple:
+    return (tuple(option.opts), tuple(option.secondary_opts), option.envvar, option.help, option.default)
+
+
+def test_option_groups_are_the_same_in_every_command() -> None:
+    """The Kafka connection, the store and the metrics endpoint are declared once (elrwatch/options.py groups)."""
+    from elrwatch.options import KAFKA, METRICS, STORE
+
+    for group, commands in ((KAFKA, ("stream", "produce", "bridge", "agent")), (STORE, ("stream", "status", "api")),
+                            (METRICS, ("stream", "bridge", "agent"))):
+        names = [p.name for p in group.parameters()]
+        declared = {
+            name: [_declaration(o) for o in _options(name) if o.name in names] for name in commands
+        }
+        assert len(declared[commands[0]]) == len(names)
+        assert all(d == declared[commands[0]] for d in declared.values()), group
+
+
+def test_stream_groups_reach_the_job_as_typed_objects(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from elrwatch.kafkaio.config import KafkaSettings
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings, options_summary
+
+    seen: dict[str, JobConfig] = {}
+    monkeypatch.setattr(query, "run", lambda config, **_kwargs: seen.setdefault("config", config))
+    password = tmp_path / "sasl"
+    password.write_text("s3cret\n")
+    env = {"ELRWATCH_BOOTSTRAP_SERVERS": "b:9093", "ELRWATCH_SASL_MECHANISM": "PLAIN", "ELRWATCH_METRICS_PORT": "0",
+           "ELRWATCH_STORE": "sqlite:////tmp/x.db", "ELRWATCH_SASL_PASSWORD_FILE": str(password)}
+    result = CliRunner().invoke(app, ["stream", "--topic", "t", "--sasl-username", "u"], env=env)
+    assert result.exit_code == 0, result.output
+    config = seen["config"]
+    assert config.kafka == KafkaSettings("b:9093", sasl_mechanism="PLAIN", sasl_username="u",
+                                         sasl_password_file=str(password))
+    assert config.store == StoreSettings("sqlite:////tmp/x.db")
+    assert config.metrics == MetricsEndpoint(0, "127.0.0.1")
+    summary = options_summary(config)
+    assert summary["bootstrap_servers"] == "b:9093" and summary["metrics_port"] == 0
+    assert "sasl_password_file" not in summary and "s3cret" not in repr(summary)
+
+
+def test_a_bad_option_of_a_group_is_one_line() -> None:
+    result = CliRunner().invoke(app, ["stream", "--spark-conf", "novalue"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "elrwatch: error: --spark-conf takes KEY=VALUE, got 'novalue'"
+    result = CliRunner().invoke(app, ["stream", "--source", "nope"])
+    assert result.exit_code == 2 and "--source must be kafka, kafka-native or files" in result.output
+
+
+def test_grouped_needs_a_group() -> None:
+    from elrwatch.options import grouped
+
+    def command(name: str = "x") -> None:
+        """A command without groups."""
+
+    with pytest.raises(TypeError, match="no parameter that defaults to an OptionGroup"):
+        grouped(command)

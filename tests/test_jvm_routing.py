@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from elrwatch.devtools.eventgen import scenario
 from elrwatch.state.cluster import ClusterState
+from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import replay_lines

@@ -75,7 +75,7 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
     from elrwatch.bridge.admin import KafkaClusterReader
     from elrwatch.bridge.runner import AdminBridge, KafkaPublisher, LogBridge, Metrics, StateFile
     from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
-    from elrwatch.streaming.sources import kafka_python_config
+    from elrwatch.kafkaio.config import kafka_python_config
 
     try:
         cluster = KafkaCluster(brokers=3, version=version, mode=mode)

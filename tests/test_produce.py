@@ -11,8 +11,8 @@ import time
 import orjson
 import pytest
 
-from elrwatch.devtools.eventgen import simulated_lines
-from elrwatch.streaming.produce import EventKeys, key_of
+from elrwatch.kafkaio.produce import EventKeys, key_of
+from elrwatch.state.eventgen import simulated_lines
 
 
 def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -77,7 +77,7 @@ def test_a_topics_config_and_elr_clearing_share_its_key_once_its_name_is_known()
 def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     from kafka import KafkaConsumer, TopicPartition
 
-    from elrwatch.devtools.eventgen import scenario
+    from elrwatch.state.eventgen import scenario
 
     topic = fresh_topic("produce-t")
 

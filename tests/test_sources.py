@@ -9,6 +9,8 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from elrwatch.kafkaio.config import SourceError, kafka_python_config, security_options
+from elrwatch.kafkaio.jvm import native_kafka_options
 from elrwatch.streaming.route import ROUTED_SCHEMA, decode_record, route_batches
 from elrwatch.streaming.sources import (
     SCHEMA,
@@ -16,10 +18,6 @@ from elrwatch.streaming.sources import (
     FilesStreamReader,
     KafkaDataSource,
     KafkaStreamReader,
-    SourceError,
-    kafka_python_config,
-    native_kafka_options,
-    security_options,
     split_limit,
 )
 
@@ -119,7 +117,7 @@ def test_kafka_reader_and_producer_over_sasl_ssl_and_their_connection_errors(
 ):
     """The session broker's SASL_SSL listener (SCRAM-SHA-512, its own CA): the reader and `produce` work with the
     right settings; a wrong password or a missing CA is a one-line error that names the cause, within the bound."""
-    from elrwatch.streaming.produce import produce_lines
+    from elrwatch.kafkaio.produce import produce_lines
 
     topic = fresh_topic("src-sasl")
     kafka_server.create_topic(topic, partitions=2)
@@ -308,15 +306,13 @@ def test_security_options_reference_secrets_never_copy_them(monkeypatch):
 def test_job_and_produce_build_the_same_security_options(monkeypatch):
     """`elrwatch stream` (JobConfig) and `elrwatch produce` (the CLI) share one mapping."""
     from elrwatch.cli import _kafka_options
+    from elrwatch.kafkaio.config import KafkaSettings
     from elrwatch.streaming.config import JobConfig
 
     monkeypatch.setenv("ELRWATCH_SASL_PASSWORD", "x")
-    config = JobConfig(
-        bootstrap_servers="h:9093", topic="t", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-        sasl_username="u",
-    )
-    job_opts = config.source_options()
-    cli_opts = _kafka_options("h:9093", "t", "SASL_PLAINTEXT", None, None, None, None, "PLAIN", "u", None)
+    kafka = KafkaSettings("h:9093", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username="u")
+    job_opts = JobConfig(kafka=kafka, topic="t").source_options()
+    cli_opts = _kafka_options(kafka, "t")
     assert {k: v for k, v in job_opts.items() if k not in ("timeout.ms", "startingOffsets")} == cli_opts
     assert cli_opts["sasl.password.env"] == "ELRWATCH_SASL_PASSWORD"
 
@@ -326,7 +322,7 @@ def test_connection_failure_tap_works_when_kafka_python_was_silenced():
     keep them off other handlers), then restore the logger as it was."""
     import logging
 
-    from elrwatch.streaming.sources import connection_failures, unreachable_error
+    from elrwatch.kafkaio.failures import connection_failures, unreachable_error
 
     logger = logging.getLogger("kafka")
     saved = (logger.level, logger.propagate)

@@ -13,7 +13,7 @@ from multiprocessing.connection import Client
 import pytest
 from test_streaming_unit import _routed
 
-from elrwatch.devtools.eventgen import scenario
+from elrwatch.state.eventgen import scenario
 from elrwatch.streaming import bucket as bucket_module
 from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import snapshots as snapshot_module

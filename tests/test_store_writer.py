@@ -10,8 +10,8 @@ import threading
 import pyarrow as pa
 import pytest
 
-from elrwatch.devtools.eventgen import scenario
 from elrwatch.state.cluster import ClusterState
+from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
@@ -190,7 +190,7 @@ def test_a_store_that_keeps_failing_stops_the_job_at_its_next_batch(tmp_path, li
 
 def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_starts(tmp_path):
     from elrwatch.streaming import query
-    from elrwatch.streaming.config import JobConfig
+    from elrwatch.streaming.config import JobConfig, StoreSettings
     from elrwatch.streaming.store_writer import WAL_DIR
 
     events = tmp_path / "events"
@@ -199,8 +199,8 @@ def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_st
     wal.mkdir(parents=True)
     bad = wal / wal_name(3)
     bad.write_bytes(b"torn")
-    config = JobConfig(source="files", path=str(events), store=f"sqlite:///{tmp_path}/s.db",
-                       checkpoint=str(tmp_path / "ck"), metrics_port=None)
+    config = JobConfig(source="files", path=str(events), store=StoreSettings(f"sqlite:///{tmp_path}/s.db"),
+                       checkpoint=str(tmp_path / "ck"))
     with pytest.raises(query.JobError, match=str(bad)) as caught:
         query.run(config)
     assert "\n" not in str(caught.value)

@@ -1,5 +1,5 @@
-"""`elrwatch demo`: the real-cluster demo (a 3-broker KRaft cluster with ELR, the metadata-log bridge, the fault
-injector, the job, the API) starts, shows the real cluster's partitions going leaderless / into the ELR as the
+"""The demo (`make demo`: `python -m elrwatch.devtools.demo`): the real-cluster demo (a 3-broker KRaft cluster with
+ELR, the metadata-log bridge, the fault injector, the job, the API) starts, shows the real cluster's partitions going leaderless / into the ELR as the
 injector acts, and stops on Ctrl-C leaving no process behind; the simulated demo (`--simulated`) runs for
 ``--duration`` and stops cleanly too."""
 
@@ -53,7 +53,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     api_port = free_port()
     began_ms = time.time() * 1000
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--simulated", "--duration", "10", "--workdir",
+        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", "--simulated", "--duration", "10", "--workdir",
          str(tmp_path), "--metrics-port", "0", "--api-port", str(api_port), "--rate", "300"],
         capture_output=True, text=True, timeout=300,
     )
@@ -106,7 +106,7 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
 
     api = f"http://127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--metrics-port", "0", "--api-port", api.rsplit(":")[-1]],
+        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", "--metrics-port", "0", "--api-port", api.rsplit(":")[-1]],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines: list[str] = []
@@ -158,7 +158,7 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
 
 
 def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly():
-    """`elrwatch demo --kafka 3.9`: the watched cluster is Kafka 3.9.1 in ZooKeeper mode, polled by the admin bridge;
+    """`make demo KAFKA=3.9`: the watched cluster is Kafka 3.9.1 in ZooKeeper mode, polled by the admin bridge;
     once the fault injector has two brokers down, partitions of "orders" (RF 3, min ISR 2) have their last replica
     standing, on the job's gauge and in their outlook on the API."""
     from elrwatch.devtools.kafka_cluster import free_port
@@ -167,7 +167,7 @@ def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly()
     api = f"http://127.0.0.1:{free_port()}"
     metrics_port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "demo", "--kafka", "3.9", "--metrics-port", str(metrics_port),
+        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", "--kafka", "3.9", "--metrics-port", str(metrics_port),
          "--api-port", api.rsplit(":")[-1]],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
@@ -215,7 +215,7 @@ def test_demo_stamps_events_with_the_time_they_are_published():
     """The simulator's clock starts in 2024: the demo re-stamps each event when it publishes it (never backwards)."""
     import orjson
 
-    from elrwatch.streaming.demo import stamped_now
+    from elrwatch.devtools.demo import stamped_now
 
     lines = [b'{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":7,"timestamp":1732100000000}',
              b"not json", b'{"type":"X","version":0,"data":{}}',

@@ -61,7 +61,7 @@ def _events(tmp: Path, records: int = 2500, seed: int = 3, dirty: bool = True) -
     if done.returncode == 0 and sim.exists():
         lines = sim.read_text().splitlines()
     else:  # simulator not available: the built-in generator
-        from elrwatch.devtools.eventgen import scenario
+        from elrwatch.state.eventgen import scenario
 
         lines = [x.decode() for x in scenario(4, 16, 5, steps=40, churn=records // 2, seed=seed)]
     if dirty:

@@ -12,8 +12,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from elrwatch.devtools.eventgen import scenario
 from elrwatch.state.cluster import ClusterState
+from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts, as_samples
 from elrwatch.state.gauges import key as gauge_key
 from elrwatch.state.replay import replay_lines

@@ -1,12 +1,12 @@
 """A small, fast generator of plausible KRaft metadata events (envelope lines with offset + timestamp).
 
-Developer tooling, off the product's runtime path: used by the streaming tests, the benchmarks, and as
-``elrwatch produce --simulate`` / ``elrwatch demo`` when the full simulator (``elrwatch.state.simulator``) is not
-available (both import it only then). It models what the controller writes when
-brokers fail and return (json-format.md §1.3): on a fence, PartitionChangeRecords remove the broker from ISRs
-(moving it to the ELR when the ISR falls below min ISR, ELR enabled) and elect a new leader from the ISR, then
-the fence record; on an unfence, the unfence record first, then the broker rejoins ISRs and leaderless
-partitions elect it. It is not a controller model: the oracle is `elrwatch replay` of the same lines.
+The events of ``elrwatch produce --simulate`` (a steady load for an event topic, ``--sim-loop`` for as long as
+wanted), of the streaming tests and the benchmarks, and the demo's fallback when ``elrwatch simulate`` fails. Pure
+Python (orjson only), next to the controller model it is lighter than (``simulator.py``). It models what the
+controller writes when brokers fail and return (json-format.md §1.3): on a fence, PartitionChangeRecords remove the
+broker from ISRs (moving it to the ELR when the ISR falls below min ISR, ELR enabled) and elect a new leader from
+the ISR, then the fence record; on an unfence, the unfence record first, then the broker rejoins ISRs and
+leaderless partitions elect it. It is not a controller model: the oracle is `elrwatch replay` of the same lines.
 """
 
 from __future__ import annotations

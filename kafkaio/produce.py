@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from elrwatch.streaming.sources import connection_failures, kafka_python_config, unreachable_error
+from elrwatch.kafkaio.clients import make_producer
 
 #: Records about one topic (its creation, its partitions, its removal): keyed by topic id.
 TOPIC_SCOPED_TYPES = (
@@ -106,55 +106,6 @@ class EventKeys:
 class ProduceResult:
     sent: int
     seconds: float
-
-
-def create_topic(options: dict[str, str], topic: str, partitions: int, timeout_s: float = 15.0) -> bool:
-    """Create ``topic`` if missing; True if it was created."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = _connect(KafkaAdminClient, options)
-    try:
-        if topic in admin.list_topics():
-            return False
-        try:
-            admin.create_topics([NewTopic(topic, partitions, 1)])
-        except TopicAlreadyExistsError:
-            return False
-        deadline = time.monotonic() + timeout_s
-        while topic not in admin.list_topics():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {topic} not visible {timeout_s:g}s after creation")
-            time.sleep(0.05)
-        return True
-    finally:
-        admin.close()
-
-
-def _connect(client_class: Any, options: dict[str, str], **settings: Any) -> Any:
-    """A kafka-python client (admin or producer) with the options' connection and security settings; a client that
-    cannot connect (refused, TLS, SASL authentication) is a SourceError naming the cause kafka-python logged."""
-    from kafka.errors import KafkaError
-
-    cfg = kafka_python_config(options)
-    if "bootstrap_timeout_ms" not in client_class.DEFAULT_CONFIG:  # kafka-python < 3: no bounded bootstrap
-        cfg.pop("bootstrap_timeout_ms", None)
-    with connection_failures() as failures:
-        try:
-            return client_class(**cfg, **settings)
-        except KafkaError as exc:
-            timeout_s = cfg.get("bootstrap_timeout_ms", cfg["request_timeout_ms"]) / 1000
-            servers = options.get("bootstrap.servers")
-            raise unreachable_error(servers, timeout_s, exc, failures.last, cfg["security_protocol"]) from None
-
-
-def make_producer(options: dict[str, str], **extra: Any) -> Any:
-    from kafka import KafkaProducer
-
-    settings = {"acks": "all", "linger_ms": 20, "batch_size": 512 * 1024, "max_in_flight_requests_per_connection": 1}
-    settings.update(extra)
-    return _connect(KafkaProducer, options, **settings)
 
 
 def produce_lines(

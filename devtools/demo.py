@@ -1,7 +1,7 @@
-"""`elrwatch demo` / `make demo`: everything on one machine, on embedded defaults.
+"""The demo, `make demo` (``python -m elrwatch.devtools.demo``): everything on one machine, on embedded defaults.
 
-Default (a real cluster), from the jars ``make kafka-jars`` fetches (developer tooling ``elrwatch.devtools``,
-imported only here):
+Developer tooling, like the rest of ``devtools/``: the product's command line does not carry it. Default (a real
+cluster), from the jars ``make kafka-jars`` fetches:
 
 1. the **watched cluster**: a real Apache Kafka KRaft cluster of one controller and three brokers on loopback
    ports, ELR on, ``min.insync.replicas=2``, topics with RF 3 and RF 2 (so that ELR and leaderless partitions
@@ -33,9 +33,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
+import typer
+
+from elrwatch.devtools.fault_injector import FaultInjector
+from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port, port_is_free
+from elrwatch.options import fail
+from elrwatch.options import option as _opt
 
 TOPIC = "elrwatch-metadata"
 #: The watched cluster's topics: (name, create_topic keyword arguments). The cluster default min ISR is 2.
@@ -46,7 +52,7 @@ WATCHED_TOPICS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-#: ``elrwatch demo --kafka``: the watched cluster's Kafka release.
+#: ``--kafka``: the watched cluster's Kafka release.
 DEMO_KAFKA = {"4.4": "4.4.0", "3.9": "3.9.1"}
 
 
@@ -75,7 +81,7 @@ def _simulated(workdir: str, records: int) -> Iterator[bytes]:
         with open(out, "rb") as fh:
             yield from fh
         return
-    from elrwatch.devtools.eventgen import simulated_lines
+    from elrwatch.state.eventgen import simulated_lines
 
     yield from simulated_lines(5, 40, 6, steps=10, churn=200, seed=42, loop=True)
 
@@ -160,15 +166,11 @@ def run_demo(
     ELR on, the metadata-log bridge) or ``"3.9"`` (3.9.1 in ZooKeeper mode, no ELR, the admin bridge: the
     fault injector's double kills leave partitions with their last replica standing). A work dir the demo created
     itself (no ``workdir``) is removed at the end unless ``keep``."""
+    from elrwatch.kafkaio.config import KafkaSettings
+    from elrwatch.kafkaio.produce import produce_lines
     from elrwatch.streaming import query
-    from elrwatch.streaming.config import JobConfig
-    from elrwatch.streaming.produce import produce_lines
+    from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
 
-    try:  # developer tooling, not the product's runtime path
-        from elrwatch.devtools.fault_injector import FaultInjector
-        from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port, port_is_free
-    except ImportError as exc:
-        raise DemoError(f"the demo needs elrwatch's developer tools (a source checkout): {exc}") from None
     if kafka_version not in DEMO_KAFKA:
         raise DemoError(f"--kafka {kafka_version}: the demo runs Kafka {' or '.join(DEMO_KAFKA)}")
     legacy = kafka_version != "4.4"
@@ -298,8 +300,8 @@ def run_demo(
                 timer.start()
 
         config = JobConfig(
-            source="kafka", bootstrap_servers=kafka.bootstrap, topic=TOPIC, store=store, checkpoint=checkpoint,
-            metrics_port=metrics_port, trigger="1s", buckets=2,
+            source="kafka", kafka=KafkaSettings(kafka.bootstrap), topic=TOPIC, store=StoreSettings(store),
+            checkpoint=checkpoint, metrics=MetricsEndpoint(metrics_port), trigger="1s", buckets=2,
         )
         try:
             query.run(config, stop_event=stop, on_started=started,
@@ -345,3 +347,61 @@ def _start_cluster(make: Callable[[], Any], what: str, cluster_error: type[Excep
     except cluster_error as exc:
         logs = f" (logs: {cluster.base_dir})" if cluster is not None else ""
         raise DemoError(f"cannot start {what.split(' (')[0]}: {_first_line(exc)}{logs}") from None
+
+
+app = typer.Typer(
+    name="elrwatch-demo",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command()
+def demo(
+    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = until Ctrl-C).", min=0)] = 0.0,
+    workdir: Annotated[str | None, _opt("--workdir", "Where store and checkpoint go (default: a temp dir).")] = None,
+    metrics_port: Annotated[int, _opt("--metrics-port", "Prometheus port of the job.", min=0)] = 9464,
+    api_port: Annotated[int, _opt("--api-port", "Port of the REST API (0 = no API).", min=0)] = 8080,
+    rate: Annotated[float, _opt("--rate", "--simulated: simulated events per second.", min=1)] = 200.0,
+    keep: Annotated[
+        bool, _opt("--keep/--no-keep", "Keep the temporary work dir (store, checkpoint, logs) after stopping.")
+    ] = False,
+    simulated: Annotated[
+        bool,
+        typer.Option("--simulated/--real", envvar="ELRWATCH_DEMO_SIMULATED",
+                     help="Simulator events (with faults) instead of a real 3-broker cluster."),
+    ] = False,
+    faults: Annotated[
+        bool,
+        typer.Option("--faults/--no-faults", envvar="ELRWATCH_DEMO_FAULTS",
+                     help="Real cluster: kill and restart brokers on a schedule (devtools/fault_injector.py)."),
+    ] = True,
+    seed: Annotated[
+        int,
+        typer.Option("--seed", envvar="ELRWATCH_DEMO_SEED",
+                     help="Real cluster: seed of the fault injector's choice of brokers."),
+    ] = 7,
+    kafka: Annotated[
+        str,
+        typer.Option("--kafka", envvar="ELRWATCH_DEMO_KAFKA",
+                     help="Real cluster: 4.4 (KRaft, ELR on, the metadata-log bridge) or 3.9 (ZooKeeper mode, "
+                          "no ELR, the admin bridge; shows last-replica-standing exposure)."),
+    ] = "4.4",
+) -> None:
+    """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
+    brokers, ELR on, min.insync.replicas=2), `elrwatch bridge --source metadata-log` on the controller's
+    __cluster_metadata-0, a fault injector killing and restarting brokers, the job and the API, the event topic on a
+    1-broker cluster of its own. --simulated: the simulator's events with faults instead of the 3-broker cluster.
+    Prints where to look; Ctrl-C stops everything."""
+    try:
+        run_demo(
+            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep,
+            simulated=simulated, faults=faults, seed=seed, kafka_version=kafka,
+        )
+    except DemoError as exc:
+        fail(str(exc), code=1)
+
+
+if __name__ == "__main__":
+    app()
