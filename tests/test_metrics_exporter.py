@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from elrwatch.devtools.eventgen import scenario
+from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import METRICS, PipelineCounts, insight_gauges, key, partition_gauges, pipeline_gauges
 from elrwatch.state.gauges import shared_gauges as shared
 from elrwatch.state.replay import replay_lines
