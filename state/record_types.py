@@ -305,8 +305,9 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
 # --- the registry -------------------------------------------------------------------------------------------------
 
 _TYPES: dict[str, RecordType] = {}
-#: Type name → route of every registered type (routing's hot path reads it).
-ROUTE_OF: dict[str, str] = {}
+#: Type name → whether partition 0's records go to every bucket, for the types routed to their partition's bucket
+#: (routing's hot path reads it: one lookup).
+PARTITION_ROUTED: dict[str, bool] = {}
 
 
 def register(entry: RecordType) -> None:
@@ -316,7 +317,8 @@ def register(entry: RecordType) -> None:
     if entry.name in _TYPES:
         raise ValueError(f"record type {entry.name!r} is already registered")
     _TYPES[entry.name] = entry
-    ROUTE_OF[entry.name] = entry.route
+    if entry.route in PARTITION_ROUTES:
+        PARTITION_ROUTED[entry.name] = entry.route == ROUTE_OWNER_P0_EVERY
 
 
 def unregister(name: str) -> None:
@@ -324,7 +326,7 @@ def unregister(name: str) -> None:
     if any(entry.name == name for entry in BUILTIN_TYPES):
         raise ValueError(f"record type {name!r} is built in")
     _TYPES.pop(name, None)
-    ROUTE_OF.pop(name, None)
+    PARTITION_ROUTED.pop(name, None)
 
 
 def get(name: str) -> RecordType | None:

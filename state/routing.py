@@ -12,13 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 
-from elrwatch.state.record_types import (
-    PARTITION_ID,
-    PARTITION_ROUTES,
-    ROUTE_OF,
-    ROUTE_OWNER_P0_EVERY,
-    TOPIC_ID,
-)
+from elrwatch.state.record_types import PARTITION_ID, PARTITION_ROUTED, TOPIC_ID
 
 #: `targets()` result meaning "every bucket".
 ALL_BUCKETS = -1
@@ -31,10 +25,10 @@ def bucket_of(topic_id: str, partition_id: int, buckets: int) -> int:
 
 def targets(record_type: str, data: Mapping[str, object], buckets: int) -> int:
     """The bucket a record goes to, or `ALL_BUCKETS`."""
-    route = ROUTE_OF.get(record_type)
-    if route is not None and route in PARTITION_ROUTES:
+    p0_everywhere = PARTITION_ROUTED.get(record_type)
+    if p0_everywhere is not None:
         partition_id = data[PARTITION_ID]
-        if partition_id == 0 and route == ROUTE_OWNER_P0_EVERY:
+        if partition_id == 0 and p0_everywhere:
             return ALL_BUCKETS
         return bucket_of(data[TOPIC_ID], partition_id, buckets)  # type: ignore[arg-type]
     return ALL_BUCKETS
@@ -43,7 +37,6 @@ def targets(record_type: str, data: Mapping[str, object], buckets: int) -> int:
 def reporter(record_type: str, data: Mapping[str, object], buckets: int) -> int:
     """The bucket that reports a record (counts it, quarantines it): its partition's bucket for the types routed
     to their partition, bucket 0 for every other."""
-    route = ROUTE_OF.get(record_type)
-    if route is not None and route in PARTITION_ROUTES:
+    if record_type in PARTITION_ROUTED:
         return bucket_of(data[TOPIC_ID], data[PARTITION_ID], buckets)  # type: ignore[arg-type]
     return 0
