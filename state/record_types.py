@@ -366,12 +366,9 @@ def message_key(type_name: str, data: dict[str, Any], topic_ids: dict[str, str] 
         if field is not None and (key.when is None or data.get(key.when[0]) == key.when[1]):
             if key.kind == KEY_TOPIC_ID:
                 if field in data:
-                    topic_id = str(data[field])
-                    if topic_ids is not None and key.names_topic is not None:
-                        name = data.get(key.names_topic)
-                        if isinstance(name, str):
-                            topic_ids[name] = topic_id
-                    return f"topic:{topic_id}".encode()
+                    if topic_ids is not None:
+                        learn_topic_name(type_name, data, topic_ids)
+                    return f"topic:{data[field]}".encode()
             elif key.kind == KEY_TOPIC_NAME:
                 name = data.get(field)
                 if topic_ids and isinstance(name, str) and name in topic_ids:
@@ -379,6 +376,16 @@ def message_key(type_name: str, data: dict[str, Any], topic_ids: dict[str, str] 
             elif key.kind == KEY_BROKER and field in data:
                 return f"broker:{data[field]}".encode()
     return type_name.encode()
+
+
+def learn_topic_name(type_name: str, data: dict[str, Any], topic_ids: dict[str, str]) -> None:
+    """Remember the topic name → id a record tells (a TOPIC_RECORD: its ``names_topic`` key rule) in ``topic_ids``."""
+    entry = _TYPES.get(type_name)
+    if entry is not None and entry.key.names_topic is not None and entry.key.field is not None:
+        name = data.get(entry.key.names_topic)
+        topic_id = data.get(entry.key.field)
+        if isinstance(name, str) and topic_id is not None:
+            topic_ids[name] = str(topic_id)
 
 
 for _entry in BUILTIN_TYPES:

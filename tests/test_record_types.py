@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,3 +244,25 @@ def test_the_admin_bridge_derives_exactly_the_derivable_types() -> None:
     assert emitted == DERIVED_TYPES == record_types.admin_derivable_names()
     assert {records.REPLICA_LOG_INFO_RECORD, records.FENCE_BROKER_RECORD} & DERIVED_TYPES == set()
     json.dumps(first)  # envelopes, as published
+
+
+def test_the_log_bridge_learns_topic_ids_as_produce_does(tmp_path: Path) -> None:
+    """The metadata-log bridge remembers each topic's id from the records that tell it (`learn_topic_name`), so a
+    restarted bridge keys a topic's configs like its partitions."""
+    from test_bridge import make_batch, real_values, write_segment
+
+    from elrwatch.bridge.runner import LogBridge, MemoryPublisher, Metrics, StateFile
+
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    write_segment(log_dir, 0, make_batch(0, [value for _, value in real_values()]))
+    publisher = MemoryPublisher()
+    bridge = LogBridge(log_dir, publisher, StateFile(None), Metrics())
+    assert bridge.step() > 0
+    events = [json.loads(text) for text in publisher.lines]
+    told = {e["data"]["name"]: e["data"]["topicId"] for e in events if e["type"] == records.TOPIC_RECORD}
+    assert told and bridge.topic_ids == told
+    keyed: dict[str, str] = {}
+    for event in events:
+        key_of(json.dumps(event), keyed)
+    assert keyed == told
