@@ -1,4 +1,4 @@
-"""elrwatch's REST API and status page over the status store (issue 5).
+"""elrwatch's REST API and status page over the status store.
 
 ``create_app(settings)`` wires the parts; ``elrwatch api`` runs it with uvicorn:
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -15,6 +16,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger("elrwatch.api")
 
 PROBLEM = "application/problem+json"
+PROBLEM_SCHEMA_REF = "#/components/schemas/Problem"
+STORE_UNAVAILABLE = {503: "Status store unavailable"}
+
+
+def problem_responses(codes: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """FastAPI ``responses=`` for the problem documents a route or router answers: status code → description."""
+    return {
+        code: {"description": description, "content": {PROBLEM: {"schema": {"$ref": PROBLEM_SCHEMA_REF}}}}
+        for code, description in codes.items()
+    }
 
 
 class ApiError(Exception):

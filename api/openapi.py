@@ -1,5 +1,11 @@
-"""The OpenAPI document: FastAPI's, with a problem+json response for every error an operation can answer (and
-bearer security when a token is configured)."""
+"""The OpenAPI document: FastAPI's, with the problem+json schema for every error an operation can answer (and
+bearer security when a token is configured).
+
+Each route declares its own error responses where it is declared (``responses=`` on the route or its router,
+built by :func:`elrwatch.api.errors.problem_responses`). Two come from the route's metadata instead: the 422 that
+FastAPI documents for every operation with parameters, answered as a problem document by the validation handler,
+and the 401 of every path the bearer-token middleware protects.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +14,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from elrwatch.api.errors import PROBLEM
+from elrwatch.api.errors import PROBLEM, PROBLEM_SCHEMA_REF
+from elrwatch.api.middleware import is_public
 from elrwatch.api.models import Problem
-
-
-def _error_responses(path: str, *, auth: bool) -> dict[str, str]:
-    """Status code → description of the problem responses an operation on ``path`` documents."""
-    codes = {"422": "Invalid parameters", "503": "Status store unavailable"}
-    if "{topic}" in path:
-        codes["404"] = "Unknown topic or partition"
-    if path == "/v1/whatif":
-        codes["503"] = "What-if not available, or store unavailable"
-    if path == "/readyz":
-        codes["503"] = "Store unreachable, data too old or too far behind the job"
-    if auth and path != "/healthz":
-        codes["401"] = "Missing or wrong bearer token"
-    return codes
-
-
-def _without_parameters(path: str) -> bool:
-    """Operations that take no parameters (and so answer no 422)."""
-    return path in ("/healthz", "/metrics") or path.endswith(("/topics", "/brokers", "/summary"))
 
 
 def build_openapi(app: FastAPI, *, auth: bool) -> dict[str, Any]:
@@ -39,20 +27,17 @@ def build_openapi(app: FastAPI, *, auth: bool) -> dict[str, Any]:
     schemas["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
-    ref = {"$ref": "#/components/schemas/Problem"}
+    problem = {PROBLEM: {"schema": {"$ref": PROBLEM_SCHEMA_REF}}}
     if auth:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     for path, item in schema.get("paths", {}).items():
         for op in item.values():
             responses = op.setdefault("responses", {})
-            if auth and path != "/healthz":
+            if "422" in responses:  # FastAPI's validation error, answered by the problem+json handler
+                responses["422"] = {"description": "Invalid parameters", "content": problem}
+            if auth and not is_public(path):
                 op["security"] = [{"bearer": []}]
-            for code, description in _error_responses(path, auth=auth).items():
-                responses[code] = {"description": description, "content": {PROBLEM: {"schema": ref}}}
-            if _without_parameters(path):
-                responses.pop("422", None)
-            if path == "/healthz":
-                responses.pop("503", None)  # no store access
+                responses["401"] = {"description": "Missing or wrong bearer token", "content": problem}
     return schema
 
 

@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from elrwatch.state.replay import replay_lines
+from elrwatch.state.whatif import what_if
 from elrwatch.store import StatusStore
 
 _ZERO_UUID = base64.urlsafe_b64encode(bytes(16)).decode().rstrip("=")
@@ -75,9 +77,6 @@ def affected_document(store: StatusStore, down: Sequence[int]) -> dict[str, Any]
 
 def run_whatif(store: StatusStore, down: Sequence[int], *, unclean: bool, limit: int) -> dict[str, Any]:
     """``what_if`` over the partitions that have a replica on a broker in ``down``."""
-    from elrwatch.state.replay import replay_lines
-    from elrwatch.state.whatif import what_if
-
     doc = affected_document(store, down)
     default_min_isr = int((doc["cluster"] or {}).get("defaultMinIsr") or 1)
     replayer = replay_lines(document_lines(doc), "status-store", default_min_isr=default_min_isr)

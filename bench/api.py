@@ -5,7 +5,7 @@
 Fills the store with ``load_document`` of a generated report document, starts ``elrwatch api`` (uvicorn, one
 worker) and drives it with wrk (Debian package; falls back to an httpx client when wrk is missing) for:
 a single-partition lookup (random topic/partition per request) and ``/v1/summary``.
-Targets (issue 5): lookup p99 <= 10 ms, summary p99 <= 50 ms, >= 1,000 requests/s.
+Targets: lookup p99 <= 10 ms, summary p99 <= 50 ms, >= 1,000 requests/s.
 """
 
 from __future__ import annotations

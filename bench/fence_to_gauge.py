@@ -1,5 +1,5 @@
 """Benchmark the whole pipeline's delay from a broker fence to the gauge: controller fence record → `elrwatch bridge`
-→ event topic → `elrwatch stream` → ``elrwatch_brokers{state="fenced"}`` on the job's /metrics (issue 20, item 3).
+→ event topic → `elrwatch stream` → ``elrwatch_brokers{state="fenced"}`` on the job's /metrics.
 
 One real Kafka 4.4.0 KRaft cluster (devtools/kafka_cluster.py: controller 0 + brokers 1..3, on this machine) with
 ``--topics`` topics of 3 partitions (RF 3, min ISR 2) and one event topic per mode on broker 1. For each mode in

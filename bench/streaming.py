@@ -469,8 +469,8 @@ def phase_storm_restart(
     gen = EventGenerator(topics=topics, partitions=partitions // topics, brokers=brokers, seed=3, wallclock=True)
     topic = f"bench-{name}"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
-    # One event-topic partition per 125k metadata partitions (at least 2): the layout of the earlier figures in
-    # docs/PERFORMANCE.md (their Kafka stand-in could not read back a partition of more than ~200k records).
+    # One event-topic partition per 125k metadata partitions (at least 2); each is a read task of every micro-batch,
+    # so `--event-partitions` measures other layouts.
     create_topic(opts, topic, EVENT_PARTITIONS[0] or max(2, -(-partitions // 125_000)))
     producer = fast_producer(opts)
     jvm_producer = STORM_PRODUCER[0] == "jvm"
@@ -511,7 +511,7 @@ def phase_storm_restart(
         extra_roots = [p.pid for p in spark.workers if p is not None]
     # No --max-records-per-batch (the job's default): the whole load is one batch, as when a new checkpoint
     # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but keeps more
-    # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md).
+    # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md, "Tried and dropped").
     job = Job(workdir, name, *args)
     producers: list[JvmProducer] = []
 
@@ -748,10 +748,9 @@ def main() -> None:
         "--storm-producer",
         choices=("jvm", "kafka-python"),
         default="jvm",
-        help="storm: who publishes the load and the storm. jvm (default): Kafka's ConsoleProducer, a burst of 100k "
-        "records in ~1 s as a controller writes a broker's failure; kafka-python: elrwatch produce's client, ~10 s "
-        "for 100k records on these 2 cores, competing with the job for them (the figures of sessions before "
-        "2026-11-25)",
+        help="storm: who publishes the load and the storm. jvm (default): Kafka's ConsoleProducer, a burst as a "
+        "controller writes a broker's failure; kafka-python: elrwatch produce's client, several times slower on "
+        "a small machine, where it competes with the job for the cores and spreads a storm over micro-batches",
     )
     parser.add_argument(
         "--keep-workdir",

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from elrwatch.state import controller
 from elrwatch.state import metadata_version as mv
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.merge import merge_partition_change
 from elrwatch.state.model import LRS_RECOVERING, NO_LEADER, BrokerState, PartitionState, TopicState
-
-if TYPE_CHECKING:
-    from elrwatch.state.cluster import ClusterState
 
 AGGRESSIVE = "Aggressive"
 BALANCED = "Balanced"

@@ -24,48 +24,20 @@ from typing import Any, Final
 import orjson
 
 from elrwatch.state import record_types
-from elrwatch.state.record_types import (
-    BROKER_REGISTRATION_CHANGE_RECORD as BROKER_REGISTRATION_CHANGE_RECORD,
-)
-from elrwatch.state.record_types import (
-    CLEAR_ELR_RECORD as CLEAR_ELR_RECORD,
-)
-from elrwatch.state.record_types import (
-    CONFIG_RECORD as CONFIG_RECORD,
-)
-from elrwatch.state.record_types import (
-    FEATURE_LEVEL_RECORD as FEATURE_LEVEL_RECORD,
-)
-from elrwatch.state.record_types import (
-    FENCE_BROKER_RECORD as FENCE_BROKER_RECORD,
-)
-from elrwatch.state.record_types import (
-    PARTITION_CHANGE_RECORD as PARTITION_CHANGE_RECORD,
-)
-from elrwatch.state.record_types import (
-    PARTITION_RECORD as PARTITION_RECORD,
-)
-from elrwatch.state.record_types import (
-    REGISTER_BROKER_RECORD as REGISTER_BROKER_RECORD,
-)
-from elrwatch.state.record_types import (
-    REMOVE_TOPIC_RECORD as REMOVE_TOPIC_RECORD,
-)
-from elrwatch.state.record_types import (
-    REPLICA_LOG_INFO_RECORD as REPLICA_LOG_INFO_RECORD,
-)
-from elrwatch.state.record_types import (
-    REPLICA_LOG_INFO_SCHEMA as REPLICA_LOG_INFO_SCHEMA,
-)
-from elrwatch.state.record_types import (
-    TOPIC_RECORD as TOPIC_RECORD,
-)
-from elrwatch.state.record_types import (
-    UNFENCE_BROKER_RECORD as UNFENCE_BROKER_RECORD,
-)
-from elrwatch.state.record_types import (
-    UNREGISTER_BROKER_RECORD as UNREGISTER_BROKER_RECORD,
-)
+from elrwatch.state.record_types import BROKER_REGISTRATION_CHANGE_RECORD as BROKER_REGISTRATION_CHANGE_RECORD
+from elrwatch.state.record_types import CLEAR_ELR_RECORD as CLEAR_ELR_RECORD
+from elrwatch.state.record_types import CONFIG_RECORD as CONFIG_RECORD
+from elrwatch.state.record_types import FEATURE_LEVEL_RECORD as FEATURE_LEVEL_RECORD
+from elrwatch.state.record_types import FENCE_BROKER_RECORD as FENCE_BROKER_RECORD
+from elrwatch.state.record_types import PARTITION_CHANGE_RECORD as PARTITION_CHANGE_RECORD
+from elrwatch.state.record_types import PARTITION_RECORD as PARTITION_RECORD
+from elrwatch.state.record_types import REGISTER_BROKER_RECORD as REGISTER_BROKER_RECORD
+from elrwatch.state.record_types import REMOVE_TOPIC_RECORD as REMOVE_TOPIC_RECORD
+from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as REPLICA_LOG_INFO_RECORD
+from elrwatch.state.record_types import REPLICA_LOG_INFO_SCHEMA as REPLICA_LOG_INFO_SCHEMA
+from elrwatch.state.record_types import TOPIC_RECORD as TOPIC_RECORD
+from elrwatch.state.record_types import UNFENCE_BROKER_RECORD as UNFENCE_BROKER_RECORD
+from elrwatch.state.record_types import UNREGISTER_BROKER_RECORD as UNREGISTER_BROKER_RECORD
 from elrwatch.state.value_checks import MISSING, VALID_UUIDS, is_uuid
 from elrwatch.state.value_checks import SEMANTICS as _SEMANTICS
 from elrwatch.state.value_checks import Invalid as _Invalid
@@ -367,6 +339,7 @@ def _versions(type_name: str) -> tuple[int, int] | None:
         if entry is not None and entry.handler is not None:
             versions = schema_versions(type_name)
     return versions
+
 
 # --- value checks ---------------------------------------------------------------------------------------------
 

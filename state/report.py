@@ -15,7 +15,10 @@ from typing import Any
 import orjson
 
 from elrwatch.state import insight
+from elrwatch.state import metadata_version as mv
+from elrwatch.state.advice import advice_of, partition_advice
 from elrwatch.state.cluster import ClusterState, polled_unknown
+from elrwatch.state.controller import TopicContext
 from elrwatch.state.gauges import PipelineCounts, all_gauges
 from elrwatch.state.insight import missing_replicas
 from elrwatch.state.model import (
@@ -36,12 +39,8 @@ TRANSPORT_KEYS = frozenset({"lastPosition"})
 AdviceFn = Callable[[ClusterState, TopicState, PartitionState], tuple[dict[str, Any], dict[str, Any]]]
 
 
-def load_advice() -> AdviceFn | None:
-    """The election-advice function (state/advice.py), if available."""
-    try:
-        from elrwatch.state.advice import partition_advice
-    except ImportError:
-        return None
+def load_advice() -> AdviceFn:
+    """The election-advice function (``advice.partition_advice``) that ``build_document`` takes."""
     return partition_advice
 
 
@@ -236,10 +235,6 @@ class StoreView:
         partition = partition_from_stored(topic_id, partition_id, values)
         doc = _document(topic_name, partition, effective_min_isr, self.is_active, values[_N_STORED], self.brokers)
         if advice:
-            from elrwatch.state import metadata_version as mv
-            from elrwatch.state.advice import advice_of
-            from elrwatch.state.controller import TopicContext
-
             ctx = TopicContext(
                 min_isr=effective_min_isr,
                 elr_enabled=self.elr_enabled,

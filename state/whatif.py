@@ -15,15 +15,13 @@ outcome is then classified:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from elrwatch.state import controller
 from elrwatch.state.advice import topic_context
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.merge import merge_partition_change
 from elrwatch.state.model import NO_LEADER, BrokerState, PartitionState
-
-if TYPE_CHECKING:
-    from elrwatch.state.cluster import ClusterState
 
 CATEGORIES = ("underMinIsr", "leaderless", "uncleanElectionNeeded")
 

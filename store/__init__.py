@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads each name's module on first use
     from elrwatch.store.schema import STORE_SCHEMA, StoreSchemaError
     from elrwatch.store.status_store import WAL_SIZE_LIMIT, StatusStore
     from elrwatch.store.urls import DEFAULT_URL, mask_url, resolve_url

@@ -23,6 +23,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from elrwatch.state import report
+from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges, shared_gauges
+from elrwatch.state.partition_row import partition_row
+from elrwatch.state.records import Ignored, Record, RecordError, parse_line
+from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
 from elrwatch.streaming.payload import encode_payload
 from elrwatch.streaming.route import (
@@ -87,9 +93,6 @@ def _load_bucket(
 ) -> tuple[BucketState, str]:
     """(the bucket's state, how it was loaded: "hit" from this process's cache, "catch-up" of a stale cached
     state, "miss": from the row alone). ``row``: the (token, blob) of the bucket's Spark state, None if none."""
-    from elrwatch.state.cluster import ClusterState
-    from elrwatch.state.gauges import PipelineCounts
-
     if row is not None:
         token, blob = row
         cached = cache.pop(bucket, None) if use_cache else None
@@ -150,10 +153,6 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
     applied by each bucket only as far as it owns it (a partition record of another bucket is passed over), and
     what is not a record is reported by bucket 0; a line placed in this bucket (``J``) is reported here.
     """
-    from elrwatch.state.cluster import Outcome
-    from elrwatch.state.records import Ignored, Record, RecordError, parse_line
-    from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
-
     cluster, counts = bs.cluster, bs.counts
     quarantined: list[dict[str, Any]] = []
     loads = pickle.loads
@@ -235,10 +234,6 @@ def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict
     """The bucket's output after a batch: what changed since the last drain (partition rows, removals,
     transitions, violations, topic documents whose owned partition count changed), its gauges and counts; bucket
     0 adds the shared gauges, the changed brokers and the cluster document."""
-    from elrwatch.state import report
-    from elrwatch.state.gauges import encode_gauges, partition_gauges, shared_gauges
-    from elrwatch.state.partition_row import partition_row
-
     cluster, counts = bs.cluster, bs.counts
     changes = cluster.drain_changes()
     rows_out = []

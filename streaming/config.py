@@ -95,7 +95,7 @@ class JobConfig:
 
     def source_options(self) -> dict[str, str]:
         """Options for `sources.read_stream` (secrets by reference only: env var names or files)."""
-        from elrwatch.streaming.sources import security_options
+        from elrwatch.streaming.sources import security_options  # imports pyspark: kept off the CLI's path
 
         opts: dict[str, str] = {"timeout.ms": str(self.source_timeout_ms)}
         if self.source == "files":

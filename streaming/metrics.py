@@ -27,6 +27,18 @@ def _family(metric: Metric, labels: list[str] | None = None, value: float | None
     return cls(metric.name, metric.help, value=value, labels=labels)
 
 
+class UnknownMetricError(LookupError):
+    """A gauge whose name is not in ``elrwatch.state.gauges.METRICS``: it has no type or help to serve."""
+
+
+def metric_of(name: str) -> Metric:
+    """The table's entry of ``name``; an unknown name is an error naming it (the table is the one list)."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise UnknownMetricError(f"metric {name!r} is not in elrwatch.state.gauges.METRICS; add it there") from None
+
+
 def source_lag(progress_sources: list[Any]) -> int | None:
     """Sum over sources and partitions of latestOffset − endOffset (None if the source does not say)."""
     total = 0
@@ -145,14 +157,13 @@ class JobCollector:
         for (name, labels), value in gauges.items():
             family = families.get(name)
             if family is None:
-                metric = METRICS.get(name) or Metric(name, "gauge", name)
-                family = families[name] = _family(metric, labels=[label for label, _ in labels])
+                family = families[name] = _family(metric_of(name), labels=[label for label, _ in labels])
             family.add_metric([v for _, v in labels], float(value))
         yield from families.values()
         for name in HEALTH_METRICS:
             value = health_values[name]
             if value is not None:
-                yield _family(METRICS[name], value=float(value))
+                yield _family(metric_of(name), value=float(value))
 
 
 class Exporter:

@@ -32,6 +32,8 @@ import threading
 import time
 from typing import Any
 
+from elrwatch.state import core_build
+from elrwatch.store import StatusStore
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
 from elrwatch.streaming.connector import ConnectorError, ConnectorJars
@@ -39,6 +41,7 @@ from elrwatch.streaming.connector import resolve as resolve_connector
 from elrwatch.streaming.local.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.local.memory import ARROW_POOL_ENV
 from elrwatch.streaming.local.state_service import remove_restart_hints
+from elrwatch.streaming.metrics import Health, start_exporter
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
 from elrwatch.streaming.store_writer import WAL_DIR, StoreWriteError, StoreWriter
@@ -63,9 +66,6 @@ def run(
     handle_signals: bool = False,
 ) -> int:
     """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
-    from elrwatch.store import StatusStore
-    from elrwatch.streaming.metrics import Health, start_exporter
-
     began = time.monotonic()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     if config.spark_log_level is None:
@@ -196,8 +196,8 @@ def state_tasks(config: JobConfig, master: str) -> int:
 
     Local mode: one task by default. With the state servers (one per task, local/state_service.py) ``--state-tasks 2``
     applies two buckets at a time: a storm's or the initial load's state work takes half as long, but every
-    micro-batch pays a second task and state store (at 1k events/s: freshness p50 0.70 → 1.35 s, p99 1.74 →
-    2.71 s measured) and two buckets' documents are built at once (a higher transient RSS peak). Without the
+    micro-batch pays a second task and state store (a slower freshness at 1k events/s; docs/PERFORMANCE.md,
+    "Tried and dropped") and two buckets' rows are built at once (a higher transient RSS peak). Without the
     servers one task lets one Python worker keep (and hit) every bucket. A cluster: one task per bucket, each
     executor keeping the buckets Spark's state-store locality sends it.
     """
@@ -295,6 +295,7 @@ def build_query(
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    # streaming.sources imports pyspark: like pyspark above, only once the query is built
     from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, ROUTING_SOURCES, read_stream
 
     buckets = config.buckets
@@ -348,8 +349,7 @@ def _run_query(
     connector: ConnectorJars | None = None,
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
-    from elrwatch.state import core_build
-    from elrwatch.streaming.sources import SourceError
+    from elrwatch.streaming.sources import SourceError  # imports pyspark: only once Spark starts
 
     log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
     accelerators.prepare_jvm()

@@ -39,9 +39,7 @@ def jvm_placed_condition(parsed: str = "h") -> str:
     (partition 0's records, and anything else, go to every bucket, whose core applies only what it owns)."""
     names = ", ".join("'" + name.replace("'", "''") + "'" for name in partition_routed_names())
     data = f"{parsed}.data"
-    return (
-        f"{parsed}.type IN ({names}) AND {data}.{TOPIC_ID} IS NOT NULL AND coalesce({data}.{PARTITION_ID}, 0) > 0"
-    )
+    return f"{parsed}.type IN ({names}) AND {data}.{TOPIC_ID} IS NOT NULL AND coalesce({data}.{PARTITION_ID}, 0) > 0"
 
 
 def spark_hash_int(value: int, seed: int = 42) -> int:

@@ -12,14 +12,22 @@ import logging
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from elrwatch.state.gauges import (
+    Gauges,
+    PipelineCounts,
+    as_samples,
+    decode_gauges,
+    encode_gauges,
+    key,
+    pipeline_gauges,
+    sum_gauges,
+)
+from elrwatch.state.report import counts_doc
 from elrwatch.streaming.local.memory import gc_paused, trim_after_big_batch
 from elrwatch.streaming.payload import concat_payloads, decode_payloads
-
-if TYPE_CHECKING:
-    from elrwatch.state.gauges import Gauges
-    from elrwatch.streaming.store_writer import StoreWriter
+from elrwatch.streaming.store_writer import StoreWriter
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -49,8 +57,6 @@ class Aggregator:
                 self.cluster = saved.get("cluster")
 
     def save(self, batch_id: int) -> None:
-        from elrwatch.state.gauges import encode_gauges
-
         if not self.path:
             return
         data = {
@@ -71,8 +77,6 @@ class Aggregator:
 
     def absorb(self, payloads: list[dict[str, Any]]) -> dict[str, Any]:
         """Merge one micro-batch's bucket payloads; return the `StatusStore.write_batch` arguments."""
-        from elrwatch.state.gauges import as_samples, decode_gauges
-
         removed_topics: set[str] = set()
         touched_topics: set[str] = set()
         for p in sorted(payloads, key=lambda p: p["bucket"]):
@@ -114,8 +118,6 @@ class Aggregator:
         return {**base, "partitionCount": total}
 
     def counts(self) -> Any:
-        from elrwatch.state.gauges import PipelineCounts
-
         total = PipelineCounts()
         for c in self.bucket_counts.values():
             total.events_by_type.update(c["eventsByType"])
@@ -130,16 +132,12 @@ class Aggregator:
 
     def gauges(self) -> Gauges:
         """The cluster's gauges: partition gauges summed over buckets, shared ones from bucket 0, pipeline."""
-        from elrwatch.state.gauges import pipeline_gauges, sum_gauges
-
         out = sum_gauges(self.bucket_gauges.values())
         out.update(self.shared)
         out.update(pipeline_gauges(self.counts()))
         return dict(sorted(out.items()))
 
     def meta(self) -> dict[str, Any]:
-        from elrwatch.state.report import counts_doc
-
         counts = self.counts()
         meta: dict[str, Any] = {"counts": counts_doc(counts)}
         if counts.last_event_ms is not None:
@@ -152,8 +150,6 @@ class Aggregator:
 def _saved_gauges(saved: Any) -> Gauges:
     """Gauges of the driver file: ``encode_gauges`` rows, or (a file written before gauges were keyed by
     (name, labels)) a map of sample names, whose labels hold no ``,`` or ``"``."""
-    from elrwatch.state.gauges import decode_gauges, key
-
     if not isinstance(saved, dict):
         return decode_gauges(saved)
     out: Gauges = {}

@@ -15,6 +15,7 @@ import uuid
 import zlib
 from typing import Any
 
+from elrwatch.state.cluster import ClusterState
 from elrwatch.streaming.route import decode_record
 
 STATE_MODES = ("snapshot", "blob")
@@ -65,8 +66,6 @@ class SnapshotDir:
 
     def read(self, bucket: int, name: str) -> Any:
         """The ClusterState of a snapshot, or a one-line SnapshotError."""
-        from elrwatch.state.cluster import ClusterState
-
         path = os.path.join(self.path, name)
         try:
             with open(path, "rb") as fh:
@@ -143,8 +142,6 @@ class BucketState:
 
     @classmethod
     def from_blob(cls, blob: bytes) -> BucketState:
-        from elrwatch.state.cluster import ClusterState
-
         cluster_bytes, counts, emitted = pickle.loads(zlib.decompress(blob))
         bs = cls(ClusterState.from_bytes(cluster_bytes), counts, emitted)
         bs.must_snapshot = True
@@ -202,8 +199,6 @@ class BucketState:
         """
         if row[:1] != b"S":
             return cls.from_blob(row)
-        from elrwatch.state.cluster import ClusterState
-
         data = pickle.loads(row[1:])
         name = data["snapshot"]
         delta = data["delta"]

@@ -1,4 +1,4 @@
-"""Conformance of elrwatch against a real Kafka controller's metadata log (issue 19, items 3 and 6).
+"""Conformance of elrwatch against a real Kafka controller's metadata log.
 
 Three checks, shared by the real-cluster tests (tests/test_real_kafka_conformance.py) and the fast replay of their
 saved fixtures (tests/test_real_kafka_golden.py):

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from elrwatch.api.app import create_app
 from elrwatch.api.params import decode_cursor, encode_cursor
-from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.status import SEVERITY
+from elrwatch.state.whatif import CATEGORIES, what_if
 from elrwatch.store import StatusStore
 from elrwatch.store.schema import STORE_BEHIND, UPDATED_AT_MS
 
@@ -418,12 +418,6 @@ def test_recommendations_most_severe_first(client: TestClient, document: dict) -
 @pytest.mark.parametrize("unclean", [False, True])
 def test_whatif_matches_the_core_on_the_replayed_cluster(client: TestClient, unclean: bool) -> None:
     r = client.get("/v1/whatif", params={"down": "2,0", "unclean": str(unclean).lower()})
-    if not whatif_available():
-        assert r.status_code == 503 and r.headers["content-type"] == PROBLEM
-        assert r.json()["title"] == "What-if not available"
-        return
-    from elrwatch.state.whatif import CATEGORIES, what_if
-
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["down"] == [2, 0] and body["unclean"] is unclean
@@ -504,6 +498,13 @@ def test_openapi_documents_problems_and_examples(client: TestClient) -> None:
     assert set(detail["responses"]) >= {"200", "404", "422"}
     assert PROBLEM in detail["responses"]["404"]["content"]
     assert spec["components"]["schemas"]["Partition"]["examples"]
+    for path, item in spec["paths"].items():  # every error an operation documents is a problem document
+        for op in item.values():
+            errors = {code: r for code, r in op["responses"].items() if not code.startswith("2")}
+            assert all(PROBLEM in r.get("content", {}) for r in errors.values()), path
+            assert ("503" in errors) == (path not in ("/healthz", "/metrics")), path  # every store read can fail
+    assert "404" in spec["paths"]["/v1/brokers/{broker}/restart-check"]["get"]["responses"]
+    assert "422" not in spec["paths"]["/readyz"]["get"]["responses"]  # no parameters
 
 
 def test_cli_status_prints_the_store_as_the_replay_document(store: StatusStore, document: dict) -> None:
@@ -593,8 +594,7 @@ def test_api_on_postgresql(document: dict) -> None:
                 assert _walk_restart(c, broker, "offline") == offline
             under = document["gauges"]["elrwatch_global_under_min_isr_partitions"]
             assert [v for _, v in c.get("/v1/trend").json()["underMinIsr"]] == [under]
-            if whatif_available():
-                assert c.get("/v1/whatif", params={"down": "1"}).status_code == 200
+            assert c.get("/v1/whatif", params={"down": "1"}).status_code == 200
         store.dispose()
     finally:
         server.stop()

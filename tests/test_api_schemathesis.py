@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
 from elrwatch.api.app import create_app
-from elrwatch.api.routers.whatif import whatif_available
 from elrwatch.api.settings import Settings
 from elrwatch.store import StatusStore
 
@@ -29,8 +28,6 @@ _STORE.load_document(json.loads((Path(__file__).parent / "data" / "report_small.
 app = create_app(Settings(store=str(_STORE.url), ready_max_age_seconds=0), store=_STORE)
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-if not whatif_available():  # 503 "what-if not available" until elrwatch.state.whatif exists
-    schema = schema.exclude(path="/v1/whatif")
 
 
 @schema.parametrize()

@@ -1,4 +1,4 @@
-"""`elrwatch replay FILE|-` as a subprocess (issue 2 "CLI"; DESIGN.md §5)."""
+"""`elrwatch replay FILE|-` as a subprocess (DESIGN.md §5)."""
 
 from __future__ import annotations
 

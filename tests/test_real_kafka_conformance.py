@@ -1,4 +1,4 @@
-"""elrwatch against the REAL Kafka 4.4 controller (issue 19, items 3 and 6): fault scenarios on a 3-broker cluster.
+"""elrwatch against the REAL Kafka 4.4 controller: fault scenarios on a 3-broker cluster.
 
 Every scenario drives the session's cluster (``real_kafka_cluster``: controller 0, brokers 1..3, ELR on, cluster
 ``min.insync.replicas`` 2) with fresh topics of a few partitions, and at each checkpoint waits until the cluster

@@ -163,8 +163,12 @@ def test_the_owner_bucket_applies_and_counts_a_registered_type(fake_type: record
         import pyarrow as pa
 
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(lines), pa.array(["ev"] * len(lines)), pa.array([0] * len(lines), pa.int32()),
-             pa.array(range(len(lines)), pa.int64())],
+            [
+                pa.array(lines),
+                pa.array(["ev"] * len(lines)),
+                pa.array([0] * len(lines), pa.int32()),
+                pa.array(range(len(lines)), pa.int64()),
+            ],
             names=["value", "topic", "partition", "offset"],
         )
         routed = pa.Table.from_batches(list(route.route_batches(iter([batch]), BUCKETS))).to_pylist()
@@ -197,8 +201,9 @@ def test_the_registry_refuses_inconsistent_entries() -> None:
         record_types.register(record_types.get(records.TOPIC_RECORD))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="only a partition's records"):
         record_types.register(
-            record_types.RecordType("X_RECORD", record_types.SCOPE_TOPIC, record_types.ROUTE_OWNER, apply_note,
-                                    schema=FAKE_SCHEMA)
+            record_types.RecordType(
+                "X_RECORD", record_types.SCOPE_TOPIC, record_types.ROUTE_OWNER, apply_note, schema=FAKE_SCHEMA
+            )
         )
     with pytest.raises(ValueError, match="has a schema"):
         record_types.register(

@@ -381,7 +381,7 @@ def test_mistyped_int_list(type_name: str, version: int, field: str, wrong: Any)
 
 
 # Every replica list of partition records (replicas, isr, elr, lastKnownElr, adding, removing) holds broker ids:
-# a negative id or the same broker twice is impossible (issue 2: "negative or duplicate broker ids").
+# a negative id or the same broker twice is invalid input.
 REPLICA_LISTS = [(t, v, f) for t, v, f in INT_LIST_FIELDS if t in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")]
 
 

@@ -1,4 +1,4 @@
-"""Property tests of the core (issue 2): bad input never raises and never changes state; replay is resumable from
+"""Property tests of the core: bad input never raises and never changes state; replay is resumable from
 to_bytes/from_bytes; re-delivered events change nothing (DESIGN.md §2)."""
 
 from __future__ import annotations

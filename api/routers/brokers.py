@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 
 from elrwatch.api.dependencies import StoreDep
-from elrwatch.api.errors import ApiError
+from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import Broker, RestartCheck
 from elrwatch.api.params import INT32_MAX, CursorParam, decode_cursor, encode_cursor
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], responses=problem_responses(STORE_UNAVAILABLE))
 BrokerParam = Annotated[int, Path(ge=0, le=INT32_MAX, description="Broker id.", examples=[1])]
 
 
@@ -25,7 +25,7 @@ def list_brokers(store: StoreDep) -> list[dict[str, Any]]:
 @router.get(
     "/v1/brokers/{broker}/restart-check",
     response_model=RestartCheck,
-    responses={404: {"description": "Unknown broker"}},
+    responses=problem_responses({404: "Unknown broker"}),
     summary="Is it safe to stop this broker now?",
 )
 def restart_check(

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from elrwatch.api.dependencies import RegistryDep, SettingsDep, StoreDep
-from elrwatch.api.errors import ApiError
+from elrwatch.api.errors import ApiError, problem_responses
 from elrwatch.api.models import Health
 
 router = APIRouter(tags=["operations"])
@@ -25,7 +25,7 @@ def healthz() -> dict[str, Any]:
 @router.get(
     "/readyz",
     response_model=Health,
-    responses={503: {"description": "Store unreachable, data too old or too far behind the job"}},
+    responses=problem_responses({503: "Store unreachable, data too old or too far behind the job"}),
     summary="Readiness",
 )
 def readyz(store: StoreDep, settings: SettingsDep) -> Any:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from elrwatch.api.dependencies import StoreDep, read_store
-from elrwatch.api.errors import ApiError
+from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import History, Partition, PartitionPage, Status
 from elrwatch.api.params import (
     INT32_MAX,
@@ -21,8 +21,8 @@ from elrwatch.api.params import (
 )
 from elrwatch.store import StatusStore
 
-router = APIRouter(tags=["partitions"])
-ERRORS_404: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown topic or partition"}}
+router = APIRouter(tags=["partitions"], responses=problem_responses(STORE_UNAVAILABLE))
+ERRORS_404 = problem_responses({404: "Unknown topic or partition"})
 
 
 def not_found(store: StatusStore, topic: str, partition: int) -> ApiError:

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from elrwatch.api.dependencies import SettingsDep, StoreDep, SummaryCacheDep, read_store
+from elrwatch.api.errors import STORE_UNAVAILABLE, problem_responses
 from elrwatch.api.models import Freshness, Summary, Trend
 from elrwatch.state.gauges import METRICS, sample
 from elrwatch.state.status import NEEDS_ATTENTION, STATUSES
 from elrwatch.store import StatusStore
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], responses=problem_responses(STORE_UNAVAILABLE))
 
 def by_label(gauges: dict[str, float], name: str) -> dict[str, float]:
     """The stored samples of metric ``name`` by the value of its one label, over the label values the metric

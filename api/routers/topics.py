@@ -7,9 +7,10 @@ from typing import Any
 from fastapi import APIRouter
 
 from elrwatch.api.dependencies import StoreDep
+from elrwatch.api.errors import STORE_UNAVAILABLE, problem_responses
 from elrwatch.api.models import Topic
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], responses=problem_responses(STORE_UNAVAILABLE))
 
 
 @router.get("/v1/topics", response_model=list[Topic], summary="Topics")

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from elrwatch.api.dependencies import StoreDep
-from elrwatch.api.errors import ApiError
+from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import WhatIf
 from elrwatch.api.params import INT32_MAX
+from elrwatch.api.whatif import run_whatif
 
-router = APIRouter(tags=["partitions"])
-
-
-def whatif_available() -> bool:
-    """True once ``elrwatch.state.whatif`` (the what-if engine) is part of the build."""
-    try:
-        return importlib.util.find_spec("elrwatch.state.whatif") is not None
-    except ImportError:
-        return False
+router = APIRouter(tags=["partitions"], responses=problem_responses(STORE_UNAVAILABLE))
 
 
 @router.get(
     "/v1/whatif",
     response_model=WhatIf,
-    responses={503: {"description": "What-if not available in this build"}},
     summary="What if these brokers go down now?",
 )
 def whatif(
@@ -49,8 +40,4 @@ def whatif(
     brokers_down = list(dict.fromkeys(int(b) for b in down.split(",")))
     if any(b > INT32_MAX for b in brokers_down):
         raise ApiError(422, "Invalid request", "broker ids must be 32-bit integers")
-    if not whatif_available():
-        raise ApiError(503, "What-if not available", "what-if not available in this build")
-    from elrwatch.api.whatif import run_whatif
-
     return run_whatif(store, brokers_down, unclean=unclean, limit=limit)

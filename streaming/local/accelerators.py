@@ -17,6 +17,9 @@ from typing import Any
 
 from elrwatch.streaming.bucket import STATE_POOL_ENV, StateSettings
 from elrwatch.streaming.config import JobConfig, is_local, spark_master
+from elrwatch.streaming.local import jvm_archive
+from elrwatch.streaming.local.state_service import StateService
+from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -33,9 +36,9 @@ def driver_java_options(config: JobConfig, archive_options: str = "") -> str:
     """``spark.driver.extraJavaOptions`` of the job: G1 returning idle heap, C1-only compilation with
     ``--jvm-quick-start``, then the user's own value from ``--spark-conf`` (later flags win in HotSpot).
 
-    C1 only: a restart's JVM used 13.5 instead of 25.4 s of CPU before its first batch, on 2 cores the
-    difference between a 22 s and a 27 s restart (20k partitions), for a few per cent of sustained throughput
-    (the job's hot code is Python; docs/PERFORMANCE.md, session 10). In local mode the driver JVM is the whole of Spark.
+    C1 only: the optimising compiler is about half of a restarting JVM's CPU before its first batch, which a
+    restart on a small machine waits for, and gains a few per cent of sustained throughput at most (the job's hot
+    code is Python; figures in docs/PERFORMANCE.md#restart). In local mode the driver JVM is the whole of Spark.
     ``archive_options``: the class archive's (`class_archive_for`)."""
     parts = [G1_RETURN_HEAP_OPTIONS]
     if config.local.jvm_quick_start:
@@ -83,8 +86,6 @@ def class_archive_for(config: JobConfig) -> Any:
 
     if SparkContext._gateway is not None:
         return None
-    from elrwatch.streaming.local import jvm_archive
-
     directory = config.local.jvm_class_archive_dir or jvm_archive.default_archive_dir()
     return jvm_archive.prepare(directory, jvm_archive.spark_jars_dir())
 
@@ -112,8 +113,6 @@ class Accelerators:
         starts)."""
         if not use_state_service(self.config):
             return
-        from elrwatch.streaming.local.state_service import StateService
-
         self.service = StateService(settings, lanes, keys)
         self.service.start()
 
@@ -140,8 +139,6 @@ class Accelerators:
         """Keep the Python workers warm through quiet periods (not for a run that drains its source and ends)."""
         if not self.config.local.keep_workers_warm or self.config.available_now:
             return
-        from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
-
         pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
         self.warmer = WorkerWarmer(spark, pools)
 

@@ -1,10 +1,9 @@
 """Spark's JVM class archive (AppCDS): a restarting job's JVM maps the classes an earlier run loaded instead of
 parsing and verifying them again.
 
-Spark's start is CPU-bound on small machines: a restart's driver JVM spent 25 s of CPU before its first batch
-(2 cores, 20k partitions), most of it compiling code (see `accelerators.driver_java_options`) and loading about 20k
-classes. With an archive of those classes its CPU fell to 8–10 s with C1 only, and Spark was ready after 4 s
-instead of 6.6–8.3 s (docs/PERFORMANCE.md, session 10).
+Spark's start is CPU-bound on small machines: most of a restarting driver JVM's CPU before its first batch goes
+to compiling code (see `accelerators.driver_java_options`) and to loading about 20k classes, which an archive of
+those classes spares (figures in docs/PERFORMANCE.md#restart).
 
 Java 17 writes a dynamic archive only when the JVM exits normally (``-XX:ArchiveClassesAtExit``), so:
 

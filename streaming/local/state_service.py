@@ -150,9 +150,8 @@ def _preload(
 
 
 # The preload shares the machine with the restarting JVM and Spark's Python planners, which the first batch waits
-# for in a row; at a lower priority it takes the CPU they leave (at 1M partitions it is 8.5 s of CPU, and Spark's
-# start took 14.6 s beside it on 2 cores, 6.6-8.3 s without it). The buckets are needed only at the first batch's
-# state stage.
+# for in a row; at a lower priority it takes the CPU they leave (at 1M partitions it is seconds of CPU, which on
+# 2 cores would delay Spark's start by as much). The buckets are needed only at the first batch's state stage.
 PRELOAD_NICENESS = 10  # added to the server's own
 
 

@@ -2,8 +2,8 @@
 
 Spark kills a Python worker that has been idle for one minute (``PythonWorkerFactory``, not configurable). The
 next micro-batch then forks new workers, which import pandas, pyarrow, kafka-python and the core again before
-they read a record: a 10-record batch after a quiet minute took 3.3–5.2 s instead of 1.0–1.6 s (measured on
-20k and 100k partitions), and the first batch of an incident is the one an operator waits for.
+they read a record: seconds for a batch of a few records, and the first batch of an incident, after a quiet
+minute, is the one an operator waits for.
 
 While no batch has completed for ``idle_s`` seconds, the driver runs a tiny Spark job per worker pool (the
 source's and the state function's, `bucket.STATE_POOL_ENV`) with one task per core: each task takes an idle
