@@ -42,15 +42,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from elrwatch.state.record_types import (
+    BROKER_REGISTRATION_CHANGE_RECORD,
+    CONFIG_NAMES,
+    CONFIG_RECORD,
+    FEATURE_LEVEL_RECORD,
+    FEATURE_NAMES,
+    PARTITION_CHANGE_RECORD,
+    PARTITION_RECORD,
+    REGISTER_BROKER_RECORD,
+    REMOVE_TOPIC_RECORD,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    TOPIC_RECORD,
+    UNREGISTER_BROKER_RECORD,
+    admin_derivable_names,
+)
+
 log = logging.getLogger("elrwatch.bridge")
 
 SOURCE_ADMIN = "admin-poll"
-MIN_ISR = "min.insync.replicas"
-UNCLEAN = "unclean.leader.election.enable"
-CONFIG_KEYS = (MIN_ISR, UNCLEAN)
-FEATURES = ("metadata.version", "eligible.leader.replicas.version")
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
+#: The configs and features described: those the core reads.
+CONFIG_KEYS = CONFIG_NAMES
+FEATURES = FEATURE_NAMES
+#: The record types `diff` derives: those the registry marks as derivable from the admin API.
+DERIVED_TYPES = admin_derivable_names()
 #: DirectoryId.UNASSIGNED: the log directory of a derived partition's replicas is not known.
 UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -398,6 +414,8 @@ class _Out:
         self.events: list[dict[str, Any]] = []
 
     def add(self, type_name: str, version: int, data: dict[str, Any]) -> int:
+        if type_name not in DERIVED_TYPES:
+            raise ValueError(f"{type_name} is not derivable from the admin API (state/record_types.py)")
         offset = self.next_offset
         self.next_offset += 1
         self.events.append({"type": type_name, "version": version, "data": data, "offset": offset,
@@ -422,7 +440,7 @@ def _partition_events(out: _Out, topic_id: str, pid: int, old: Partition | None,
     when the core's merge then lands on the same leader epoch, else a PARTITION_RECORD replacing it."""
     if old is None:
         new.partition_epoch = 0
-        out.add("PARTITION_RECORD", 2, _partition_record(topic_id, pid, new))
+        out.add(PARTITION_RECORD, 2, _partition_record(topic_id, pid, new))
         return
     new.partition_epoch = old.partition_epoch
     if old.same(new):
@@ -430,7 +448,7 @@ def _partition_events(out: _Out, topic_id: str, pid: int, old: Partition | None,
     new.partition_epoch = old.partition_epoch + 1
     bump = new.leader_epoch - old.leader_epoch
     if bump not in (0, 1) or (bump == 0 and new.leader != old.leader):
-        out.add("PARTITION_RECORD", 2, _partition_record(topic_id, pid, new))
+        out.add(PARTITION_RECORD, 2, _partition_record(topic_id, pid, new))
         return
     data: dict[str, Any] = {"partitionId": pid, "topicId": topic_id}
     if new.isr != old.isr:
@@ -444,7 +462,7 @@ def _partition_events(out: _Out, topic_id: str, pid: int, old: Partition | None,
         data["eligibleLeaderReplicas"] = new.elr
     if new.last_known_elr != old.last_known_elr:
         data["lastKnownElr"] = new.last_known_elr
-    out.add("PARTITION_CHANGE_RECORD", 2, data)
+    out.add(PARTITION_CHANGE_RECORD, 2, data)
 
 
 def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None = None) -> list[dict[str, Any]]:
@@ -456,40 +474,40 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
     out = _Out(next_offset, int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, new.origin)
     for name in FEATURES:
         if name in new.features and new.features[name] != old.features.get(name):
-            out.add("FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": new.features[name]})
+            out.add(FEATURE_LEVEL_RECORD, 0, {"name": name, "featureLevel": new.features[name]})
         elif name not in new.features and name in old.features:
-            out.add("FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": 0})
+            out.add(FEATURE_LEVEL_RECORD, 0, {"name": name, "featureLevel": 0})
     _config_events(out, RESOURCE_BROKER, "", old.cluster_configs, new.cluster_configs)
     later: list[tuple[str, int, dict[str, Any]]] = []
     for broker_id in sorted(new.brokers):
         broker, before = new.brokers[broker_id], old.brokers.get(broker_id)
         if before is None or before.epoch < 0:
             broker.epoch = out.next_offset
-            out.add("REGISTER_BROKER_RECORD", 1, {
+            out.add(REGISTER_BROKER_RECORD, 1, {
                 "brokerId": broker_id, "incarnationId": ZERO_UUID, "brokerEpoch": broker.epoch, "endPoints": [],
                 "features": [], "rack": broker.rack, "fenced": broker.fenced, "inControlledShutdown": False})
             continue
         broker.epoch = before.epoch
         if before.fenced and not broker.fenced:
-            out.add("BROKER_REGISTRATION_CHANGE_RECORD", 0,
+            out.add(BROKER_REGISTRATION_CHANGE_RECORD, 0,
                     {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": -1})
         elif broker.fenced and not before.fenced:
-            later.append(("BROKER_REGISTRATION_CHANGE_RECORD", 0,
+            later.append((BROKER_REGISTRATION_CHANGE_RECORD, 0,
                           {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": 1}))
     for broker_id in sorted(set(old.brokers) - set(new.brokers)):
         if old.brokers[broker_id].epoch >= 0:
-            later.append(("UNREGISTER_BROKER_RECORD", 0,
+            later.append((UNREGISTER_BROKER_RECORD, 0,
                           {"brokerId": broker_id, "brokerEpoch": old.brokers[broker_id].epoch}))
     for name in sorted(old.topics):
         if name not in new.topics or new.topics[name].topic_id != old.topics[name].topic_id:
-            out.add("REMOVE_TOPIC_RECORD", 0, {"topicId": old.topics[name].topic_id})
+            out.add(REMOVE_TOPIC_RECORD, 0, {"topicId": old.topics[name].topic_id})
     for name in sorted(new.topics):
         topic = new.topics[name]
         before = old.topics.get(name)
         if before is not None and before.topic_id != topic.topic_id:
             before = None
         if before is None:
-            out.add("TOPIC_RECORD", 0, {"name": name, "topicId": topic.topic_id})
+            out.add(TOPIC_RECORD, 0, {"name": name, "topicId": topic.topic_id})
             _config_events(out, RESOURCE_TOPIC, name, {}, new.topic_configs.get(name, {}))
         else:
             _config_events(out, RESOURCE_TOPIC, name, old.topic_configs.get(name, {}),
@@ -509,5 +527,5 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
 def _config_events(out: _Out, rtype: int, name: str, old: dict[str, str], new: dict[str, str]) -> None:
     for key in CONFIG_KEYS:
         if new.get(key) != old.get(key):
-            out.add("CONFIG_RECORD", 0, {"resourceType": rtype, "resourceName": name, "name": key,
+            out.add(CONFIG_RECORD, 0, {"resourceType": rtype, "resourceName": name, "name": key,
                                          "value": new.get(key)})

@@ -32,10 +32,10 @@ import orjson
 from elrwatch.bridge import replica_log
 from elrwatch.bridge.logtail import MetadataLogTail
 from elrwatch.bridge.runner import Metrics, Publisher, StateFile, _Delivery
+from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as RECORD_TYPE
 
 log = logging.getLogger("elrwatch.agent")
 
-RECORD_TYPE = "REPLICA_LOG_INFO_RECORD"
 METADATA_DIR = "__cluster_metadata-0"
 
 

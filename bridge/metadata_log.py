@@ -35,7 +35,7 @@ from typing import Any
 import crc32c
 import orjson
 
-from elrwatch.state.records import _in, _version_range  # Kafka's version specs, read as the core reads them
+from elrwatch.state.records import in_versions, version_range  # Kafka's version specs, read as the core reads them
 
 #: Batch header: baseOffset q, batchLength i, partitionLeaderEpoch i, magic b, crc I, attributes h,
 #: lastOffsetDelta i, baseTimestamp q, maxTimestamp q, producerId q, producerEpoch h, baseSequence i, count i.
@@ -154,7 +154,7 @@ def _plan_fields(fields: list[dict[str, Any]], version: int,
     ordered: list[FieldPlan] = []
     tagged: dict[int, FieldPlan] = {}
     for field in fields:
-        if not _in(version, _version_range(field.get("versions"))):
+        if not in_versions(version, version_range(field.get("versions"))):
             continue
         type_name: str = field["type"]
         element = type_name[2:] if type_name.startswith("[]") else type_name
@@ -167,8 +167,8 @@ def _plan_fields(fields: list[dict[str, Any]], version: int,
             kind = "[]struct" if type_name.startswith("[]") else "struct"
         else:
             kind = type_name
-        nullable = _in(version, _version_range(field.get("nullableVersions")))
-        is_tagged = _in(version, _version_range(field.get("taggedVersions")))
+        nullable = in_versions(version, version_range(field.get("nullableVersions")))
+        is_tagged = in_versions(version, version_range(field.get("taggedVersions")))
         plan = FieldPlan(_camel(field["name"]), kind, nullable, is_tagged, int(field.get("tag", -1)),
                          _default(kind, nullable, field.get("default")), sub)
         ordered.append(plan)
@@ -184,10 +184,10 @@ def record_plan(api_key: int, version: int) -> tuple[str, tuple[tuple[FieldPlan,
     if found is None:
         raise DecodeError("unknown_record_type", f"unknown metadata record api key {api_key}")
     type_name, spec = found
-    if not _in(version, _version_range(spec.get("validVersions"))):
+    if not in_versions(version, version_range(spec.get("validVersions"))):
         raise DecodeError("unknown_record_version", f"{type_name} version {version} is not in {spec['validVersions']}")
     common = {s["name"]: s["fields"] for s in spec.get("commonStructs", [])}
-    flexible = _in(version, _version_range(spec.get("flexibleVersions")))
+    flexible = in_versions(version, version_range(spec.get("flexibleVersions")))
     return type_name, _plan_fields(spec["fields"], version, common), flexible
 
 

@@ -32,6 +32,7 @@ import orjson
 
 from elrwatch.bridge.admin import ClusterReader, PollError, View, diff, poll_view
 from elrwatch.bridge.logtail import MetadataLogTail, TailState
+from elrwatch.state.record_types import learn_topic_name
 
 log = logging.getLogger("elrwatch.bridge")
 
@@ -311,8 +312,8 @@ class LogBridge(_Delivery):
                 self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
                                                    f"{rec.decoded.type} (published again, marked diverged)")
             event = rec.decoded.envelope(**extra) | {"offset": rec.offset}
-            if event.get("type") == "TOPIC_RECORD" and isinstance(event.get("data"), dict):
-                self.topic_ids[str(event["data"].get("name"))] = str(event["data"].get("topicId"))
+            if isinstance(event.get("data"), dict):
+                learn_topic_name(str(event.get("type")), event["data"], self.topic_ids)
             events.append(event)
         return self._deliver(_lines(events))
 

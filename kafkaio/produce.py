@@ -1,6 +1,7 @@
 """`elrwatch produce`: publish metadata event lines to a Kafka topic, keyed so per-entity order is kept.
 
-Keys (Kafka's default partitioner hashes the key, so one key always lands in one partition, in order):
+Keys (Kafka's default partitioner hashes the key, so one key always lands in one partition, in order), each type's
+from its registry entry (state/record_types.py, ``message_key``):
 * TOPIC_RECORD, PARTITION_RECORD, PARTITION_CHANGE_RECORD, REPLICA_LOG_INFO_RECORD, REMOVE_TOPIC_RECORD:
   ``topic:<topicId>`` (a partition record can never overtake the creation of its topic);
 * a topic's CONFIG_RECORD and CLEAR_ELR_RECORD, which name the topic instead of giving its id: the same
@@ -26,25 +27,7 @@ from typing import Any
 import orjson
 
 from elrwatch.kafkaio.clients import make_producer
-
-#: Records about one topic (its creation, its partitions, its removal): keyed by topic id.
-TOPIC_SCOPED_TYPES = (
-    "TOPIC_RECORD",
-    "PARTITION_RECORD",
-    "PARTITION_CHANGE_RECORD",
-    "REPLICA_LOG_INFO_RECORD",
-    "REMOVE_TOPIC_RECORD",
-)
-BROKER_ID_FIELD = {
-    "REGISTER_BROKER_RECORD": "brokerId",
-    "BROKER_REGISTRATION_CHANGE_RECORD": "brokerId",
-    "UNREGISTER_BROKER_RECORD": "brokerId",
-    "FENCE_BROKER_RECORD": "id",
-    "UNFENCE_BROKER_RECORD": "id",
-}
-
-
-TOPIC_CONFIG_RESOURCE = 2  # ConfigRecord.resourceType of a topic
+from elrwatch.state.record_types import message_key
 
 
 def key_of(line: bytes | str, topic_ids: dict[str, str] | None = None) -> bytes:
@@ -67,24 +50,7 @@ def key_of(line: bytes | str, topic_ids: dict[str, str] | None = None) -> bytes:
         return b"invalid"
     if not isinstance(type_name, str) or not isinstance(data, dict):
         return b"invalid"
-    if type_name in TOPIC_SCOPED_TYPES and "topicId" in data:
-        # One key per topic: its TOPIC_RECORD, partition records and removal share an event-topic partition, so a
-        # partition record can never overtake the creation of its topic (which would be quarantined as unknown).
-        if topic_ids is not None and type_name == "TOPIC_RECORD" and isinstance(data.get("name"), str):
-            topic_ids[data["name"]] = str(data["topicId"])
-        return f"topic:{data['topicId']}".encode()
-    if topic_ids:
-        name = None
-        if type_name == "CLEAR_ELR_RECORD":
-            name = data.get("topicName")
-        elif type_name == "CONFIG_RECORD" and data.get("resourceType") == TOPIC_CONFIG_RESOURCE:
-            name = data.get("resourceName")
-        if isinstance(name, str) and name in topic_ids:
-            return f"topic:{topic_ids[name]}".encode()
-    field = BROKER_ID_FIELD.get(type_name)
-    if field is not None and field in data:
-        return f"broker:{data[field]}".encode()
-    return type_name.encode()
+    return message_key(type_name, data, topic_ids)
 
 
 class EventKeys:

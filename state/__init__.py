@@ -16,6 +16,7 @@ COMPILED_MODULES = (
     "model",
     "merge",
     "status",
+    "record_types",
     "routing",
     "cluster",
     "insight",

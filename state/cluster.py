@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import orjson
 
-from elrwatch.state import audit, insight, records
+from elrwatch.state import audit, insight, record_types, records
 from elrwatch.state.audit import Violation
 from elrwatch.state.merge import clear_elr, merge_partition_change, partition_from_record
 from elrwatch.state.model import (
@@ -51,20 +51,17 @@ from elrwatch.state.model import (
     PartitionState,
     TopicState,
 )
-from elrwatch.state.records import Record, RecordError
-from elrwatch.state.routing import bucket_of
-from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, derive
-
-MIN_ISR = "min.insync.replicas"
-UNCLEAN_ENABLE = "unclean.leader.election.enable"
-ELR_FEATURE = "eligible.leader.replicas.version"
-METADATA_VERSION = "metadata.version"
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-
-PARTITION_TYPES = frozenset(
-    {records.PARTITION_RECORD, records.PARTITION_CHANGE_RECORD, records.REPLICA_LOG_INFO_RECORD}
+from elrwatch.state.record_types import (
+    ELR_FEATURE,
+    METADATA_VERSION,
+    MIN_ISR,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    UNCLEAN_ENABLE,
 )
+from elrwatch.state.records import Record, RecordError
+from elrwatch.state.routing import bucket_of, reporter
+from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, derive
 
 
 class Outcome(enum.Enum):
@@ -442,7 +439,10 @@ class ClusterState:
                 ):
                     return Outcome.DUPLICATE
                 return self._quarantine(record, self._offset_conflict(record, applied))
-        result = _HANDLERS[record.type](self, record)
+        handler = _HANDLERS.get(record.type)
+        if handler is None:
+            handler = _registered_handler(record.type)
+        result = handler(self, record)
         if isinstance(result, RecordError):
             return self._quarantine(record, result)
         if slot >= 0 and result is Outcome.APPLIED:
@@ -474,9 +474,7 @@ class ClusterState:
         """Whether this state reports (quarantine) for the record: owner bucket, or bucket 0 for broadcasts."""
         if self.bucket is None:
             return True
-        if record.type in PARTITION_TYPES:
-            return self.owns(record.data["topicId"], record.data["partitionId"])
-        return self.bucket[0] == 0
+        return reporter(record.type, record.data, self.bucket[1]) == self.bucket[0]
 
     def _error(self, record: Record, reason: str, field: str | None, message: str) -> RecordError:
         return RecordError(record.position, reason, field, message, "", record.type, record.offset)
@@ -1169,18 +1167,25 @@ def _all_in(members: tuple[int, ...], container: tuple[int, ...]) -> bool:
     return True
 
 
-_HANDLERS = {
-    records.PARTITION_RECORD: ClusterState._apply_partition_record,
-    records.PARTITION_CHANGE_RECORD: ClusterState._apply_partition_change,
-    records.REPLICA_LOG_INFO_RECORD: ClusterState._apply_replica_log_info,
-    records.CLEAR_ELR_RECORD: ClusterState._apply_clear_elr,
-    records.TOPIC_RECORD: ClusterState._apply_topic,
-    records.REMOVE_TOPIC_RECORD: ClusterState._apply_remove_topic,
-    records.REGISTER_BROKER_RECORD: ClusterState._apply_register_broker,
-    records.BROKER_REGISTRATION_CHANGE_RECORD: ClusterState._apply_broker_change,
-    records.UNREGISTER_BROKER_RECORD: ClusterState._apply_unregister,
-    records.FENCE_BROKER_RECORD: ClusterState._apply_fence,
-    records.UNFENCE_BROKER_RECORD: ClusterState._apply_fence,
-    records.CONFIG_RECORD: ClusterState._apply_config,
-    records.FEATURE_LEVEL_RECORD: ClusterState._apply_feature,
+def _handler(entry: record_types.RecordType) -> Any:
+    """The function that applies a type's records: its registry entry's `ClusterState` method or function."""
+    handler = entry.handler
+    if handler is None:
+        raise KeyError(f"record type {entry.name} is skipped, not applied")
+    if isinstance(handler, str):
+        return getattr(ClusterState, handler)
+    return handler
+
+
+def _registered_handler(type_name: str) -> Any:
+    """The handler of a type registered after this module was imported (looked up on each record)."""
+    entry = record_types.get(type_name)
+    if entry is None:
+        raise KeyError(f"record type {type_name} is not registered")
+    return _handler(entry)
+
+
+#: Type name → handler of the built-in types (`apply`'s dispatch; the registry says which method applies which).
+_HANDLERS: dict[str, Any] = {
+    entry.name: _handler(entry) for entry in record_types.BUILTIN_TYPES if entry.handler is not None
 }

@@ -8,8 +8,10 @@ The helpers answer the few MV-gated questions the controller model and the simul
 
 from __future__ import annotations
 
-FEATURE_NAME = "metadata.version"
-ELR_FEATURE_NAME = "eligible.leader.replicas.version"
+from elrwatch.state import record_types
+
+FEATURE_NAME = record_types.METADATA_VERSION
+ELR_FEATURE_NAME = record_types.ELR_FEATURE
 
 # (name, feature level) in Kafka's enum order.
 _VERSIONS: tuple[tuple[str, int], ...] = (

@@ -23,78 +23,30 @@ from typing import Any, Final
 
 import orjson
 
+from elrwatch.state import record_types
+from elrwatch.state.record_types import BROKER_REGISTRATION_CHANGE_RECORD as BROKER_REGISTRATION_CHANGE_RECORD
+from elrwatch.state.record_types import CLEAR_ELR_RECORD as CLEAR_ELR_RECORD
+from elrwatch.state.record_types import CONFIG_RECORD as CONFIG_RECORD
+from elrwatch.state.record_types import FEATURE_LEVEL_RECORD as FEATURE_LEVEL_RECORD
+from elrwatch.state.record_types import FENCE_BROKER_RECORD as FENCE_BROKER_RECORD
+from elrwatch.state.record_types import PARTITION_CHANGE_RECORD as PARTITION_CHANGE_RECORD
+from elrwatch.state.record_types import PARTITION_RECORD as PARTITION_RECORD
+from elrwatch.state.record_types import REGISTER_BROKER_RECORD as REGISTER_BROKER_RECORD
+from elrwatch.state.record_types import REMOVE_TOPIC_RECORD as REMOVE_TOPIC_RECORD
+from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as REPLICA_LOG_INFO_RECORD
+from elrwatch.state.record_types import REPLICA_LOG_INFO_SCHEMA as REPLICA_LOG_INFO_SCHEMA
+from elrwatch.state.record_types import TOPIC_RECORD as TOPIC_RECORD
+from elrwatch.state.record_types import UNFENCE_BROKER_RECORD as UNFENCE_BROKER_RECORD
+from elrwatch.state.record_types import UNREGISTER_BROKER_RECORD as UNREGISTER_BROKER_RECORD
+from elrwatch.state.value_checks import MISSING, VALID_UUIDS, is_uuid
 from elrwatch.state.value_checks import SEMANTICS as _SEMANTICS
 from elrwatch.state.value_checks import Invalid as _Invalid
-from elrwatch.state.value_checks import is_uuid
 from elrwatch.state.value_checks import no_semantics as _no_semantics
 
 # --- record types -------------------------------------------------------------------------------------------
+# The registry of record types (record_types.py) defines them and their schemas; the names stay importable from
+# here. A well-formed record of a type the registry does not apply is counted and skipped (`Skipped`).
 
-PARTITION_RECORD = "PARTITION_RECORD"
-PARTITION_CHANGE_RECORD = "PARTITION_CHANGE_RECORD"
-CLEAR_ELR_RECORD = "CLEAR_ELR_RECORD"
-TOPIC_RECORD = "TOPIC_RECORD"
-REMOVE_TOPIC_RECORD = "REMOVE_TOPIC_RECORD"
-REGISTER_BROKER_RECORD = "REGISTER_BROKER_RECORD"
-BROKER_REGISTRATION_CHANGE_RECORD = "BROKER_REGISTRATION_CHANGE_RECORD"
-UNREGISTER_BROKER_RECORD = "UNREGISTER_BROKER_RECORD"
-FENCE_BROKER_RECORD = "FENCE_BROKER_RECORD"
-UNFENCE_BROKER_RECORD = "UNFENCE_BROKER_RECORD"
-CONFIG_RECORD = "CONFIG_RECORD"
-FEATURE_LEVEL_RECORD = "FEATURE_LEVEL_RECORD"
-#: elrwatch's own record: what KIP-966's GetReplicaLogInfo would return for one replica (docs/INPUT.md "Input: events").
-REPLICA_LOG_INFO_RECORD = "REPLICA_LOG_INFO_RECORD"
-
-#: Kafka type name → schema file (the types elrwatch uses).
-KAFKA_SCHEMA_FILES: dict[str, str] = {
-    PARTITION_RECORD: "PartitionRecord.json",
-    PARTITION_CHANGE_RECORD: "PartitionChangeRecord.json",
-    CLEAR_ELR_RECORD: "ClearElrRecord.json",
-    TOPIC_RECORD: "TopicRecord.json",
-    REMOVE_TOPIC_RECORD: "RemoveTopicRecord.json",
-    REGISTER_BROKER_RECORD: "RegisterBrokerRecord.json",
-    BROKER_REGISTRATION_CHANGE_RECORD: "BrokerRegistrationChangeRecord.json",
-    UNREGISTER_BROKER_RECORD: "UnregisterBrokerRecord.json",
-    FENCE_BROKER_RECORD: "FenceBrokerRecord.json",
-    UNFENCE_BROKER_RECORD: "UnfenceBrokerRecord.json",
-    CONFIG_RECORD: "ConfigRecord.json",
-    FEATURE_LEVEL_RECORD: "FeatureLevelRecord.json",
-}
-
-#: elrwatch's own record spec, in Kafka's schema format (documented in the README).
-REPLICA_LOG_INFO_SCHEMA: dict[str, Any] = {
-    "name": "ReplicaLogInfoRecord",
-    "validVersions": "0",
-    "fields": [
-        {"name": "TopicId", "type": "uuid", "versions": "0+"},
-        {"name": "PartitionId", "type": "int32", "versions": "0+"},
-        {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
-        {"name": "BrokerEpoch", "type": "int64", "versions": "0+"},
-        {"name": "LogEndOffset", "type": "int64", "versions": "0+"},
-        {"name": "LastWrittenLeaderEpoch", "type": "int32", "versions": "0+"},
-        {"name": "CurrentLeaderEpoch", "type": "int32", "versions": "0+"},
-    ],
-}
-
-#: Every other MetadataRecordType of Kafka trunk: well-formed records of these types are counted and skipped.
-OTHER_KAFKA_TYPES = frozenset(
-    {
-        "ACCESS_CONTROL_ENTRY_RECORD",
-        "REMOVE_ACCESS_CONTROL_ENTRY_RECORD",
-        "DELEGATION_TOKEN_RECORD",
-        "REMOVE_DELEGATION_TOKEN_RECORD",
-        "USER_SCRAM_CREDENTIAL_RECORD",
-        "REMOVE_USER_SCRAM_CREDENTIAL_RECORD",
-        "CLIENT_QUOTA_RECORD",
-        "PRODUCER_IDS_RECORD",
-        "NO_OP_RECORD",
-        "ZK_MIGRATION_STATE_RECORD",
-        "ABORT_TRANSACTION_RECORD",
-        "BEGIN_TRANSACTION_RECORD",
-        "END_TRANSACTION_RECORD",
-        "REGISTER_CONTROLLER_RECORD",
-    }
-)
 _TYPE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*_RECORD$")
 
 # --- errors ---------------------------------------------------------------------------------------------------
@@ -288,7 +240,7 @@ _INT_RANGES = {
 }
 
 
-def _version_range(spec: str | None) -> tuple[int, int] | None:
+def version_range(spec: str | None) -> tuple[int, int] | None:
     """Kafka's version spec ("0+", "1-3", "none") → inclusive (low, high) or None (also for an absent spec)."""
     if not spec or spec == "none":
         return None
@@ -300,7 +252,8 @@ def _version_range(spec: str | None) -> tuple[int, int] | None:
     return int(spec), int(spec)
 
 
-def _in(version: int, spec: tuple[int, int] | None) -> bool:
+def in_versions(version: int, spec: tuple[int, int] | None) -> bool:
+    """Whether ``version`` is in a `version_range` (False for None)."""
     return spec is not None and spec[0] <= version <= spec[1]
 
 
@@ -319,10 +272,20 @@ def _camel(name: str) -> str:
     return name[0].lower() + name[1:]
 
 
+def _entry(type_name: str) -> record_types.RecordType:
+    entry = record_types.get(type_name)
+    if entry is None or entry.handler is None:
+        raise KeyError(f"{type_name} is not a record type elrwatch applies (state/record_types.py)")
+    return entry
+
+
 def _load_schema(type_name: str) -> dict[str, Any]:
-    if type_name == REPLICA_LOG_INFO_RECORD:
-        return REPLICA_LOG_INFO_SCHEMA
-    text = resources.files("elrwatch.state").joinpath("kafka_schemas", KAFKA_SCHEMA_FILES[type_name]).read_text()
+    """A type's spec: its registry entry's own, or its file in ``kafka_schemas/``."""
+    entry = _entry(type_name)
+    if entry.schema is not None:
+        return entry.schema
+    file_name = entry.schema_file or ""
+    text = resources.files("elrwatch.state").joinpath("kafka_schemas", file_name).read_text()
     stripped = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
     return orjson.loads(stripped)
 
@@ -330,7 +293,7 @@ def _load_schema(type_name: str) -> dict[str, Any]:
 @cache
 def schema_versions(type_name: str) -> tuple[int, int]:
     """Valid versions (low, high) of a record type elrwatch uses."""
-    low_high = _version_range(_load_schema(type_name)["validVersions"])
+    low_high = version_range(_load_schema(type_name)["validVersions"])
     assert low_high is not None
     return low_high
 
@@ -340,10 +303,10 @@ def compiled_fields(type_name: str, version: int) -> tuple[FieldSpec, ...]:
     """The fields of ``type_name`` at ``version``, in schema order."""
     fields = []
     for field in _load_schema(type_name)["fields"]:
-        if not _in(version, _version_range(field["versions"])):
+        if not in_versions(version, version_range(field["versions"])):
             continue
-        tagged = _in(version, _version_range(field.get("taggedVersions")))
-        nullable = _in(version, _version_range(field.get("nullableVersions")))
+        tagged = in_versions(version, version_range(field.get("taggedVersions")))
+        nullable = in_versions(version, version_range(field.get("nullableVersions")))
         fields.append(
             FieldSpec(
                 json_name=_camel(field["name"]),
@@ -363,8 +326,20 @@ def _all_field_names(type_name: str) -> frozenset[str]:
     return frozenset(_camel(f["name"]) for f in _load_schema(type_name)["fields"])
 
 
-USED_TYPES = frozenset([*KAFKA_SCHEMA_FILES, REPLICA_LOG_INFO_RECORD])
+#: The types the core applies that elrwatch ships with (validators_generated.py holds their validators).
+USED_TYPES = frozenset(entry.name for entry in record_types.BUILTIN_TYPES if entry.handler is not None)
 _USED_VERSIONS: dict[str, tuple[int, int]] = {name: schema_versions(name) for name in USED_TYPES}
+
+
+def _versions(type_name: str) -> tuple[int, int] | None:
+    """Valid versions of a type the core applies, None for any other (a type registered at run time included)."""
+    versions = _USED_VERSIONS.get(type_name)
+    if versions is None:
+        entry = record_types.get(type_name)
+        if entry is not None and entry.handler is not None:
+            versions = schema_versions(type_name)
+    return versions
+
 
 # --- value checks ---------------------------------------------------------------------------------------------
 
@@ -616,10 +591,37 @@ def write_generated_validators(path: str | None = None) -> str:
 
 def _fast_validator(type_name: str, version: int) -> Any:
     """The straight-line validator of one used (type, version), from the generated module (compiled in a
-    compiled build; a test keeps the module equal to what `validator_source` gives for every used version)."""
+    compiled build; a test keeps the module equal to what `validator_source` gives for every used version).
+
+    A type registered at run time has none there: its validator is built from the same `validator_source` at
+    first use (not compiled, the same checks)."""
     from elrwatch.state.validators_generated import VALIDATORS  # not at the top: `make validators` rewrites it
 
-    return VALIDATORS[(type_name, version)]
+    validator = VALIDATORS.get((type_name, version))
+    if validator is None:
+        validator = _runtime_validator(type_name, version)
+    return validator
+
+
+#: (type, version) → validator built at run time, for the types validators_generated.py does not hold.
+_RUNTIME_VALIDATORS: dict[tuple[str, int], Any] = {}
+
+
+def _runtime_validator(type_name: str, version: int) -> Any:
+    key = (type_name, version)
+    validator = _RUNTIME_VALIDATORS.get(key)
+    if validator is None:
+        namespace: dict[str, Any] = {
+            "M": MISSING,
+            "U": VALID_UUIDS,
+            "is_uuid": is_uuid,
+            "Invalid": _Invalid,
+            "check": _SEMANTICS.get(type_name, _no_semantics),
+        }
+        exec(validator_source(type_name, version), namespace)
+        validator = namespace["validate"]
+        _RUNTIME_VALIDATORS[key] = validator
+    return validator
 
 
 def validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
@@ -1025,7 +1027,7 @@ def _parse_envelope_checked(
     if type(envelope) is not dict:
         return error("invalid_envelope", None, "the event must be a JSON object")
     type_name = envelope.get("type")
-    versions = _USED_VERSIONS.get(type_name) if type(type_name) is str else None
+    versions = _versions(type_name) if type(type_name) is str else None
     if versions is None and (not isinstance(type_name, str) or not _TYPE_NAME.match(type_name)):
         return error("invalid_envelope", "type", f"missing or malformed record type {type_name!r}")
     extra_offset = envelope.get("offset")
@@ -1068,7 +1070,8 @@ def _parse_envelope_checked(
             f"{type_name} version {version} is not in {versions[0]}-{versions[1]}",
             type_name,
         )
-    _VALIDATORS[(type_name, version)] = _fast_validator(type_name, version)  # type: ignore[arg-type,index]
+    if type_name in _USED_VERSIONS:  # a type registered at run time takes this path (it may be unregistered)
+        _VALIDATORS[(type_name, version)] = _fast_validator(type_name, version)  # type: ignore[arg-type,index]
     try:
         data = validate_data(type_name, version, data)  # type: ignore[arg-type]
     except _Invalid as exc:
@@ -1088,5 +1091,5 @@ def _parse_envelope_checked(
 
 
 def is_known_kafka_type(type_name: str) -> bool:
-    """Whether ``type_name`` is a Kafka metadata record type (used or not)."""
-    return type_name in KAFKA_SCHEMA_FILES or type_name in OTHER_KAFKA_TYPES
+    """Whether ``type_name`` is a record type of the registry (applied or skipped)."""
+    return record_types.get(type_name) is not None

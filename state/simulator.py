@@ -27,12 +27,11 @@ from elrwatch.state import controller
 from elrwatch.state import metadata_version as mv
 from elrwatch.state.merge import clear_elr, merge_partition_change
 from elrwatch.state.model import NO_LEADER, BrokerState, PartitionState
+from elrwatch.state.record_types import MIN_ISR, UNCLEAN_ENABLE
+from elrwatch.state.record_types import RESOURCE_BROKER as BROKER_RESOURCE
+from elrwatch.state.record_types import RESOURCE_TOPIC as TOPIC_RESOURCE
 
 BASE_TIMESTAMP_MS = 1_732_100_000_000
-MIN_ISR = "min.insync.replicas"
-UNCLEAN_ENABLE = "unclean.leader.election.enable"
-BROKER_RESOURCE = 4
-TOPIC_RESOURCE = 2
 
 # PartitionChangeRecord fields in schema order (after partitionId, topicId).
 _CHANGE_FIELDS = (

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from elrwatch.state import report
-from elrwatch.state.cluster import PARTITION_TYPES, ClusterState, Outcome
+from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges, shared_gauges
 from elrwatch.state.partition_row import partition_row
-from elrwatch.state.records import REPLICA_LOG_INFO_RECORD, Ignored, Record, RecordError, parse_line
-from elrwatch.state.routing import bucket_of
+from elrwatch.state.records import Ignored, Record, RecordError, parse_line
+from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
 from elrwatch.streaming.payload import encode_payload
 from elrwatch.streaming.route import (
@@ -181,19 +181,17 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
                         counts.skipped_by_type[parsed.type] += 1
                 continue
             record = parsed
-            if record.type in PARTITION_TYPES:
-                data = record.data
-                owner = bucket_of(data["topicId"], data["partitionId"], buckets)
-                if owner != bucket and (data["partitionId"] != 0 or record.type == REPLICA_LOG_INFO_RECORD):
-                    if kind == KIND_RAW:  # the JVM placed it here, its owner never sees it: say so, loudly
-                        message = (
-                            f"routed to bucket {bucket}, owned by bucket {owner}: the JVM's and the core's parse "
-                            "of this line disagree"
-                        )
-                        raw = (rec or b"").decode("utf-8", "replace")
-                        error = RecordError(record.position, "conflict", "topicId", message, raw, record.type)
-                        report_error(error)
-                    continue
+            owner = targets(record.type, record.data, buckets)
+            if owner != ALL_BUCKETS and owner != bucket:
+                if kind == KIND_RAW:  # the JVM placed it here, its owner never sees it: say so, loudly
+                    message = (
+                        f"routed to bucket {bucket}, owned by bucket {owner}: the JVM's and the core's parse "
+                        "of this line disagree"
+                    )
+                    raw = (rec or b"").decode("utf-8", "replace")
+                    error = RecordError(record.position, "conflict", "topicId", message, raw, record.type)
+                    report_error(error)
+                continue
             rec = encode_record(record)
         elif kind == KIND_ERROR:
             report_error(loads(rec))
@@ -207,10 +205,7 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
             counts.ignored_lines += 1
             continue
         journal(rec)
-        if record.type in PARTITION_TYPES:
-            reports = bucket_of(record.data["topicId"], record.data["partitionId"], buckets) == bucket
-        else:
-            reports = bucket == 0
+        reports = reporter(record.type, record.data, buckets) == bucket
         outcome = cluster.apply(record)
         if not reports:
             continue

@@ -21,6 +21,7 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
+from elrwatch.state.record_types import PARTITION_ID, TOPIC_ID, partition_routed_names
 from elrwatch.streaming.local.memory import trim_after_big_batch
 
 ROUTED_SCHEMA = "bucket int, src string, seq long, moff long, kind string, rec binary"
@@ -28,10 +29,17 @@ KIND_RECORD, KIND_ERROR, KIND_SKIPPED, KIND_IGNORED = "R", "Q", "S", "I"
 #: Raw lines routed in the JVM: placed in their partition's bucket only (``J``), or sent to every bucket (``B``).
 KIND_RAW, KIND_RAW_BROADCAST = "J", "B"
 
-#: The record types routed to their partition's bucket (partition 0: to every bucket, DESIGN §4).
-_ROUTED_TYPES = ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "REPLICA_LOG_INFO_RECORD")
 #: What the JVM reads of an envelope line to route it.
-_ROUTING_SCHEMA = "type STRING, offset LONG, data STRUCT<topicId: STRING, partitionId: INT>"
+_ROUTING_SCHEMA = f"type STRING, offset LONG, data STRUCT<{TOPIC_ID}: STRING, {PARTITION_ID}: INT>"
+
+
+def jvm_placed_condition(parsed: str = "h") -> str:
+    """The Spark SQL condition under which the JVM places a line in its partition's bucket (`route_in_jvm`): a
+    type the registry routes to its partition's bucket (record_types.py), with a topic id and a partition id > 0
+    (partition 0's records, and anything else, go to every bucket, whose core applies only what it owns)."""
+    names = ", ".join("'" + name.replace("'", "''") + "'" for name in partition_routed_names())
+    data = f"{parsed}.data"
+    return f"{parsed}.type IN ({names}) AND {data}.{TOPIC_ID} IS NOT NULL AND coalesce({data}.{PARTITION_ID}, 0) > 0"
 
 
 def spark_hash_int(value: int, seed: int = 42) -> int:
@@ -118,8 +126,8 @@ def route_in_jvm(events: Any, buckets: int) -> Any:
     parsed = events.select(
         "value", "topic", "partition", "offset", F.from_json(F.col("value").cast("string"), _ROUTING_SCHEMA).alias("h")
     )
-    topic_id, partition_id = F.col("h.data.topicId"), F.col("h.data.partitionId")
-    placed = F.col("h.type").isin(*_ROUTED_TYPES) & topic_id.isNotNull() & (F.coalesce(partition_id, F.lit(0)) > 0)
+    topic_id, partition_id = F.col(f"h.data.{TOPIC_ID}"), F.col(f"h.data.{PARTITION_ID}")
+    placed = F.expr(jvm_placed_condition("h"))
     bucket = F.pmod(F.crc32(F.concat(topic_id, F.lit(":"), partition_id.cast("string")).cast("binary")), F.lit(buckets))
     every = F.array(*[F.lit(b) for b in range(buckets)])
     src = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))

@@ -1,0 +1,392 @@
+"""The record types elrwatch knows, one entry each: what the parser, routing, the core, `produce` and the bridge
+need to know about a type, in one place (DESIGN.md "Adding a Kafka record type").
+
+Each `RecordType` says:
+
+* its **scope**: the entity it is about (a partition, a topic, a broker, the cluster);
+* its **route** in the streaming job (DESIGN.md §4): the partition's bucket (`ROUTE_OWNER`), the partition's bucket
+  with partition 0 sent to every bucket (`ROUTE_OWNER_P0_EVERY`: each bucket keeps a shadow of partition 0, whose
+  replica count sets the effective min ISR), every bucket (`ROUTE_EVERY`), or bucket 0 alone, which counts it
+  (`ROUTE_SKIPPED`: Kafka types elrwatch does not apply);
+* its **handler**: the name of the `ClusterState` method that applies it (cluster.py), or a function
+  ``(state, record) -> Outcome | RecordError``; None for a type that is counted and skipped;
+* the **producer's key** (`ProducerKey`): which data field keys its Kafka message in ``elrwatch produce`` and the
+  bridge, so that the records of one topic, or of one broker, keep their order (`message_key`);
+* whether the **admin bridge** (bridge/admin.py) can derive it from the admin API;
+* its **schema**: a file of ``kafka_schemas/`` (Kafka's own spec), or the spec itself (``schema``) for elrwatch's
+  own record and for a type registered at run time (records.py validates against it).
+
+The config names and resource types of ``CONFIG_RECORD`` and ``FEATURE_LEVEL_RECORD`` that the core and the bridge
+read are defined here too. No elrwatch import: every other module reads this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+# --- scopes, routes, keys -----------------------------------------------------------------------------------------
+
+SCOPE_PARTITION: Final = "partition"
+SCOPE_TOPIC: Final = "topic"
+SCOPE_BROKER: Final = "broker"
+SCOPE_CLUSTER: Final = "cluster"
+SCOPES: Final = (SCOPE_PARTITION, SCOPE_TOPIC, SCOPE_BROKER, SCOPE_CLUSTER)
+
+#: The partition's bucket only.
+ROUTE_OWNER: Final = "owner"
+#: The partition's bucket; partition 0's records to every bucket (its shadow).
+ROUTE_OWNER_P0_EVERY: Final = "owner, partition 0 to every bucket"
+#: Every bucket.
+ROUTE_EVERY: Final = "every bucket"
+#: Not applied: bucket 0 counts it (a Kafka type elrwatch skips).
+ROUTE_SKIPPED: Final = "bucket 0, skipped"
+ROUTES: Final = (ROUTE_OWNER, ROUTE_OWNER_P0_EVERY, ROUTE_EVERY, ROUTE_SKIPPED)
+#: The routes that place a record in its partition's bucket (it has `TOPIC_ID` and `PARTITION_ID`).
+PARTITION_ROUTES: Final = frozenset({ROUTE_OWNER, ROUTE_OWNER_P0_EVERY})
+
+#: The data fields that name a record's partition.
+TOPIC_ID: Final = "topicId"
+PARTITION_ID: Final = "partitionId"
+
+KEY_TOPIC_ID: Final = "topic id"  # ``topic:<topicId>``
+KEY_TOPIC_NAME: Final = "topic name"  # ``topic:<id of the named topic>`` once known, else the type name
+KEY_BROKER: Final = "broker"  # ``broker:<id>``
+KEY_TYPE: Final = "type"  # the type name
+
+# --- config names, resource types, features -----------------------------------------------------------------------
+
+MIN_ISR: Final = "min.insync.replicas"
+UNCLEAN_ENABLE: Final = "unclean.leader.election.enable"
+#: The configs the core reads (and the admin bridge describes).
+CONFIG_NAMES: Final = (MIN_ISR, UNCLEAN_ENABLE)
+#: ConfigRecord.resourceType of a topic and of a broker (the cluster default: a broker with an empty name).
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+ELR_FEATURE: Final = "eligible.leader.replicas.version"
+METADATA_VERSION: Final = "metadata.version"
+#: The features the core reads (and the admin bridge describes).
+FEATURE_NAMES: Final = (METADATA_VERSION, ELR_FEATURE)
+
+# --- type names ---------------------------------------------------------------------------------------------------
+
+PARTITION_RECORD: Final = "PARTITION_RECORD"
+PARTITION_CHANGE_RECORD: Final = "PARTITION_CHANGE_RECORD"
+CLEAR_ELR_RECORD: Final = "CLEAR_ELR_RECORD"
+TOPIC_RECORD: Final = "TOPIC_RECORD"
+REMOVE_TOPIC_RECORD: Final = "REMOVE_TOPIC_RECORD"
+REGISTER_BROKER_RECORD: Final = "REGISTER_BROKER_RECORD"
+BROKER_REGISTRATION_CHANGE_RECORD: Final = "BROKER_REGISTRATION_CHANGE_RECORD"
+UNREGISTER_BROKER_RECORD: Final = "UNREGISTER_BROKER_RECORD"
+FENCE_BROKER_RECORD: Final = "FENCE_BROKER_RECORD"
+UNFENCE_BROKER_RECORD: Final = "UNFENCE_BROKER_RECORD"
+CONFIG_RECORD: Final = "CONFIG_RECORD"
+FEATURE_LEVEL_RECORD: Final = "FEATURE_LEVEL_RECORD"
+#: elrwatch's own record: what KIP-966's GetReplicaLogInfo would return for one replica (docs/INPUT.md "Input: events").
+REPLICA_LOG_INFO_RECORD: Final = "REPLICA_LOG_INFO_RECORD"
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerKey:
+    """How a record's Kafka message is keyed: ``kind`` is one of the ``KEY_*`` constants, ``field`` the data field
+    holding the topic id, topic name or broker id; ``when`` = (field, value) limits the rule to records with that
+    value (else the type name keys it); ``names_topic``: the field naming the topic whose id the record gives (the
+    key of that topic's later records that name it)."""
+
+    kind: str
+    field: str | None = None
+    when: tuple[str, int] | None = None
+    names_topic: str | None = None
+
+
+BY_TYPE: Final = ProducerKey(KEY_TYPE)
+BY_TOPIC_ID: Final = ProducerKey(KEY_TOPIC_ID, TOPIC_ID)
+
+#: A handler given as a function: ``(ClusterState, Record) -> Outcome | RecordError``.
+HandlerFunction = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordType:
+    """One record type: its name (Kafka's MetadataRecordType constant), scope, route, the core's handler, the
+    producer's key, whether the admin bridge derives it, and its schema (a ``kafka_schemas/`` file or the spec)."""
+
+    name: str
+    scope: str
+    route: str
+    handler: str | HandlerFunction | None
+    key: ProducerKey = BY_TYPE
+    admin_derived: bool = False
+    schema_file: str | None = None
+    schema: dict[str, Any] | None = None
+
+    @property
+    def applied(self) -> bool:
+        """Whether the core applies it (else it is counted and skipped)."""
+        return self.handler is not None
+
+
+def _check(entry: RecordType) -> None:
+    """Refuse an inconsistent entry with a one-line ValueError."""
+    where = f"record type {entry.name!r}"
+    if not entry.name or not entry.name.endswith("_RECORD") or entry.name.upper() != entry.name:
+        raise ValueError(f"{where}: a name is Kafka's MetadataRecordType constant, like PARTITION_RECORD")
+    if entry.scope not in SCOPES:
+        raise ValueError(f"{where}: scope {entry.scope!r} is not one of {', '.join(SCOPES)}")
+    if entry.route not in ROUTES:
+        raise ValueError(f"{where}: route {entry.route!r} is not one of {', '.join(ROUTES)}")
+    if entry.route in PARTITION_ROUTES and entry.scope != SCOPE_PARTITION:
+        raise ValueError(f"{where}: only a partition's records route to its bucket")
+    if (entry.handler is None) != (entry.route == ROUTE_SKIPPED):
+        raise ValueError(f"{where}: a type without a handler is skipped (route {ROUTE_SKIPPED!r}), and only then")
+    if entry.handler is not None and (entry.schema_file is None) == (entry.schema is None):
+        raise ValueError(f"{where}: an applied type has a schema: a kafka_schemas/ file or the spec, one of them")
+    if entry.key.kind not in (KEY_TOPIC_ID, KEY_TOPIC_NAME, KEY_BROKER, KEY_TYPE):
+        raise ValueError(f"{where}: unknown producer key kind {entry.key.kind!r}")
+    if entry.key.kind != KEY_TYPE and not entry.key.field:
+        raise ValueError(f"{where}: a {entry.key.kind} key names its data field")
+
+
+def _skipped(name: str) -> RecordType:
+    return RecordType(name, SCOPE_CLUSTER, ROUTE_SKIPPED, None)
+
+
+_PARTITION = SCOPE_PARTITION
+_P0 = ROUTE_OWNER_P0_EVERY
+_EVERY = ROUTE_EVERY
+
+#: elrwatch's own record spec, in Kafka's schema format (documented in the README).
+REPLICA_LOG_INFO_SCHEMA: Final[dict[str, Any]] = {
+    "name": "ReplicaLogInfoRecord",
+    "validVersions": "0",
+    "fields": [
+        {"name": "TopicId", "type": "uuid", "versions": "0+"},
+        {"name": "PartitionId", "type": "int32", "versions": "0+"},
+        {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "BrokerEpoch", "type": "int64", "versions": "0+"},
+        {"name": "LogEndOffset", "type": "int64", "versions": "0+"},
+        {"name": "LastWrittenLeaderEpoch", "type": "int32", "versions": "0+"},
+        {"name": "CurrentLeaderEpoch", "type": "int32", "versions": "0+"},
+    ],
+}
+
+#: The types elrwatch ships with: those the core applies, then every other MetadataRecordType of Kafka trunk
+#: (well-formed records of those are counted and skipped).
+BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
+    RecordType(
+        PARTITION_RECORD,
+        _PARTITION,
+        _P0,
+        "_apply_partition_record",
+        BY_TOPIC_ID,
+        admin_derived=True,
+        schema_file="PartitionRecord.json",
+    ),
+    RecordType(
+        PARTITION_CHANGE_RECORD,
+        _PARTITION,
+        _P0,
+        "_apply_partition_change",
+        BY_TOPIC_ID,
+        admin_derived=True,
+        schema_file="PartitionChangeRecord.json",
+    ),
+    RecordType(
+        REPLICA_LOG_INFO_RECORD,
+        _PARTITION,
+        ROUTE_OWNER,
+        "_apply_replica_log_info",
+        BY_TOPIC_ID,
+        schema=REPLICA_LOG_INFO_SCHEMA,
+    ),
+    RecordType(
+        CLEAR_ELR_RECORD,
+        SCOPE_TOPIC,
+        _EVERY,
+        "_apply_clear_elr",
+        ProducerKey(KEY_TOPIC_NAME, "topicName"),
+        schema_file="ClearElrRecord.json",
+    ),
+    RecordType(
+        TOPIC_RECORD,
+        SCOPE_TOPIC,
+        _EVERY,
+        "_apply_topic",
+        ProducerKey(KEY_TOPIC_ID, TOPIC_ID, names_topic="name"),
+        admin_derived=True,
+        schema_file="TopicRecord.json",
+    ),
+    RecordType(
+        REMOVE_TOPIC_RECORD,
+        SCOPE_TOPIC,
+        _EVERY,
+        "_apply_remove_topic",
+        BY_TOPIC_ID,
+        admin_derived=True,
+        schema_file="RemoveTopicRecord.json",
+    ),
+    RecordType(
+        REGISTER_BROKER_RECORD,
+        SCOPE_BROKER,
+        _EVERY,
+        "_apply_register_broker",
+        ProducerKey(KEY_BROKER, "brokerId"),
+        admin_derived=True,
+        schema_file="RegisterBrokerRecord.json",
+    ),
+    RecordType(
+        BROKER_REGISTRATION_CHANGE_RECORD,
+        SCOPE_BROKER,
+        _EVERY,
+        "_apply_broker_change",
+        ProducerKey(KEY_BROKER, "brokerId"),
+        admin_derived=True,
+        schema_file="BrokerRegistrationChangeRecord.json",
+    ),
+    RecordType(
+        UNREGISTER_BROKER_RECORD,
+        SCOPE_BROKER,
+        _EVERY,
+        "_apply_unregister",
+        ProducerKey(KEY_BROKER, "brokerId"),
+        admin_derived=True,
+        schema_file="UnregisterBrokerRecord.json",
+    ),
+    RecordType(
+        FENCE_BROKER_RECORD,
+        SCOPE_BROKER,
+        _EVERY,
+        "_apply_fence",
+        ProducerKey(KEY_BROKER, "id"),
+        schema_file="FenceBrokerRecord.json",
+    ),
+    RecordType(
+        UNFENCE_BROKER_RECORD,
+        SCOPE_BROKER,
+        _EVERY,
+        "_apply_fence",
+        ProducerKey(KEY_BROKER, "id"),
+        schema_file="UnfenceBrokerRecord.json",
+    ),
+    RecordType(
+        CONFIG_RECORD,
+        SCOPE_CLUSTER,  # a topic's, a broker's or the cluster default's config
+        _EVERY,
+        "_apply_config",
+        ProducerKey(KEY_TOPIC_NAME, "resourceName", when=("resourceType", RESOURCE_TOPIC)),
+        admin_derived=True,
+        schema_file="ConfigRecord.json",
+    ),
+    RecordType(
+        FEATURE_LEVEL_RECORD,
+        SCOPE_CLUSTER,
+        _EVERY,
+        "_apply_feature",
+        admin_derived=True,
+        schema_file="FeatureLevelRecord.json",
+    ),
+    _skipped("ACCESS_CONTROL_ENTRY_RECORD"),
+    _skipped("REMOVE_ACCESS_CONTROL_ENTRY_RECORD"),
+    _skipped("DELEGATION_TOKEN_RECORD"),
+    _skipped("REMOVE_DELEGATION_TOKEN_RECORD"),
+    _skipped("USER_SCRAM_CREDENTIAL_RECORD"),
+    _skipped("REMOVE_USER_SCRAM_CREDENTIAL_RECORD"),
+    _skipped("CLIENT_QUOTA_RECORD"),
+    _skipped("PRODUCER_IDS_RECORD"),
+    _skipped("NO_OP_RECORD"),
+    _skipped("ZK_MIGRATION_STATE_RECORD"),
+    _skipped("ABORT_TRANSACTION_RECORD"),
+    _skipped("BEGIN_TRANSACTION_RECORD"),
+    _skipped("END_TRANSACTION_RECORD"),
+    _skipped("REGISTER_CONTROLLER_RECORD"),
+)
+
+# --- the registry -------------------------------------------------------------------------------------------------
+
+_TYPES: dict[str, RecordType] = {}
+#: Type name → whether partition 0's records go to every bucket, for the types routed to their partition's bucket
+#: (routing's hot path reads it: one lookup).
+PARTITION_ROUTED: dict[str, bool] = {}
+
+
+def register(entry: RecordType) -> None:
+    """Add a record type (checked; a name already registered is refused). The built-in types are registered at
+    import; a type registered later is parsed with a validator built from its schema at first use (records.py)."""
+    _check(entry)
+    if entry.name in _TYPES:
+        raise ValueError(f"record type {entry.name!r} is already registered")
+    _TYPES[entry.name] = entry
+    if entry.route in PARTITION_ROUTES:
+        PARTITION_ROUTED[entry.name] = entry.route == ROUTE_OWNER_P0_EVERY
+
+
+def unregister(name: str) -> None:
+    """Remove a type registered with `register` (a test's own); the built-in types stay."""
+    if any(entry.name == name for entry in BUILTIN_TYPES):
+        raise ValueError(f"record type {name!r} is built in")
+    _TYPES.pop(name, None)
+    PARTITION_ROUTED.pop(name, None)
+
+
+def get(name: str) -> RecordType | None:
+    """The registered type of that name, or None."""
+    return _TYPES.get(name)
+
+
+def registered() -> tuple[RecordType, ...]:
+    """Every registered type, built-in ones first."""
+    return tuple(_TYPES.values())
+
+
+def applied_names() -> tuple[str, ...]:
+    """The types the core applies."""
+    return tuple(entry.name for entry in _TYPES.values() if entry.handler is not None)
+
+
+def partition_routed_names() -> tuple[str, ...]:
+    """The types routed to their partition's bucket (the JVM's routing places them, streaming/route.py)."""
+    return tuple(entry.name for entry in _TYPES.values() if entry.route in PARTITION_ROUTES)
+
+
+def admin_derivable_names() -> frozenset[str]:
+    """The types the admin bridge can derive from the admin API."""
+    return frozenset(entry.name for entry in _TYPES.values() if entry.admin_derived)
+
+
+def message_key(type_name: str, data: dict[str, Any], topic_ids: dict[str, str] | None = None) -> bytes:
+    """The Kafka message key of a record (its type's `ProducerKey`; an unknown type: its name).
+
+    ``topic_ids``: topic name → id, learnt from the records that name a topic (updated here), used by the
+    records that name a topic instead of giving its id."""
+    entry = _TYPES.get(type_name)
+    if entry is not None:
+        key = entry.key
+        field = key.field
+        if field is not None and (key.when is None or data.get(key.when[0]) == key.when[1]):
+            if key.kind == KEY_TOPIC_ID:
+                if field in data:
+                    if topic_ids is not None:
+                        learn_topic_name(type_name, data, topic_ids)
+                    return f"topic:{data[field]}".encode()
+            elif key.kind == KEY_TOPIC_NAME:
+                name = data.get(field)
+                if topic_ids and isinstance(name, str) and name in topic_ids:
+                    return f"topic:{topic_ids[name]}".encode()
+            elif key.kind == KEY_BROKER and field in data:
+                return f"broker:{data[field]}".encode()
+    return type_name.encode()
+
+
+def learn_topic_name(type_name: str, data: dict[str, Any], topic_ids: dict[str, str]) -> None:
+    """Remember the topic name → id a record tells (a TOPIC_RECORD: its ``names_topic`` key rule) in ``topic_ids``."""
+    entry = _TYPES.get(type_name)
+    if entry is not None and entry.key.names_topic is not None and entry.key.field is not None:
+        name = data.get(entry.key.names_topic)
+        topic_id = data.get(entry.key.field)
+        if isinstance(name, str) and topic_id is not None:
+            topic_ids[name] = str(topic_id)
+
+
+for _entry in BUILTIN_TYPES:
+    register(_entry)
