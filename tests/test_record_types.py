@@ -20,7 +20,7 @@ from elrwatch.state.routing import ALL_BUCKETS, bucket_of, reporter, targets
 from elrwatch.streaming import bucket as bucket_module
 from elrwatch.streaming import route
 from elrwatch.streaming import snapshots as snapshot_module
-from elrwatch.streaming.produce import key_of
+from elrwatch.kafkaio.produce import key_of
 
 FAKE = "PARTITION_NOTE_RECORD"
 BUCKETS = 4
