@@ -31,7 +31,9 @@ import orjson
 
 from elrwatch.bridge import replica_log
 from elrwatch.bridge.logtail import MetadataLogTail
-from elrwatch.bridge.runner import Metrics, Publisher, StateFile, _Delivery
+from elrwatch.bridge.runner import KafkaPublisher, Metrics, Publisher, StateFile, _Delivery, run
+from elrwatch.state import records
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as RECORD_TYPE
 
 log = logging.getLogger("elrwatch.agent")
@@ -90,8 +92,6 @@ class ReplicaLogAgent(_Delivery):
                  metadata_lines: Callable[[], list[bytes]] | None = None) -> None:
         """``metadata_lines``: where the metadata events come from (default: the node's metadata log, read by
         `MetadataLogTail` until caught up at each step)."""
-        from elrwatch.state.cluster import ClusterState
-
         if not log_dirs:
             raise AgentError("--log-dirs names no directory")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -146,8 +146,6 @@ class ReplicaLogAgent(_Delivery):
                 lines.append(orjson.dumps(rec.decoded.envelope(**extra) | {"offset": rec.offset}))
 
     def _follow_metadata(self) -> None:
-        from elrwatch.state import records
-
         for line in self.metadata_lines():
             self._seq += 1
             parsed = records.parse_line(line, "metadata-log", self._seq)
@@ -287,8 +285,6 @@ def run_agent(*, log_dirs: list[str], metadata_log_dir: str, options: dict[str, 
     """What ``elrwatch agent`` runs: step the agent every ``interval_s`` until SIGTERM/SIGINT or ``duration_s``."""
     import signal
     import threading
-
-    from elrwatch.bridge.runner import KafkaPublisher, run
 
     metrics = Metrics()
     publisher = KafkaPublisher(options, topic)

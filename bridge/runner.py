@@ -30,8 +30,12 @@ from typing import Any, Protocol
 
 import orjson
 
-from elrwatch.bridge.admin import ClusterReader, PollError, View, diff, poll_view
+from elrwatch.bridge.admin import ClusterReader, KafkaClusterReader, PollError, View, diff, poll_view
 from elrwatch.bridge.logtail import MetadataLogTail, TailState
+from elrwatch.kafkaio.clients import make_producer
+from elrwatch.kafkaio.config import kafka_python_config
+from elrwatch.kafkaio.produce import EventKeys
+from elrwatch.state.gauges import METRICS
 from elrwatch.state.record_types import learn_topic_name
 
 log = logging.getLogger("elrwatch.bridge")
@@ -49,8 +53,6 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Gauge
         from prometheus_client import Counter as PromCounter
-
-        from elrwatch.state.gauges import METRICS
 
         def described(cls: Any, name: str) -> Any:  # named and described by the metric table
             metric = METRICS[name]
@@ -89,9 +91,6 @@ class KafkaPublisher:
     """Publishes to the event topic with ``elrwatch produce``'s keys (per-topic and per-broker order kept)."""
 
     def __init__(self, options: dict[str, str], topic: str, timeout_s: float = 30.0) -> None:
-        from elrwatch.kafkaio.clients import make_producer
-        from elrwatch.kafkaio.produce import EventKeys
-
         self.topic = topic
         self.timeout_s = timeout_s
         self.producer = make_producer(options, linger_ms=5)
@@ -367,9 +366,6 @@ def run_bridge(
     polled (default: the same cluster)."""
     import signal
     import threading
-
-    from elrwatch.bridge.admin import KafkaClusterReader
-    from elrwatch.kafkaio.config import kafka_python_config
 
     if source not in ("admin", "metadata-log"):
         raise ValueError(f"--source must be admin or metadata-log, not {source!r}")

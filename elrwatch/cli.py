@@ -13,10 +13,23 @@ from typing import Annotated
 
 import typer
 
-from elrwatch.kafkaio.config import KafkaSettings
+from elrwatch.bridge.agent import AgentError, run_agent
+from elrwatch.bridge.runner import run_bridge
+from elrwatch.kafkaio import clients
+from elrwatch.kafkaio import produce as producing
+from elrwatch.kafkaio.config import KafkaSettings, SourceError
 from elrwatch.options import JOB_OPTIONS, KAFKA, METRICS, STORE, DefaultMinIsr, EventTopic, StorePasswordFile, grouped
 from elrwatch.options import fail as _fail
 from elrwatch.options import option as _opt
+from elrwatch.state.advice import STRATEGIES
+from elrwatch.state.advice import advise as advise_partition
+from elrwatch.state.conformance import CaseFileError, run_file
+from elrwatch.state.eventgen import simulated_lines
+from elrwatch.state.replay import ReplayInputError, replay_file, replay_to_document
+from elrwatch.state.report import dumps_document
+from elrwatch.state.report import restart_check as check_cluster
+from elrwatch.state.simulator import simulate as run_simulation
+from elrwatch.state.whatif import what_if
 from elrwatch.store.urls import DEFAULT_URL
 from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
 
@@ -63,8 +76,6 @@ def replay(
     ] = True,
 ) -> None:
     """Replay metadata events in order and print the resulting state as one JSON document."""
-    from elrwatch.state.replay import ReplayInputError, replay_to_document
-    from elrwatch.state.report import dumps_document
 
     try:
         document = replay_to_document(files or ["-"], default_min_isr=default_min_isr, advice=advice)
@@ -81,7 +92,6 @@ def conformance(
     file: Annotated[str, typer.Argument(help="Conformance cases (JSON lines, conformance/README.md format).")],
 ) -> None:
     """Replay controller conformance cases through the controller model: PASS/FAIL per case, a summary."""
-    from elrwatch.state.conformance import CaseFileError, run_file
 
     try:
         _, failed = run_file(file, sys.stdout)
@@ -108,9 +118,6 @@ def advise(
     """Replay FILE and print one partition's outlook (what Kafka will do) and recommendation (what to do)."""
     import json
 
-    from elrwatch.state.advice import STRATEGIES
-    from elrwatch.state.advice import advise as advise_partition
-    from elrwatch.state.replay import ReplayInputError, replay_file
 
     if strategy is not None and strategy not in STRATEGIES:
         _fail(f"unknown strategy {strategy!r} (Aggressive, Balanced or None)")
@@ -149,8 +156,6 @@ def whatif(
     leaderless, or needing an unclean election, with counts (JSON)."""
     import json
 
-    from elrwatch.state.replay import ReplayInputError, replay_file
-    from elrwatch.state.whatif import what_if
 
     try:
         brokers = [int(part) for part in down.split(",") if part.strip()]
@@ -220,7 +225,6 @@ def simulate(
     ] = "-",
 ) -> None:
     """Simulate a cluster through the controller model and write the metadata records Kafka would write."""
-    from elrwatch.state.simulator import simulate as run_simulation
 
     if (scenario is None) == (faults is None):
         _fail("give exactly one of --scenario NAME or --faults RATE")
@@ -249,7 +253,7 @@ def _open_store(store: str, store_password_file: str | Path | None, must_exist: 
     """Open a status store (an existing one if ``must_exist``) or fail with a one-line error (password masked)."""
     from sqlalchemy.engine import make_url
 
-    from elrwatch.store import StatusStore, mask_url
+    from elrwatch.store import StatusStore, mask_url  # loads SQLAlchemy: only for the commands that read a store
 
     try:
         url = make_url(store)
@@ -329,8 +333,6 @@ def restart_check(
     if file is not None and store is not None:
         _fail("give --store URL or FILE, not both")
     if file is not None:
-        from elrwatch.state.replay import ReplayInputError, replay_file
-        from elrwatch.state.report import restart_check as check_cluster
 
         try:
             cluster = replay_file(file, default_min_isr).cluster
@@ -352,7 +354,8 @@ def restart_check(
         if found is None:
             _fail(f"unknown broker {broker}")
         result = found
-    from elrwatch.api.params import encode_cursor
+
+    from elrwatch.api.params import encode_cursor  # loads FastAPI: only for the command that prints a cursor
 
     for kind in ("blocking", "offline"):  # the cursor of the API's next page (GET /v1/brokers/{id}/restart-check)
         nxt = result[kind]["nextCursor"]
@@ -402,7 +405,7 @@ def api(
     """Serve the REST API and the status page over a status store (uvicorn, one worker)."""
     import uvicorn
 
-    from elrwatch.api.app import create_app
+    from elrwatch.api.app import create_app  # FastAPI and uvicorn: only for `elrwatch api`
     from elrwatch.api.settings import Settings
 
     status_store = _open_store(store.url, store.password_file, must_exist=False)  # /readyz waits for the job
@@ -458,9 +461,6 @@ def produce(
     import itertools
     import time
 
-    from elrwatch.kafkaio import clients
-    from elrwatch.kafkaio import produce as producing
-    from elrwatch.kafkaio.config import SourceError
 
     opts = _kafka_options(kafka, topic)
     if simulate == (file is not None):
@@ -470,7 +470,6 @@ def produce(
         if create_topic and clients.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-            from elrwatch.state.eventgen import simulated_lines
 
             lines = simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop)
         elif file == "-":
@@ -500,7 +499,7 @@ def stream(config: JobConfig = JOB_OPTIONS) -> None:
     import logging
     import threading
 
-    from elrwatch.streaming import query
+    from elrwatch.streaming import query  # pyspark: only for `elrwatch stream`
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python's connection chatter (kafka-native's check)
@@ -550,8 +549,6 @@ def bridge(
     metadata log (exact records and offsets)."""
     import logging
 
-    from elrwatch.bridge.runner import run_bridge
-    from elrwatch.kafkaio.config import SourceError
 
     opts = _kafka_options(kafka, topic)
     if source not in ("admin", "metadata-log"):
@@ -605,8 +602,6 @@ def agent(
     should pick. Reads the node's metadata log and its partitions' batch headers, never record payloads."""
     import logging
 
-    from elrwatch.bridge.agent import AgentError, run_agent
-    from elrwatch.kafkaio.config import SourceError
 
     opts = _kafka_options(kafka, topic)
     dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]

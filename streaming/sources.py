@@ -44,6 +44,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from elrwatch.kafkaio.clients import make_consumer
 from elrwatch.kafkaio.config import DEFAULT_TIMEOUT_MS, Options, SourceError, kafka_python_config
 from elrwatch.kafkaio.jvm import native_kafka_options
+from elrwatch.state.records import DumpReader
 from elrwatch.streaming.route import ROUTED_SCHEMA, route_batches
 
 SCHEMA = "value string, topic string, partition int, offset long, timestamp timestamp"
@@ -398,8 +399,6 @@ _DUMP_MARKERS = (b"baseOffset:", b"starting offset:", b"end offset:", b"KRaft bo
 
 def dump_position_after(position: list | None, chunk: bytes) -> list | None:
     """Where the complete lines of ``chunk`` leave a DumpLogSegments dump read from ``position`` (None: no dump)."""
-    from elrwatch.state.records import DumpReader
-
     if position is None and not any(marker in chunk for marker in _DUMP_MARKERS):
         return None
     reader = DumpReader.restore(position)
@@ -503,8 +502,6 @@ def read_file_split(partition: FileSplit) -> Iterator[Any]:
         data = fh.read(partition.end_byte - partition.start_byte)
     lines = [line.rstrip("\r") for line in data.decode("utf-8", "replace").split("\n")[:-1]]
     if partition.dump_position is not None or any(marker in data for marker in _DUMP_MARKERS):
-        from elrwatch.state.records import DumpReader
-
         follow = DumpReader.restore(partition.dump_position).self_contained
         lines = [follow(line) for line in lines]
     n = len(lines)

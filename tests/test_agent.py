@@ -223,7 +223,7 @@ def test_cli_help_and_errors(tmp_path: Path) -> None:
 def test_cli_runs_the_agent_until_its_duration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`elrwatch agent` wires its options into run_agent: a node without stranded replicas publishes nothing, the
     state file is not written, and the command ends after --duration with exit 0."""
-    from elrwatch.bridge import runner
+    from elrwatch.bridge import agent as agent_module
     from elrwatch.cli import app
 
     made: list[Any] = []
@@ -233,7 +233,7 @@ def test_cli_runs_the_agent_until_its_duration(tmp_path: Path, monkeypatch: pyte
             super().__init__()
             made.append((options, topic))
 
-    monkeypatch.setattr(runner, "KafkaPublisher", Fake)
+    monkeypatch.setattr(agent_module, "KafkaPublisher", Fake)
     data, _ = node_dirs(tmp_path)
     result = CliRunner().invoke(app, [
         "agent", "--bootstrap-servers", "localhost:1", "--topic", "ev", "--log-dirs", str(data),

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from core_events import TOPIC_ID, envelope, line, partition, topic
 
+from elrwatch.kafkaio.produce import key_of
 from elrwatch.state import record_types, records
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts
@@ -20,7 +21,6 @@ from elrwatch.state.routing import ALL_BUCKETS, bucket_of, reporter, targets
 from elrwatch.streaming import bucket as bucket_module
 from elrwatch.streaming import route
 from elrwatch.streaming import snapshots as snapshot_module
-from elrwatch.kafkaio.produce import key_of
 
 FAKE = "PARTITION_NOTE_RECORD"
 BUCKETS = 4
