@@ -89,8 +89,10 @@ install-system: $(STAMP)/system
 
 install: install-python install-system kafka-jars spark-jars
 
+# ruff check (rules in pyproject.toml) and ruff format (the one style of the tree; ruff's version is pinned there).
 lint: install-python
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
 test-python: install
 	$(PYTHON) -m pytest

@@ -30,7 +30,9 @@ from elrwatch.streaming.route import route_batches
 from elrwatch.streaming.sink import Aggregator
 
 
-def arrow_batches(lines: list[bytes], first_offset: int = 0, topic: str = "events", chunk: int = 10_000) -> Iterator[Any]:
+def arrow_batches(
+    lines: list[bytes], first_offset: int = 0, topic: str = "events", chunk: int = 10_000
+) -> Iterator[Any]:
     """The rows a Kafka source hands to the route stage (value, topic, partition, offset from ``first_offset``),
     ``chunk`` a batch."""
     import pyarrow as pa
@@ -79,19 +81,39 @@ def route_as_jvm(lines: list[bytes], buckets: int, first_offset: int = 0) -> Any
         target = targets(parsed.type, parsed.data, buckets) if isinstance(parsed, Record) else ALL_BUCKETS
         moff = parsed.offset if isinstance(parsed, Record) and parsed.offset is not None else -1
         for bucket in range(buckets) if target == ALL_BUCKETS else (target,):
-            for col, value in zip(cols, (bucket, "events/0", first_offset + i, moff,
-                                         KIND_RAW if target != ALL_BUCKETS else KIND_RAW_BROADCAST, line), strict=True):
+            for col, value in zip(
+                cols,
+                (
+                    bucket,
+                    "events/0",
+                    first_offset + i,
+                    moff,
+                    KIND_RAW if target != ALL_BUCKETS else KIND_RAW_BROADCAST,
+                    line,
+                ),
+                strict=True,
+            ):
                 col.append(value)
-    return pa.table({"bucket": pa.array(cols[0], pa.int32()), "src": cols[1], "seq": pa.array(cols[2], pa.int64()),
-                     "moff": pa.array(cols[3], pa.int64()), "kind": cols[4], "rec": pa.array(cols[5], pa.binary())})
+    return pa.table(
+        {
+            "bucket": pa.array(cols[0], pa.int32()),
+            "src": cols[1],
+            "seq": pa.array(cols[2], pa.int64()),
+            "moff": pa.array(cols[3], pa.int64()),
+            "kind": cols[4],
+            "rec": pa.array(cols[5], pa.binary()),
+        }
+    )
 
 
 def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, routing: str = "python") -> None:
     """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``; ``routing``: python
     (the Python sources: parse + route in the read task) or jvm (kafka-native: routed in Spark SQL, parsed in the
     bucket)."""
-    print(f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core, "
-          f"{routing} routing)")
+    print(
+        f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core, "
+        f"{routing} routing)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         settings = StateSettings(buckets=buckets, state_dir=tmp)
         cache: dict[int, Any] = {}
@@ -108,16 +130,23 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             routed = route_as_jvm(batch, buckets, len(warm))
             print("  parse + route: in the JVM (Spark SQL), not Python's")
         else:
-            routed, took = timed("parse + validate + route (read task)", lambda: route_all(batch, buckets, len(warm)),
-                                 len(batch))
+            routed, took = timed(
+                "parse + validate + route (read task)", lambda: route_all(batch, buckets, len(warm)), len(batch)
+            )
             total += took
-        frames, took = timed("Arrow -> pandas, per bucket (state task)",
-                             lambda: dict(tuple(routed.to_pandas().groupby("bucket"))), len(batch))
+        frames, took = timed(
+            "Arrow -> pandas, per bucket (state task)",
+            lambda: dict(tuple(routed.to_pandas().groupby("bucket"))),
+            len(batch),
+        )
         total += took
         from elrwatch.streaming.bucket import _ordered_rows
 
-        ordered, took = timed("order the rows (sort by source, seq)",
-                              lambda: {b: list(_ordered_rows(f)) for b, f in frames.items()}, len(batch))
+        ordered, took = timed(
+            "order the rows (sort by source, seq)",
+            lambda: {b: list(_ordered_rows(f)) for b, f in frames.items()},
+            len(batch),
+        )
         total += took
         payloads: list[bytes] = []
         apply_s = payload_s = save_s = 0.0
@@ -141,9 +170,11 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             save_s += t3 - t2
         n = len(batch)
         print(f"  ({applied:,} records applied, {sum(len(r) for r in ordered.values()):,} rows in the buckets)")
-        for label, took in (("apply (every bucket in turn; jvm routing: parse included)", apply_s),
-                            ("changed partitions -> payload rows + encoding", payload_s),
-                            ("state save (snapshot delta)", save_s)):
+        for label, took in (
+            ("apply (every bucket in turn; jvm routing: parse included)", apply_s),
+            ("changed partitions -> payload rows + encoding", payload_s),
+            ("state save (snapshot delta)", save_s),
+        ):
             print(f"  {label:<58} {took:7.3f} s  {took / n * 1e6:6.2f} µs/event", flush=True)
             total += took
 
@@ -153,8 +184,11 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
 
         _, took = timed("driver: decode payloads + merge (gauges ready)", merge, n)
         total += took
-        print(f"  {'total Python work of the batch':<58} {total:7.3f} s  {total / n * 1e6:6.2f} µs/event "
-              f"-> {n / total:,.0f} events/s on one core", flush=True)
+        print(
+            f"  {'total Python work of the batch':<58} {total:7.3f} s  {total / n * 1e6:6.2f} µs/event "
+            f"-> {n / total:,.0f} events/s on one core",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -164,7 +198,9 @@ def main() -> None:
     parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions changed")
     parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--workloads", default="churn,storm")
-    parser.add_argument("--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)")
+    parser.add_argument(
+        "--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)"
+    )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}; one process")
     workloads = set(args.workloads.split(","))

@@ -84,8 +84,10 @@ def bench_decoder(buf: bytes, label: str, repeat: int = 3) -> float:
         assert not result.errors, result.errors[:3]
         rates.append(len(result.records) / seconds)
     rate = statistics.median(rates)
-    print(f"decoder  {label}: {len(result.records):,} records, {len(buf) / 1e6:.1f} MB: "
-          f"{rate:,.0f} records/s (median of {repeat}; {len(buf) / (len(result.records) / rate) / 1e6:.1f} MB/s)")
+    print(
+        f"decoder  {label}: {len(result.records):,} records, {len(buf) / 1e6:.1f} MB: "
+        f"{rate:,.0f} records/s (median of {repeat}; {len(buf) / (len(result.records) / rate) / 1e6:.1f} MB/s)"
+    )
     return rate
 
 
@@ -101,8 +103,10 @@ def bench_log_bridge(buf: bytes) -> float:
             pass
         seconds = time.perf_counter() - started
     rate = len(publisher.lines) / seconds
-    print(f"log bridge (tail + envelopes + JSON lines, memory publisher): {len(publisher.lines):,} records in "
-          f"{seconds:.2f} s: {rate:,.0f} records/s")
+    print(
+        f"log bridge (tail + envelopes + JSON lines, memory publisher): {len(publisher.lines):,} records in "
+        f"{seconds:.2f} s: {rate:,.0f} records/s"
+    )
     return rate
 
 
@@ -202,8 +206,7 @@ class TimedReader:
         self.inner.close()
 
 
-def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, brokers: int,
-                  idle_s: float = 10.0) -> None:
+def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, brokers: int, idle_s: float = 10.0) -> None:
     from elrwatch.bridge.admin import KafkaClusterReader, diff, poll_view
     from elrwatch.bridge.runner import StateFile
     from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
@@ -214,13 +217,16 @@ def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, broker
     props = {"log.index.size.max.bytes": "65536", "log.segment.bytes": str(1 << 20)}
     with KafkaCluster(brokers=brokers, broker_props=props, start_timeout=180, heap=heap) as cluster:
         topics = (partitions + per_topic - 1) // per_topic
-        print(f"cluster  controller + {brokers} brokers, -Xmx{heap} each, open-file limit {open_file_limit():,} "
-              f"(~{partitions // brokers:,} partitions a broker); load average {_loadavg()}")
+        print(
+            f"cluster  controller + {brokers} brokers, -Xmx{heap} each, open-file limit {open_file_limit():,} "
+            f"(~{partitions // brokers:,} partitions a broker); load average {_loadavg()}"
+        )
         started = time.monotonic()
         for t in range(topics):
             count = min(per_topic, partitions - t * per_topic)
             cluster.create_topic(f"bench-{t:04d}", partitions=count, replication_factor=1, wait=False)
         print(f"cluster  CreateTopics of {topics} topics answered in {time.monotonic() - started:.0f} s")
+
         def all_led() -> bool:
             try:
                 state = cluster.describe_topic_partitions()
@@ -235,17 +241,22 @@ def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, broker
             """Every partition's log exists on its broker (the metadata alone says nothing about that)."""
             for node in cluster.brokers.values():
                 if "Too many open files" in node.log_path.read_text(errors="replace"):
-                    raise ClusterError(f"broker {node.node_id} ran out of file descriptors creating its logs "
-                                       f"(limit {open_file_limit():,}): use more --brokers")
+                    raise ClusterError(
+                        f"broker {node.node_id} ran out of file descriptors creating its logs "
+                        f"(limit {open_file_limit():,}): use more --brokers"
+                    )
             return sum(len(list(n.data_dir.glob("bench-*"))) for n in cluster.brokers.values()) >= partitions
 
         cluster.wait_for(all_logs, f"the logs of {partitions} partitions", timeout=1800, interval=5)
-        print(f"cluster  {partitions:,} partitions in {topics} topics (RF 1, {brokers} brokers) created in "
-              f"{time.monotonic() - started:.0f} s (leaders after {led:.0f} s, then every log); "
-              f"load average {_loadavg()}")
+        print(
+            f"cluster  {partitions:,} partitions in {topics} topics (RF 1, {brokers} brokers) created in "
+            f"{time.monotonic() - started:.0f} s (leaders after {led:.0f} s, then every log); "
+            f"load average {_loadavg()}"
+        )
         cluster.wait_metadata_quiet(quiet_for=2.0, timeout=300)
-        reader = TimedReader(KafkaClusterReader(kafka_python_config({"bootstrap.servers": cluster.bootstrap,
-                                                                     "timeout.ms": "60000"})))
+        reader = TimedReader(
+            KafkaClusterReader(kafka_python_config({"bootstrap.servers": cluster.bootstrap, "timeout.ms": "60000"}))
+        )
         errors: list[tuple[str, str]] = []
         try:
             t0 = time.perf_counter()
@@ -254,8 +265,10 @@ def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, broker
             events = diff(None, view, 0, 0)
             t2 = time.perf_counter()
             first = t2 - t0
-            print(f"admin    first poll: admin calls {t1 - t0:.2f} s + diff {t2 - t1:.2f} s "
-                  f"({len(events):,} records derived) for {partitions:,} partitions")
+            print(
+                f"admin    first poll: admin calls {t1 - t0:.2f} s + diff {t2 - t1:.2f} s "
+                f"({len(events):,} records derived) for {partitions:,} partitions"
+            )
             steady_calls, steady_diff, steady_total, pages, cpu = [], [], [], [], []
             broker_pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
             # The brokers' own background work (heartbeats, ISR and checkpoint timers over every partition) costs
@@ -281,14 +294,22 @@ def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, broker
             broker_cpu = jvm_cpu_seconds(broker_pids) - cpu_before
             steady_wall = time.perf_counter() - wall_before
             calls, diffs = statistics.median(steady_calls), statistics.median(steady_diff)
-            print("admin    steady polls, each: " + ", ".join(f"{t:.2f} s" for t in steady_total)
-                  + f" (p50 {statistics.median(steady_total):.2f} s, max {max(steady_total):.2f} s); "
-                  f"{'/'.join(str(n) for n in sorted(set(pages)))} DescribeTopicPartitions pages of 2,000 a poll; "
-                  f"load average {_loadavg()}")
+            print(
+                "admin    steady polls, each: "
+                + ", ".join(f"{t:.2f} s" for t in steady_total)
+                + f" (p50 {statistics.median(steady_total):.2f} s, max {max(steady_total):.2f} s); "
+                f"{'/'.join(str(n) for n in sorted(set(pages)))} DescribeTopicPartitions pages of 2,000 a poll; "
+                f"load average {_loadavg()}"
+            )
             nodes = [("controller", cluster.controller), *((f"broker {i}", b) for i, b in cluster.brokers.items())]
-            print("jvms     RSS MB (heap used/committed MB; open files): " + ", ".join(
-                f"{name} {rss_mb(n.proc.pid):.0f} ({heap_used_mb(n.proc.pid)}; {open_fds(n.proc.pid):,})"
-                for name, n in nodes if n.proc is not None))
+            print(
+                "jvms     RSS MB (heap used/committed MB; open files): "
+                + ", ".join(
+                    f"{name} {rss_mb(n.proc.pid):.0f} ({heap_used_mb(n.proc.pid)}; {open_fds(n.proc.pid):,})"
+                    for name, n in nodes
+                    if n.proc is not None
+                )
+            )
             # What AdminBridge writes around a publish (runner.py): the view with the records as pending, then
             # the view alone. The first poll's publish carries every partition's record as pending.
             with tempfile.TemporaryDirectory() as tmp:
@@ -296,31 +317,45 @@ def bench_cluster(partitions: int, per_topic: int, polls: int, heap: str, broker
                 sizes = []
                 for pending in ([orjson.dumps(e).decode() for e in events], []):
                     t0 = time.perf_counter()
-                    state.save({"source": "admin", "nextOffset": len(events), "view": view.to_json(),
-                                "pending": pending})
+                    state.save(
+                        {"source": "admin", "nextOffset": len(events), "view": view.to_json(), "pending": pending}
+                    )
                     sizes.append((state.path.stat().st_size, time.perf_counter() - t0))
                 loaded = time.perf_counter()
                 state.load()
                 loaded = time.perf_counter() - loaded
             (first_size, first_s), (size, saved) = sizes
-            print(f"admin    state file (--state-file): {size / 1e6:.1f} MB ({size / partitions:.0f} B per partition), "
-                  f"written in {saved:.2f} s, read in {loaded:.2f} s; during the first poll's publish (its "
-                  f"{len(events):,} records pending) {first_size / 1e6:.1f} MB, written in {first_s:.2f} s")
+            print(
+                f"admin    state file (--state-file): {size / 1e6:.1f} MB ({size / partitions:.0f} B per partition), "
+                f"written in {saved:.2f} s, read in {loaded:.2f} s; during the first poll's publish (its "
+                f"{len(events):,} records pending) {first_size / 1e6:.1f} MB, written in {first_s:.2f} s"
+            )
             poll_cpu = max(0.0, broker_cpu - idle_cores * steady_wall) / polls
-            print(f"brokers  idle (no poll, {idle_s:.0f} s): {idle_cores:.2f} cores busy, all {brokers} brokers; "
-                  f"during the steady polls {broker_cpu:.2f} CPU s over {steady_wall:.2f} s "
-                  f"({broker_cpu / max(steady_wall, 1e-9):.2f} cores; each poll "
-                  + ", ".join(f"{c:.2f}" for c in cpu) + f" CPU s): the polls' share {poll_cpu:.2f} CPU s a poll; "
-                  f"at the default 2 s interval {poll_cpu / max(2.0, (calls + diffs)):.2f} cores of the cluster")
-            print("admin    time per call over all polls: " + ", ".join(
-                f"{name} {sum(times) / len(times):.2f} s x{len(times)}" for name, times in reader.times.items()))
-            print(f"admin    steady poll (nothing changed, median of {polls}): admin calls {calls:.2f} s + diff "
-                  f"{diffs:.3f} s = {calls + diffs:.2f} s ({len(changed)} records); "
-                  f"{(calls + diffs) / partitions * 1e6:.1f} µs per partition")
+            print(
+                f"brokers  idle (no poll, {idle_s:.0f} s): {idle_cores:.2f} cores busy, all {brokers} brokers; "
+                f"during the steady polls {broker_cpu:.2f} CPU s over {steady_wall:.2f} s "
+                f"({broker_cpu / max(steady_wall, 1e-9):.2f} cores; each poll "
+                + ", ".join(f"{c:.2f}" for c in cpu)
+                + f" CPU s): the polls' share {poll_cpu:.2f} CPU s a poll; "
+                f"at the default 2 s interval {poll_cpu / max(2.0, (calls + diffs)):.2f} cores of the cluster"
+            )
+            print(
+                "admin    time per call over all polls: "
+                + ", ".join(
+                    f"{name} {sum(times) / len(times):.2f} s x{len(times)}" for name, times in reader.times.items()
+                )
+            )
+            print(
+                f"admin    steady poll (nothing changed, median of {polls}): admin calls {calls:.2f} s + diff "
+                f"{diffs:.3f} s = {calls + diffs:.2f} s ({len(changed)} records); "
+                f"{(calls + diffs) / partitions * 1e6:.1f} µs per partition"
+            )
             scale = 1_000_000 / partitions
-            print(f"admin    1M partitions, EXTRAPOLATED linearly (x{scale:.0f}, not measured): first poll "
-                  f"~{first * scale:.0f} s, steady poll ~{(calls + diffs) * scale:.0f} s (polls then run back to "
-                  "back whatever --interval says)")
+            print(
+                f"admin    1M partitions, EXTRAPOLATED linearly (x{scale:.0f}, not measured): first poll "
+                f"~{first * scale:.0f} s, steady poll ~{(calls + diffs) * scale:.0f} s (polls then run back to "
+                "back whatever --interval says)"
+            )
             if errors:
                 print(f"admin    errors during the polls: {errors[:5]}")
         finally:
@@ -343,17 +378,24 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=20000)
     parser.add_argument("--per-topic", type=int, default=1000)
     parser.add_argument("--polls", type=int, default=3, help="Steady polls timed (default 3).")
-    parser.add_argument("--broker-heap", default="auto",
-                        help="-Xmx of every Kafka node (e.g. 2g); auto: 384m up to 50k partitions, 1g above.")
-    parser.add_argument("--brokers", default="auto",
-                        help="Brokers (RF 1); auto: at least 3, and each hosting at most 85 %% of the open-file "
-                             "limit in partitions.")
+    parser.add_argument(
+        "--broker-heap",
+        default="auto",
+        help="-Xmx of every Kafka node (e.g. 2g); auto: 384m up to 50k partitions, 1g above.",
+    )
+    parser.add_argument(
+        "--brokers",
+        default="auto",
+        help="Brokers (RF 1); auto: at least 3, and each hosting at most 85 %% of the open-file limit in partitions.",
+    )
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--skip-cluster", action="store_true", help="Only the decoder (no JVM).")
     args = parser.parse_args()
     heap = default_heap(args.partitions) if args.broker_heap == "auto" else args.broker_heap
-    print(f"python {sys.version.split()[0]}; one process, pure-Python decoder (no JVM); {os.cpu_count()} cores, "
-          f"load average {_loadavg()}")
+    print(
+        f"python {sys.version.split()[0]}; one process, pure-Python decoder (no JVM); {os.cpu_count()} cores, "
+        f"load average {_loadavg()}"
+    )
     buf = synthetic_segment(args.records)
     bench_decoder(buf, "synthetic segment of real records, 20 a batch")
     bench_log_bridge(buf)

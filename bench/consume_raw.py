@@ -50,10 +50,26 @@ def consume_all_jvm(bootstrap: str, topic: str, records: int, heap: str = "512m"
     default JIT, as Spark's executors run it); its figures: ``records_s`` over the whole run, ``fetch_records_s``
     without the consumer group's join (Spark's source assigns partitions and has no join), ``seconds``."""
     done = subprocess.run(
-        ["java", f"-Xmx{heap}", "-cp", str(KAFKA_LIBS / "*"), "org.apache.kafka.tools.ConsumerPerformance",
-         "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
-         "--timeout", "120000", "--command-property", "auto.offset.reset=earliest"],
-        capture_output=True, text=True, timeout=600,
+        [
+            "java",
+            f"-Xmx{heap}",
+            "-cp",
+            str(KAFKA_LIBS / "*"),
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--num-records",
+            str(records),
+            "--timeout",
+            "120000",
+            "--command-property",
+            "auto.offset.reset=earliest",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     if done.returncode != 0 or len(lines) < 2:
@@ -77,11 +93,29 @@ class JvmProducer:
     and exits when its stdin closes)."""
 
     def __init__(self, bootstrap: str, topic: str, heap: str = "512m") -> None:
-        cmd = ["java", f"-Xmx{heap}", "-cp", str(KAFKA_LIBS / "*"), "org.apache.kafka.tools.ConsoleProducer",
-               "--bootstrap-server", bootstrap, "--topic", topic, "--request-required-acks", "1",
-               "--reader-property", "parse.key=true", "--reader-property", "key.separator=\t",
-               "--command-property", "linger.ms=20", "--command-property", "batch.size=262144",
-               "--command-property", "max.in.flight.requests.per.connection=1"]
+        cmd = [
+            "java",
+            f"-Xmx{heap}",
+            "-cp",
+            str(KAFKA_LIBS / "*"),
+            "org.apache.kafka.tools.ConsoleProducer",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--request-required-acks",
+            "1",
+            "--reader-property",
+            "parse.key=true",
+            "--reader-property",
+            "key.separator=\t",
+            "--command-property",
+            "linger.ms=20",
+            "--command-property",
+            "batch.size=262144",
+            "--command-property",
+            "max.in.flight.requests.per.connection=1",
+        ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def send(self, lines: Iterable[bytes], timeout_s: float = 600.0) -> tuple[int, float, float]:
@@ -112,6 +146,7 @@ class JvmProducer:
             self.proc.kill()
             self.proc.wait()
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bootstrap-servers", required=True)
@@ -120,8 +155,10 @@ def main() -> None:
     n, seconds = consume_all(args.bootstrap_servers, args.topic)
     print(f"raw kafka-python consumption: {n} records in {seconds:.2f}s = {n / seconds:,.0f} records/s")
     jvm = consume_all_jvm(args.bootstrap_servers, args.topic, n)
-    print(f"raw JVM consumption (ConsumerPerformance): {jvm['fetch_records_s']:,.0f} records/s without the group "
-          f"join, {jvm['records_s']:,.0f} with it")
+    print(
+        f"raw JVM consumption (ConsumerPerformance): {jvm['fetch_records_s']:,.0f} records/s without the group "
+        f"join, {jvm['records_s']:,.0f} with it"
+    )
 
 
 if __name__ == "__main__":

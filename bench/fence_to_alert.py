@@ -45,8 +45,11 @@ def log(message: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--alert", default="ElrwatchPartitionsUnderMinIsr",
-                        help="the chart's alert to wait for (one that a broker kill fires)")
+    parser.add_argument(
+        "--alert",
+        default="ElrwatchPartitionsUnderMinIsr",
+        help="the chart's alert to wait for (one that a broker kill fires)",
+    )
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--for", dest="for_", default="0s", help="the alert's for: (a chart value)")
     parser.add_argument("--interval", default="1s", help="Prometheus' scrape and evaluation interval")
@@ -66,13 +69,22 @@ def main() -> int:
                 cluster.create_topic(name, replica_assignment=assignment)
             rules = render_rule_file(workdir / "rules.yaml", [f"prometheusRule.alerts.{args.alert}.for={args.for_}"])
             log("starting the bridge and elrwatch stream (Spark) ...")
-            with Pipeline(cluster, workdir / "pipeline") as pipeline, \
-                    AlertingStack(rules, [f"127.0.0.1:{pipeline.metrics_port}"], workdir / "stack",
-                                  interval=args.interval) as stack:
+            with (
+                Pipeline(cluster, workdir / "pipeline") as pipeline,
+                AlertingStack(
+                    rules, [f"127.0.0.1:{pipeline.metrics_port}"], workdir / "stack", interval=args.interval
+                ) as stack,
+            ):
                 if args.alert not in stack.rules_loaded():
                     parser.error(f"--alert {args.alert}: no such alert in the chart's rules")
-                wait_until(lambda: stack.value("elrwatch_partition_count") == PARTITIONS
-                           and stack.value("elrwatch_offline_partitions") == 0, "Prometheus sees the cluster", 300)
+                wait_until(
+                    lambda: (
+                        stack.value("elrwatch_partition_count") == PARTITIONS
+                        and stack.value("elrwatch_offline_partitions") == 0
+                    ),
+                    "Prometheus sees the cluster",
+                    300,
+                )
                 cursor = LogCursor(cluster)
                 for rep in range(args.repetitions):
                     victim = 2 + rep % 2
@@ -81,26 +93,47 @@ def main() -> int:
                     since = time.time()
                     cluster.kill_broker(victim)
                     killed = time.time()
-                    fence = wait_until(lambda v=victim: next((d for d in cursor.read() if is_fence(d, v)), None),
-                                       f"broker {victim}'s fence record", 30, interval=0.05)
-                    fired = wait_until(lambda s=since: stack.receiver.alerts(args.alert, "firing", s),
-                                       f"{args.alert} at the receiver", args.timeout, interval=0.05)
+                    fence = wait_until(
+                        lambda v=victim: next((d for d in cursor.read() if is_fence(d, v)), None),
+                        f"broker {victim}'s fence record",
+                        30,
+                        interval=0.05,
+                    )
+                    fired = wait_until(
+                        lambda s=since: stack.receiver.alerts(args.alert, "firing", s),
+                        f"{args.alert} at the receiver",
+                        args.timeout,
+                        interval=0.05,
+                    )
                     delay = fired[0]["receivedAt"] - fence.timestamp / 1000
                     delays.append(delay)
-                    log(f"#{rep + 1} broker {victim}: kill -> fence {fence.timestamp / 1000 - killed:.2f} s, "
-                        f"fence -> {args.alert} at the receiver {delay:.2f} s")
+                    log(
+                        f"#{rep + 1} broker {victim}: kill -> fence {fence.timestamp / 1000 - killed:.2f} s, "
+                        f"fence -> {args.alert} at the receiver {delay:.2f} s"
+                    )
                     cluster.start_broker(victim)
-                    wait_until(lambda s=since: stack.receiver.alerts(args.alert, "resolved", s),
-                               f"{args.alert} resolved", args.timeout)
-                    wait_until(lambda: stack.value("elrwatch_global_under_min_isr_partitions") == 0
-                               and stack.value("elrwatch_offline_partitions") == 0, "ISR restored", args.timeout)
+                    wait_until(
+                        lambda s=since: stack.receiver.alerts(args.alert, "resolved", s),
+                        f"{args.alert} resolved",
+                        args.timeout,
+                    )
+                    wait_until(
+                        lambda: (
+                            stack.value("elrwatch_global_under_min_isr_partitions") == 0
+                            and stack.value("elrwatch_offline_partitions") == 0
+                        ),
+                        "ISR restored",
+                        args.timeout,
+                    )
     finally:
         if args.keep_workdir:
             log(f"work dir kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"fence -> alert ({args.alert}, for: {args.for_}, scrape/evaluation every {args.interval}, "
-          f"{len(delays)} kills): p50 {statistics.median(delays):.2f} s, max {max(delays):.2f} s")
+    print(
+        f"fence -> alert ({args.alert}, for: {args.for_}, scrape/evaluation every {args.interval}, "
+        f"{len(delays)} kills): p50 {statistics.median(delays):.2f} s, max {max(delays):.2f} s"
+    )
     return 0
 
 

@@ -61,7 +61,8 @@ ACTIVE = 'elrwatch_brokers{state="active"}'
 SETTLED = (FENCED, ACTIVE, "elrwatch_at_min_isr_partitions", "elrwatch_global_under_min_isr_partitions")
 BATCH_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO elrwatch\.stream: batch (\d+): .* events=(\d+), "
-    r"sink ([\d.]+)s \(run ([\d.]+)")
+    r"sink ([\d.]+)s \(run ([\d.]+)"
+)
 
 
 def log(message: str) -> None:
@@ -96,8 +97,13 @@ class Proc:
         self.log_path = log_path
         self.started = time.monotonic()
         with open(log_path, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
 
     def check(self) -> None:
         if self.proc.poll() is not None:
@@ -172,8 +178,9 @@ class EventTopic:
         from kafka import KafkaConsumer, TopicPartition
 
         self.tp = TopicPartition(topic, 0)
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
-                                      request_timeout_ms=10000)
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000
+        )
         self.consumer.assign([self.tp])
         self.mark()
 
@@ -277,16 +284,46 @@ def run_mode(cluster: KafkaCluster, mode: str, args: argparse.Namespace, workdir
     topic = f"ev-{mode}"
     event_bootstrap = f"127.0.0.1:{cluster.brokers[1].port}"  # broker 1: never killed
     bridge_port, job_port = free_port(), free_port()
-    bridge_cmd = [sys.executable, "-P", "-m", "elrwatch.cli", "bridge", "--source", mode,
-                  "--bootstrap-servers", event_bootstrap, "--topic", topic, "--interval", str(args.interval),
-                  "--state-file", str(workdir / f"bridge-{mode}.json"), "--metrics-port", str(bridge_port)]
+    bridge_cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "elrwatch.cli",
+        "bridge",
+        "--source",
+        mode,
+        "--bootstrap-servers",
+        event_bootstrap,
+        "--topic",
+        topic,
+        "--interval",
+        str(args.interval),
+        "--state-file",
+        str(workdir / f"bridge-{mode}.json"),
+        "--metrics-port",
+        str(bridge_port),
+    ]
     if mode == "admin":
         bridge_cmd += ["--admin-bootstrap-servers", cluster.bootstrap]
     else:
         bridge_cmd += ["--log-dir", str(cluster.controller.metadata_dir)]
-    job_cmd = [sys.executable, "-P", "-m", "elrwatch.cli", "stream", "--bootstrap-servers", event_bootstrap,
-               "--topic", topic, "--store", f"sqlite:///{workdir}/{mode}.db", "--checkpoint",
-               str(workdir / f"ck-{mode}"), "--metrics-port", str(job_port)]
+    job_cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "elrwatch.cli",
+        "stream",
+        "--bootstrap-servers",
+        event_bootstrap,
+        "--topic",
+        topic,
+        "--store",
+        f"sqlite:///{workdir}/{mode}.db",
+        "--checkpoint",
+        str(workdir / f"ck-{mode}"),
+        "--metrics-port",
+        str(job_port),
+    ]
     job_url = f"http://127.0.0.1:{job_port}/metrics"
     procs: list[Proc] = []
     events: EventTopic | None = None
@@ -295,13 +332,19 @@ def run_mode(cluster: KafkaCluster, mode: str, args: argparse.Namespace, workdir
         procs.append(Proc(f"bridge ({mode})", bridge_cmd, workdir / f"bridge-{mode}.log"))
         job = Proc(f"stream ({mode})", job_cmd, workdir / f"stream-{mode}.log")
         procs.append(job)
-        log(f"{mode}: bridge pid {procs[0].proc.pid}, stream job pid {job.proc.pid} (metrics :{job_port}); "
-            "waiting for the job to catch up")
+        log(
+            f"{mode}: bridge pid {procs[0].proc.pid}, stream job pid {job.proc.pid} (metrics :{job_port}); "
+            "waiting for the job to catch up"
+        )
 
         def caught_up() -> dict[str, float] | None:
             m = try_metrics(job_url)
-            if (m.get(ACTIVE) == len(cluster.brokers) and m.get(FENCED) == 0 and m.get("elrwatch_batches_total", 0) >= 1
-                    and m.get("elrwatch_source_lag_records", 1) == 0):
+            if (
+                m.get(ACTIVE) == len(cluster.brokers)
+                and m.get(FENCED) == 0
+                and m.get("elrwatch_batches_total", 0) >= 1
+                and m.get("elrwatch_source_lag_records", 1) == 0
+            ):
                 return m
             return None
 
@@ -341,16 +384,24 @@ def run_mode(cluster: KafkaCluster, mode: str, args: argparse.Namespace, workdir
                     proc.check()
                 time.sleep(args.poll_every)
             if fence is None:  # (the gauge cannot show it before the record exists: normally found already)
-                fence = poll(lambda v=victim: next((d for d in cursor.read() if is_fence(d, v)), None), 30,
-                             f"broker {victim}'s fence record in the controller's metadata log", procs, 0.05)
+                fence = poll(
+                    lambda v=victim: next((d for d in cursor.read() if is_fence(d, v)), None),
+                    30,
+                    f"broker {victim}'s fence record in the controller's metadata log",
+                    procs,
+                    0.05,
+                )
             sample = Sample(victim, killed, fence.offset, fence.timestamp, seen, scrape_s)
 
             def match(event: dict[str, Any], fence: metadata_log.Decoded = fence, victim: int = victim) -> bool:
                 if mode == "metadata-log":
                     return event.get("offset") == fence.offset
                 data = event.get("data") or {}
-                return (event.get("type") == "BROKER_REGISTRATION_CHANGE_RECORD" and data.get("brokerId") == victim
-                        and data.get("fenced") == 1)
+                return (
+                    event.get("type") == "BROKER_REGISTRATION_CHANGE_RECORD"
+                    and data.get("brokerId") == victim
+                    and data.get("fenced") == 1
+                )
 
             found = events.find(match)
             if found is not None:
@@ -366,9 +417,11 @@ def run_mode(cluster: KafkaCluster, mode: str, args: argparse.Namespace, workdir
                 sample.batch_start, sample.batch_run = poll(batch, 15, "the carrying batch's log line", procs, 0.1)
             result.samples.append(sample)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in sample.stages().items())
-            log(f"{mode} #{rep + 1}/{args.repetitions}: broker {victim} killed; fence record offset "
+            log(
+                f"{mode} #{rep + 1}/{args.repetitions}: broker {victim} killed; fence record offset "
                 f"{fence.offset} {fence.timestamp / 1000 - killed:.2f} s after the kill; gauge after "
-                f"**{sample.total:.2f} s** ({stages}; scrape {scrape_s * 1000:.0f} ms)")
+                f"**{sample.total:.2f} s** ({stages}; scrape {scrape_s * 1000:.0f} ms)"
+            )
             cluster.start_broker(victim, timeout=180)
 
             def settled() -> bool:
@@ -379,8 +432,9 @@ def run_mode(cluster: KafkaCluster, mode: str, args: argparse.Namespace, workdir
             cluster.wait_metadata_quiet(quiet_for=1.0, timeout=120)
             poll(settled, 120, f"{mode}: gauges settled", procs, every=0.2)
         bridge_metrics = try_metrics(f"http://127.0.0.1:{bridge_port}/metrics")
-        result.bridge_errors = {k: v for k, v in bridge_metrics.items()
-                                if k.startswith("elrwatch_bridge_errors_total{") and v}
+        result.bridge_errors = {
+            k: v for k, v in bridge_metrics.items() if k.startswith("elrwatch_bridge_errors_total{") and v
+        }
         return result
     except BaseException:
         for proc in procs:
@@ -399,42 +453,60 @@ def report(result: ModeResult, interval: float) -> None:
         print(f"{result.mode}: no samples")
         return
     p50, p99 = statistics.median(totals), nearest_rank(totals, 0.99)
-    print(f"\n{result.mode} (bridge --interval {interval:g} s, stream default trigger 1 s), "
-          f"{len(totals)} fences: fence record -> gauge p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(totals):.2f} s, "
-          f"min {min(totals):.2f} s")
-    print(f"  ratio to the {TARGET_S:g} s freshness target: p50 {p50 / TARGET_S:.2f}, p99 {p99 / TARGET_S:.2f} "
-          f"({'met' if p99 <= TARGET_S else 'missed'} at p99)")
+    print(
+        f"\n{result.mode} (bridge --interval {interval:g} s, stream default trigger 1 s), "
+        f"{len(totals)} fences: fence record -> gauge p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(totals):.2f} s, "
+        f"min {min(totals):.2f} s"
+    )
+    print(
+        f"  ratio to the {TARGET_S:g} s freshness target: p50 {p50 / TARGET_S:.2f}, p99 {p99 / TARGET_S:.2f} "
+        f"({'met' if p99 <= TARGET_S else 'missed'} at p99)"
+    )
     names: list[str] = []
     for s in result.samples:
         names += [n for n in s.stages() if n not in names]
     for name in names:
         values = [s.stages()[name] for s in result.samples if name in s.stages()]
         print(f"  {name:<32} median {statistics.median(values):5.2f} s, max {max(values):5.2f} s (n={len(values)})")
-    print(f"  kill -> fence record (Kafka's session timeout, not counted): median "
-          f"{statistics.median(s.fence_ms / 1000 - s.killed for s in result.samples):.2f} s")
-    print(f"  gauge poll: every 50 ms + scrape (median {statistics.median(s.scrape_s for s in result.samples) * 1000:.0f}"
-          f" ms); all delays: {', '.join(f'{t:.2f}' for t in totals)}")
-    print(f"  bridge errors: {result.bridge_errors or 'none'}; job and bridge startup to caught up "
-          f"{result.startup_s:.0f} s")
+    print(
+        f"  kill -> fence record (Kafka's session timeout, not counted): median "
+        f"{statistics.median(s.fence_ms / 1000 - s.killed for s in result.samples):.2f} s"
+    )
+    print(
+        f"  gauge poll: every 50 ms + scrape (median {statistics.median(s.scrape_s for s in result.samples) * 1000:.0f}"
+        f" ms); all delays: {', '.join(f'{t:.2f}' for t in totals)}"
+    )
+    print(
+        f"  bridge errors: {result.bridge_errors or 'none'}; job and bridge startup to caught up "
+        f"{result.startup_s:.0f} s"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="admin,metadata-log", help="bridge modes, in order (comma-separated)")
     parser.add_argument("--repetitions", type=int, default=15, help="fences per mode")
-    parser.add_argument("--interval", type=float, default=2.0,
-                        help="the bridge's --interval (default: the CLI's default, 2 s)")
+    parser.add_argument(
+        "--interval", type=float, default=2.0, help="the bridge's --interval (default: the CLI's default, 2 s)"
+    )
     parser.add_argument("--topics", type=int, default=3, help="topics of 3 partitions, RF 3, min ISR 2")
-    parser.add_argument("--jitter", type=float, default=None,
-                        help="before each kill, wait a random 0..JITTER s so that the fence falls at a random point "
-                             "of the bridge's and the job's cycles (default: the larger of --interval and the 1 s "
-                             "trigger)")
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=None,
+        help="before each kill, wait a random 0..JITTER s so that the fence falls at a random point "
+        "of the bridge's and the job's cycles (default: the larger of --interval and the 1 s "
+        "trigger)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the jitter")
     parser.add_argument("--poll-every", type=float, default=0.05, help="seconds between two scrapes of /metrics")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for a fence to reach the gauge")
-    parser.add_argument("--keep-workdir", action="store_true",
-                        help="keep the work directory (Kafka data, job and bridge logs) after a run that succeeded; "
-                             "a failed run always keeps it")
+    parser.add_argument(
+        "--keep-workdir",
+        action="store_true",
+        help="keep the work directory (Kafka data, job and bridge logs) after a run that succeeded; "
+        "a failed run always keeps it",
+    )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in ("admin", "metadata-log") for m in modes):
@@ -450,17 +522,23 @@ def main() -> None:
     signal.signal(signal.SIGTERM, terminate)
     workdir = Path(tempfile.mkdtemp(prefix="elrwatch-fence-bench-"))
     load = os.getloadavg()
-    print(f"elrwatch fence -> gauge bench: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}; modes {', '.join(modes)}; {args.repetitions} fences each; bridge --interval {args.interval:g} s; "
-          f"jitter 0..{args.jitter:g} s before each kill; workdir {workdir}", flush=True)
+    print(
+        f"elrwatch fence -> gauge bench: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} "
+        f"{load[2]:.2f}; modes {', '.join(modes)}; {args.repetitions} fences each; bridge --interval {args.interval:g} s; "
+        f"jitter 0..{args.jitter:g} s before each kill; workdir {workdir}",
+        flush=True,
+    )
     results: list[ModeResult] = []
     try:
         with KafkaCluster(brokers=3, base_dir=workdir / "kafka") as cluster:
-            log(f"cluster up (controller pid {cluster.controller.proc.pid}, brokers "
-                f"{[b.proc.pid for b in cluster.brokers.values()]})")
+            log(
+                f"cluster up (controller pid {cluster.controller.proc.pid}, brokers "
+                f"{[b.proc.pid for b in cluster.brokers.values()]})"
+            )
             for t in range(args.topics):
-                cluster.create_topic(f"bench-{t}", partitions=3, replication_factor=3,
-                                     configs={"min.insync.replicas": "2"})
+                cluster.create_topic(
+                    f"bench-{t}", partitions=3, replication_factor=3, configs={"min.insync.replicas": "2"}
+                )
             for mode in modes:
                 cluster.create_topic(f"ev-{mode}", replica_assignment={0: [1]})
             for mode in modes:

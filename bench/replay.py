@@ -56,7 +56,9 @@ def creation_events(partitions: int, per_topic: int, brokers: int) -> Iterator[b
 
     yield event("FEATURE_LEVEL_RECORD", 0, {"name": "metadata.version", "featureLevel": 26})
     yield event("FEATURE_LEVEL_RECORD", 0, {"name": "eligible.leader.replicas.version", "featureLevel": 1})
-    yield event("CONFIG_RECORD", 0, {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas", "value": "2"})
+    yield event(
+        "CONFIG_RECORD", 0, {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas", "value": "2"}
+    )
     for broker in range(brokers):
         yield event(
             "REGISTER_BROKER_RECORD",
@@ -168,7 +170,9 @@ def main() -> None:
     per_partition = rss_state / partitions
     print(f"core     : {core_build()}")
     print(f"creation : {created:,} records in {cpu1 - cpu0:.1f} s CPU ({created / (cpu1 - cpu0):,.0f} records/s)")
-    print(f"changes  : {len(changes):,} records in {cpu2 - cpu1:.1f} s CPU ({len(changes) / (cpu2 - cpu1):,.0f} records/s)")
+    print(
+        f"changes  : {len(changes):,} records in {cpu2 - cpu1:.1f} s CPU ({len(changes) / (cpu2 - cpu1):,.0f} records/s)"
+    )
     print(
         f"overall  : {rate:,.0f} records/s CPU ({total / (wall2 - wall0):,.0f}/s wall); target 150,000 -> ratio {rate / 150_000:.2f}"
     )
@@ -181,8 +185,14 @@ def main() -> None:
     cluster = replayer.cluster
     index_cpu = time.process_time()
     cluster.index_brokers()  # the job builds it once after loading, outside the records' path
-    fence = orjson.dumps({"type": "FENCE_BROKER_RECORD", "version": 0, "data": {"id": 0, "epoch": 100},
-                          "timestamp": 1_800_000_000_000 + args.changes})
+    fence = orjson.dumps(
+        {
+            "type": "FENCE_BROKER_RECORD",
+            "version": 0,
+            "data": {"id": 0, "epoch": 100},
+            "timestamp": 1_800_000_000_000 + args.changes,
+        }
+    )
     cpu3 = time.process_time()
     replayer.feed_lines([fence], "fence")
     cpu4 = time.process_time()
@@ -192,10 +202,14 @@ def main() -> None:
         gauges = partition_gauges(cluster)
         timings.append(time.process_time() - started)
     touched = len(cluster.index_brokers().get(0, ()))
-    print(f"fence    : broker 0 fenced, {touched:,} partitions re-derived in {cpu4 - cpu3:.2f} s CPU "
-          f"(broker index built in {cpu3 - index_cpu:.2f} s)")
-    print(f"gauges   : {len(gauges):,} samples in {1000 * min(timings):.1f} ms CPU "
-          f"({len(cluster.insight):,} partitions with an insight contribution, {len(cluster.insight_counts):,} counters)")
+    print(
+        f"fence    : broker 0 fenced, {touched:,} partitions re-derived in {cpu4 - cpu3:.2f} s CPU "
+        f"(broker index built in {cpu3 - index_cpu:.2f} s)"
+    )
+    print(
+        f"gauges   : {len(gauges):,} samples in {1000 * min(timings):.1f} ms CPU "
+        f"({len(cluster.insight):,} partitions with an insight contribution, {len(cluster.insight_counts):,} counters)"
+    )
     print(f"peak RSS : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
 
 

@@ -81,8 +81,10 @@ def main() -> None:
         print(f"segment: {args.segment_mb} MB, {batches} batches of {args.batch_kb} KB, {records} records")
         for name, seconds in results.items():
             median = statistics.median(seconds)
-            print(f"  {name:30s} median {median:.3f} s  ({args.segment_mb / median:.0f} MB/s, "
-                  f"{batches / median:,.0f} batches/s)  runs: {', '.join(f'{s:.3f}' for s in seconds)}")
+            print(
+                f"  {name:30s} median {median:.3f} s  ({args.segment_mb / median:.0f} MB/s, "
+                f"{batches / median:,.0f} batches/s)  runs: {', '.join(f'{s:.3f}' for s in seconds)}"
+            )
 
 
 if __name__ == "__main__":

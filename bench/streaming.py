@@ -206,8 +206,9 @@ class RssPeak:
             print(f"  biggest processes at {label}: {biggest}", flush=True)
 
 
-def print_breakdown(label: str, root: int, parts: dict[str, float] | None = None,
-                    extra_roots: list[int] | tuple[int, ...] = ()) -> None:
+def print_breakdown(
+    label: str, root: int, parts: dict[str, float] | None = None, extra_roots: list[int] | tuple[int, ...] = ()
+) -> None:
     parts = parts or rss_breakdown(root, extra_roots)
     text = ", ".join(
         f"{k} {v:,.0f} MB ({int(parts[k + ' (n)'])})"
@@ -507,8 +508,16 @@ def phase_storm_restart(
     ]
     extra_roots: list[int] = []
     if spark is not None:
-        args += ["--spark-master", spark.url, "--state-dir", f"{workdir}/{name}-shared-state",
-                 "--spark-conf", "spark.executor.memory=1g", "--spark-conf", "spark.executor.cores=1"]
+        args += [
+            "--spark-master",
+            spark.url,
+            "--state-dir",
+            f"{workdir}/{name}-shared-state",
+            "--spark-conf",
+            "spark.executor.memory=1g",
+            "--spark-conf",
+            "spark.executor.cores=1",
+        ]
         extra_roots = [p.pid for p in spark.workers if p is not None]
     # No --max-records-per-batch (the job's default): the whole load is one batch, as when a new checkpoint
     # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but keeps more
@@ -592,16 +601,26 @@ def phase_storm_restart(
         # first storm as soon as the load shows in the gauges: it must not wait for the load's store write.
         burst = new_producer()
         poll(in_gauges, 1800, "initial load in the gauges", job, every=0.5)
-        report(f"initial load of {partitions:,} partitions -> gauges (startup incl.)", time.monotonic() - job.started,
-               "s", "-", None)
+        report(
+            f"initial load of {partitions:,} partitions -> gauges (startup incl.)",
+            time.monotonic() - job.started,
+            "s",
+            "-",
+            None,
+        )
         storm_peak = RssPeak(job.proc.pid, extra_roots=extra_roots)
         after_load_storm = storm_to_gauges(0, 1, "storm right after the load", burst)
         sent_total = res_sent + after_load_storm["lines"]
         poll(loaded, 1800, "initial load", job, every=1.0)
         load_s = time.monotonic() - job.started
         report(f"initial load of {partitions:,} partitions -> store (startup incl.)", load_s, "s", "-", None)
-        report("  RSS peak during the load (one batch of every record)", load_peak.mb, "MB", "<= 3,000",
-               load_peak.mb <= 3000)
+        report(
+            "  RSS peak during the load (one batch of every record)",
+            load_peak.mb,
+            "MB",
+            "<= 3,000",
+            load_peak.mb <= 3000,
+        )
         load_peak.print_at_peak("the load's peak")
         poll(lambda: any(events >= sent_total for _, _, events in job.batches()), 600, "the first storm's batch", job)
         time.sleep(5)
@@ -620,8 +639,15 @@ def phase_storm_restart(
             else:
                 produce_lines(opts, topic, line, out=None, producer=producer)
                 t_one = time.monotonic()
-            poll(lambda ms=one_ms: scrape(metrics_url).get("elrwatch_last_event_timestamp_seconds", 0) >= ms / 1000 - 1e-6,
-                 120, "one record in the gauges", job, every=0.02)
+            poll(
+                lambda ms=one_ms: (
+                    scrape(metrics_url).get("elrwatch_last_event_timestamp_seconds", 0) >= ms / 1000 - 1e-6
+                ),
+                120,
+                "one record in the gauges",
+                job,
+                every=0.02,
+            )
             floors.append(time.monotonic() - t_one)
             sent_total += 1
             time.sleep(1.0)
@@ -639,8 +665,12 @@ def phase_storm_restart(
         print_breakdown("after the storm", job.proc.pid, extra_roots=extra_roots)
         storm_lines_total = sent_total + storm["lines"]
         # the storm's last batch logs its breakdown (printed below) once the driver is done with it
-        poll(lambda: any(events >= storm_lines_total for _, _, events in job.batches()), 120,
-             "the storm batch's log line", job)
+        poll(
+            lambda: any(events >= storm_lines_total for _, _, events in job.batches()),
+            120,
+            "the storm batch's log line",
+            job,
+        )
         if not restart:
             return
         # Kill the job once Spark has committed the storm's batch (its commit log file): killed before, the
@@ -706,8 +736,21 @@ def ensure_class_archive(workdir: str) -> None:
     os.makedirs(events)
     Path(events, "scenario.jsonl").write_bytes(b"\n".join(scenario()) + b"\n")
     began = time.monotonic()
-    job = Job(workdir, "archive", "--source", "files", "--path", events, "--store", f"sqlite:///{workdir}/archive.db",
-              "--checkpoint", f"{workdir}/archive-ck", "--metrics-port", "0", "--available-now")
+    job = Job(
+        workdir,
+        "archive",
+        "--source",
+        "files",
+        "--path",
+        events,
+        "--store",
+        f"sqlite:///{workdir}/archive.db",
+        "--checkpoint",
+        f"{workdir}/archive-ck",
+        "--metrics-port",
+        "0",
+        "--available-now",
+    )
     code = job.wait(600)
     job.log.close()
     state = "written" if os.path.exists(path) else f"NOT written (exit {code}; {job.log_path})"
@@ -718,7 +761,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--phases", default="throughput,freshness,storm,restart")
     parser.add_argument(
-        "--job-args", default="", help="extra `elrwatch stream` options for every job (A/B runs), e.g. --no-state-service"
+        "--job-args",
+        default="",
+        help="extra `elrwatch stream` options for every job (A/B runs), e.g. --no-state-service",
     )
     parser.add_argument("--events", type=int, default=300_000, help="throughput: churn events")
     parser.add_argument("--rate", type=float, default=1000.0, help="freshness: events/s")
@@ -794,8 +839,12 @@ def main() -> None:
                             spark = None
                             if master == "cluster":
                                 spark = stack.enter_context(
-                                    SparkCluster(workers=2, cores=1, memory="1536m",
-                                                 base_dir=os.path.join(workdir, f"spark-{source}"))
+                                    SparkCluster(
+                                        workers=2,
+                                        cores=1,
+                                        memory="1536m",
+                                        base_dir=os.path.join(workdir, f"spark-{source}"),
+                                    )
                                 )
                             phase_storm_restart(
                                 kafka,

@@ -107,7 +107,13 @@ class Partition:
     def same(self, other: Partition) -> bool:
         """Equal in everything DescribeTopicPartitions shows."""
         return (self.leader, self.leader_epoch, self.replicas, self.isr, self.elr, self.last_known_elr) == (
-            other.leader, other.leader_epoch, other.replicas, other.isr, other.elr, other.last_known_elr)
+            other.leader,
+            other.leader_epoch,
+            other.replicas,
+            other.isr,
+            other.elr,
+            other.last_known_elr,
+        )
 
 
 @dataclass
@@ -148,21 +154,40 @@ class View:
             "brokers": {str(b): [v.fenced, v.rack, v.epoch] for b, v in self.brokers.items()},
             "clusterConfigs": self.cluster_configs,
             "topicConfigs": self.topic_configs,
-            "topics": {name: [t.topic_id, {str(p): [v.leader, v.leader_epoch, v.replicas, v.isr, v.elr,
-                                                    v.last_known_elr, v.partition_epoch]
-                                           for p, v in t.partitions.items()}]
-                       for name, t in self.topics.items()},
+            "topics": {
+                name: [
+                    t.topic_id,
+                    {
+                        str(p): [
+                            v.leader,
+                            v.leader_epoch,
+                            v.replicas,
+                            v.isr,
+                            v.elr,
+                            v.last_known_elr,
+                            v.partition_epoch,
+                        ]
+                        for p, v in t.partitions.items()
+                    },
+                ]
+                for name, t in self.topics.items()
+            },
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> View:
         """Inverse of `to_json`."""
-        view = cls(features=dict(doc["features"]), cluster_configs=dict(doc["clusterConfigs"]),
-                   topic_configs={k: dict(v) for k, v in doc["topicConfigs"].items()},
-                   unknown=tuple(doc.get("unknown", ())))
+        view = cls(
+            features=dict(doc["features"]),
+            cluster_configs=dict(doc["clusterConfigs"]),
+            topic_configs={k: dict(v) for k, v in doc["topicConfigs"].items()},
+            unknown=tuple(doc.get("unknown", ())),
+        )
         view.brokers = {int(b): Broker(f, r, e) for b, (f, r, e) in doc["brokers"].items()}
-        view.topics = {name: Topic(tid, {int(p): Partition(*v) for p, v in parts.items()})
-                       for name, (tid, parts) in doc["topics"].items()}
+        view.topics = {
+            name: Topic(tid, {int(p): Partition(*v) for p, v in parts.items()})
+            for name, (tid, parts) in doc["topics"].items()
+        }
         return view
 
 
@@ -245,8 +270,7 @@ class KafkaClusterReader:
 
     def brokers(self) -> dict[int, Broker]:
         result = self.admin().describe_cluster()
-        return {int(b["broker_id"]): Broker(bool(b.get("is_fenced", False)), b.get("rack"))
-                for b in result["brokers"]}
+        return {int(b["broker_id"]): Broker(bool(b.get("is_fenced", False)), b.get("rack")) for b in result["brokers"]}
 
     def partitions_page(self, cursor: tuple[str, int] | None, limit: int) -> dict[str, Any]:
         if API_DESCRIBE_TOPIC_PARTITIONS not in self.api_versions():
@@ -264,8 +288,9 @@ class KafkaClusterReader:
         out: dict[tuple[int, str], tuple[int, dict[str, str]]] = {}
         for start in range(0, len(resources), self.config_batch):
             chunk = resources[start : start + self.config_batch]
-            request = DescribeConfigsRequest(resources=[(rt, name, list(CONFIG_KEYS)) for rt, name in chunk],
-                                             include_synonyms=False, min_version=1)
+            request = DescribeConfigsRequest(
+                resources=[(rt, name, list(CONFIG_KEYS)) for rt, name in chunk], include_synonyms=False, min_version=1
+            )
 
             async def send(req: Any = request) -> Any:
                 return await admin._manager.send(req)
@@ -274,8 +299,11 @@ class KafkaClusterReader:
             for result in response.results:
                 topic_level = result.resource_type == RESOURCE_TOPIC
                 wanted = CONFIG_SOURCE_TOPIC if topic_level else CONFIG_SOURCE_CLUSTER_DEFAULT
-                values = {c.name: c.value for c in result.configs
-                          if c.config_source == wanted and c.value is not None and c.name in CONFIG_KEYS}
+                values = {
+                    c.name: c.value
+                    for c in result.configs
+                    if c.config_source == wanted and c.value is not None and c.name in CONFIG_KEYS
+                }
                 out[(result.resource_type, result.resource_name)] = (result.error_code, values)
         return out
 
@@ -286,14 +314,17 @@ def metadata_page(topics: list[dict[str, Any]]) -> dict[str, Any]:
     is no error here."""
     out = []
     for topic in topics:
-        partitions = [{**p, "error_code": 0 if p.get("error_code", 0) in METADATA_COMPLETE_ERRORS else p["error_code"]}
-                      for p in topic.get("partitions") or []]
+        partitions = [
+            {**p, "error_code": 0 if p.get("error_code", 0) in METADATA_COMPLETE_ERRORS else p["error_code"]}
+            for p in topic.get("partitions") or []
+        ]
         out.append({**topic, "partitions": partitions})
     return {"topics": out, "next_cursor": None}
 
 
-def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
-              on_error: Callable[[str, str], None]) -> View:
+def poll_view(
+    reader: ClusterReader, previous: View | None, page_size: int, on_error: Callable[[str, str], None]
+) -> View:
     """Read the whole cluster once. Raises PollError when the view would be incomplete as a whole (a broker
     unreachable, paging broken off); a topic that is incomplete or gone mid-poll keeps its previous state (and is
     reported through ``on_error``), so that nothing wrong is published."""
@@ -319,8 +350,10 @@ def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
             page = reader.partitions_page(cursor, page_size)
         except Exception as exc:
             reason = "partial_page" if pages else "broker_unreachable"
-            raise PollError(reason, f"DescribeTopicPartitions page {pages + 1} (cursor {cursor}) failed: "
-                                    f"{type(exc).__name__}: {exc}") from exc
+            raise PollError(
+                reason,
+                f"DescribeTopicPartitions page {pages + 1} (cursor {cursor}) failed: {type(exc).__name__}: {exc}",
+            ) from exc
         pages += 1
         for entry in page["topics"]:
             name = entry["name"]
@@ -343,8 +376,13 @@ def poll_view(reader: ClusterReader, previous: View | None, page_size: int,
                     broken.add(name)
                     continue
                 topic.partitions[int(p["partition_index"])] = Partition(
-                    int(p["leader_id"]), int(p["leader_epoch"]), list(p["replica_nodes"]), list(p["isr_nodes"]),
-                    list(p.get("eligible_leader_replicas") or []), list(p.get("last_known_elr") or []))
+                    int(p["leader_id"]),
+                    int(p["leader_epoch"]),
+                    list(p["replica_nodes"]),
+                    list(p["isr_nodes"]),
+                    list(p.get("eligible_leader_replicas") or []),
+                    list(p.get("last_known_elr") or []),
+                )
         cursor = page.get("next_cursor")
         if not cursor:
             break
@@ -418,16 +456,32 @@ class _Out:
             raise ValueError(f"{type_name} is not derivable from the admin API (state/record_types.py)")
         offset = self.next_offset
         self.next_offset += 1
-        self.events.append({"type": type_name, "version": version, "data": data, "offset": offset,
-                            "timestamp": self.timestamp_ms, "source": self.origin})
+        self.events.append(
+            {
+                "type": type_name,
+                "version": version,
+                "data": data,
+                "offset": offset,
+                "timestamp": self.timestamp_ms,
+                "source": self.origin,
+            }
+        )
         return offset
 
 
 def _partition_record(topic_id: str, pid: int, p: Partition) -> dict[str, Any]:
-    data: dict[str, Any] = {"partitionId": pid, "topicId": topic_id, "replicas": p.replicas, "isr": p.isr,
-                            "removingReplicas": [], "addingReplicas": [], "leader": p.leader,
-                            "leaderEpoch": p.leader_epoch, "partitionEpoch": p.partition_epoch,
-                            "directories": [UNASSIGNED_DIR] * len(p.replicas)}
+    data: dict[str, Any] = {
+        "partitionId": pid,
+        "topicId": topic_id,
+        "replicas": p.replicas,
+        "isr": p.isr,
+        "removingReplicas": [],
+        "addingReplicas": [],
+        "leader": p.leader,
+        "leaderEpoch": p.leader_epoch,
+        "partitionEpoch": p.partition_epoch,
+        "directories": [UNASSIGNED_DIR] * len(p.replicas),
+    }
     if p.elr:
         data["eligibleLeaderReplicas"] = p.elr
     if p.last_known_elr:
@@ -483,21 +537,39 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
         broker, before = new.brokers[broker_id], old.brokers.get(broker_id)
         if before is None or before.epoch < 0:
             broker.epoch = out.next_offset
-            out.add(REGISTER_BROKER_RECORD, 1, {
-                "brokerId": broker_id, "incarnationId": ZERO_UUID, "brokerEpoch": broker.epoch, "endPoints": [],
-                "features": [], "rack": broker.rack, "fenced": broker.fenced, "inControlledShutdown": False})
+            out.add(
+                REGISTER_BROKER_RECORD,
+                1,
+                {
+                    "brokerId": broker_id,
+                    "incarnationId": ZERO_UUID,
+                    "brokerEpoch": broker.epoch,
+                    "endPoints": [],
+                    "features": [],
+                    "rack": broker.rack,
+                    "fenced": broker.fenced,
+                    "inControlledShutdown": False,
+                },
+            )
             continue
         broker.epoch = before.epoch
         if before.fenced and not broker.fenced:
-            out.add(BROKER_REGISTRATION_CHANGE_RECORD, 0,
-                    {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": -1})
+            out.add(
+                BROKER_REGISTRATION_CHANGE_RECORD, 0, {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": -1}
+            )
         elif broker.fenced and not before.fenced:
-            later.append((BROKER_REGISTRATION_CHANGE_RECORD, 0,
-                          {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": 1}))
+            later.append(
+                (
+                    BROKER_REGISTRATION_CHANGE_RECORD,
+                    0,
+                    {"brokerId": broker_id, "brokerEpoch": broker.epoch, "fenced": 1},
+                )
+            )
     for broker_id in sorted(set(old.brokers) - set(new.brokers)):
         if old.brokers[broker_id].epoch >= 0:
-            later.append((UNREGISTER_BROKER_RECORD, 0,
-                          {"brokerId": broker_id, "brokerEpoch": old.brokers[broker_id].epoch}))
+            later.append(
+                (UNREGISTER_BROKER_RECORD, 0, {"brokerId": broker_id, "brokerEpoch": old.brokers[broker_id].epoch})
+            )
     for name in sorted(old.topics):
         if name not in new.topics or new.topics[name].topic_id != old.topics[name].topic_id:
             out.add(REMOVE_TOPIC_RECORD, 0, {"topicId": old.topics[name].topic_id})
@@ -510,11 +582,11 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
             out.add(TOPIC_RECORD, 0, {"name": name, "topicId": topic.topic_id})
             _config_events(out, RESOURCE_TOPIC, name, {}, new.topic_configs.get(name, {}))
         else:
-            _config_events(out, RESOURCE_TOPIC, name, old.topic_configs.get(name, {}),
-                           new.topic_configs.get(name, {}))
+            _config_events(out, RESOURCE_TOPIC, name, old.topic_configs.get(name, {}), new.topic_configs.get(name, {}))
         for pid in sorted(topic.partitions):
-            _partition_events(out, topic.topic_id, pid, before.partitions.get(pid) if before else None,
-                              topic.partitions[pid])
+            _partition_events(
+                out, topic.topic_id, pid, before.partitions.get(pid) if before else None, topic.partitions[pid]
+            )
     for name in sorted(set(old.topic_configs) - set(new.topics)):  # configs of removed topics: deleted
         if name in old.topics and name not in new.topics:
             continue  # Kafka deletes a removed topic's configs with it (no CONFIG_RECORD)
@@ -527,5 +599,4 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
 def _config_events(out: _Out, rtype: int, name: str, old: dict[str, str], new: dict[str, str]) -> None:
     for key in CONFIG_KEYS:
         if new.get(key) != old.get(key):
-            out.add(CONFIG_RECORD, 0, {"resourceType": rtype, "resourceName": name, "name": key,
-                                         "value": new.get(key)})
+            out.add(CONFIG_RECORD, 0, {"resourceType": rtype, "resourceName": name, "name": key, "value": new.get(key)})

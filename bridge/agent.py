@@ -85,11 +85,18 @@ class Published:
 class ReplicaLogAgent(_Delivery):
     """One broker's agent; `step` reads the metadata log, the local replicas, and publishes what is due."""
 
-    def __init__(self, log_dirs: list[str | os.PathLike], metadata_dir: str | os.PathLike, publisher: Publisher,
-                 state: StateFile, metrics: Metrics, max_rate: float = 20.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 metadata_lines: Callable[[], list[bytes]] | None = None) -> None:
+    def __init__(
+        self,
+        log_dirs: list[str | os.PathLike],
+        metadata_dir: str | os.PathLike,
+        publisher: Publisher,
+        state: StateFile,
+        metrics: Metrics,
+        max_rate: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        metadata_lines: Callable[[], list[bytes]] | None = None,
+    ) -> None:
         """``metadata_lines``: where the metadata events come from (default: the node's metadata log, read by
         `MetadataLogTail` until caught up at each step)."""
         if not log_dirs:
@@ -110,7 +117,8 @@ class ReplicaLogAgent(_Delivery):
         if doc and doc.get("nodeId") != self.node_id:
             raise AgentError(f"state file {state.path} belongs to node {doc.get('nodeId')}, not {self.node_id}")
         self.published: dict[tuple[str, int], Published] = {
-            (str(t), int(p)): Published(*map(int, rest)) for t, p, *rest in doc.get("published", [])}
+            (str(t), int(p)): Published(*map(int, rest)) for t, p, *rest in doc.get("published", [])
+        }
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
         self.cluster = ClusterState()
         self.tail = MetadataLogTail(self.metadata_dir, on_error=metrics.error)  # in memory: rebuilt at each start
@@ -127,10 +135,17 @@ class ReplicaLogAgent(_Delivery):
     # -- state file ----------------------------------------------------------------------------------------------
 
     def _save(self, pending: list[bytes]) -> None:
-        self.state.save({"source": "agent", "nodeId": self.node_id,
-                         "published": [[t, p, v.broker_epoch, v.log_end_offset, v.last_written_leader_epoch,
-                                        v.current_leader_epoch] for (t, p), v in sorted(self.published.items())],
-                         "pending": [line.decode() for line in pending]})
+        self.state.save(
+            {
+                "source": "agent",
+                "nodeId": self.node_id,
+                "published": [
+                    [t, p, v.broker_epoch, v.log_end_offset, v.last_written_leader_epoch, v.current_leader_epoch]
+                    for (t, p), v in sorted(self.published.items())
+                ],
+                "pending": [line.decode() for line in pending],
+            }
+        )
 
     # -- metadata ------------------------------------------------------------------------------------------------
 
@@ -245,10 +260,22 @@ class ReplicaLogAgent(_Delivery):
             now = Published(epoch, info.log_end_offset, info.last_written_leader_epoch, p.leader_epoch)
             if self.published.get((topic_id, pid)) == now:
                 continue
-            events.append({"type": RECORD_TYPE, "version": 0, "timestamp": self.wall_ms(), "data": {
-                "topicId": topic_id, "partitionId": pid, "brokerId": self.node_id, "brokerEpoch": epoch,
-                "logEndOffset": info.log_end_offset, "lastWrittenLeaderEpoch": info.last_written_leader_epoch,
-                "currentLeaderEpoch": p.leader_epoch}})
+            events.append(
+                {
+                    "type": RECORD_TYPE,
+                    "version": 0,
+                    "timestamp": self.wall_ms(),
+                    "data": {
+                        "topicId": topic_id,
+                        "partitionId": pid,
+                        "brokerId": self.node_id,
+                        "brokerEpoch": epoch,
+                        "logEndOffset": info.log_end_offset,
+                        "lastWrittenLeaderEpoch": info.last_written_leader_epoch,
+                        "currentLeaderEpoch": p.leader_epoch,
+                    },
+                }
+            )
         return events
 
     def step(self) -> int:
@@ -275,13 +302,24 @@ class ReplicaLogAgent(_Delivery):
         for e in events:
             d = e["data"]
             self.published[(d["topicId"], d["partitionId"])] = Published(
-                d["brokerEpoch"], d["logEndOffset"], d["lastWrittenLeaderEpoch"], d["currentLeaderEpoch"])
+                d["brokerEpoch"], d["logEndOffset"], d["lastWrittenLeaderEpoch"], d["currentLeaderEpoch"]
+            )
         return self._deliver([orjson.dumps(e) for e in events])
 
 
-def run_agent(*, log_dirs: list[str], metadata_log_dir: str, options: dict[str, str], topic: str,
-              state_file: str | None = None, interval_s: float = 2.0, max_rate: float = 20.0,
-              metrics_port: int | None = None, metrics_host: str = "127.0.0.1", duration_s: float = 0.0) -> Metrics:
+def run_agent(
+    *,
+    log_dirs: list[str],
+    metadata_log_dir: str,
+    options: dict[str, str],
+    topic: str,
+    state_file: str | None = None,
+    interval_s: float = 2.0,
+    max_rate: float = 20.0,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    duration_s: float = 0.0,
+) -> Metrics:
     """What ``elrwatch agent`` runs: step the agent every ``interval_s`` until SIGTERM/SIGINT or ``duration_s``."""
     import signal
     import threading
@@ -299,8 +337,13 @@ def run_agent(*, log_dirs: list[str], metadata_log_dir: str, options: dict[str, 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.set())
-    log.warning("elrwatch agent: node %d, log dirs %s → topic %s (state file: %s)", agent.node_id,
-                ",".join(map(str, agent.log_dirs)), topic, state_file or "none")
+    log.warning(
+        "elrwatch agent: node %d, log dirs %s → topic %s (state file: %s)",
+        agent.node_id,
+        ",".join(map(str, agent.log_dirs)),
+        topic,
+        state_file or "none",
+    )
     try:
         run(agent, interval_s, duration_s, stopping.is_set)  # type: ignore[arg-type]
     finally:

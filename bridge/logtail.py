@@ -54,16 +54,24 @@ class TailState:
     hashes: dict[int, int] = field(default_factory=dict)  # offset → CRC32C of the published value (recent)
 
     def to_json(self) -> dict[str, Any]:
-        return {"lastOffset": self.last_offset, "segment": self.segment, "position": self.position,
-                "lastBatch": list(self.last_batch) if self.last_batch else None,
-                "hashes": [[o, h] for o, h in sorted(self.hashes.items())[-10_000:]]}
+        return {
+            "lastOffset": self.last_offset,
+            "segment": self.segment,
+            "position": self.position,
+            "lastBatch": list(self.last_batch) if self.last_batch else None,
+            "hashes": [[o, h] for o, h in sorted(self.hashes.items())[-10_000:]],
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TailState:
         last_batch = doc.get("lastBatch")
-        return cls(int(doc.get("lastOffset", -1)), doc.get("segment"), int(doc.get("position", 0)),
-                   tuple(last_batch) if last_batch else None,  # type: ignore[arg-type]
-                   {int(o): int(h) for o, h in doc.get("hashes", [])})
+        return cls(
+            int(doc.get("lastOffset", -1)),
+            doc.get("segment"),
+            int(doc.get("position", 0)),
+            tuple(last_batch) if last_batch else None,  # type: ignore[arg-type]
+            {int(o): int(h) for o, h in doc.get("hashes", [])},
+        )
 
 
 @dataclass
@@ -103,8 +111,12 @@ def value_hash(decoded: Decoded) -> int:
 class MetadataLogTail:
     """Follows one ``__cluster_metadata-0`` directory; see the module docstring."""
 
-    def __init__(self, log_dir: str | os.PathLike, state: TailState | None = None,
-                 on_error: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        state: TailState | None = None,
+        on_error: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.state = state or TailState()
         self.on_error = on_error or (lambda reason, message: log.warning("%s: %s", reason, message))
@@ -182,8 +194,10 @@ class MetadataLogTail:
             self._read_snapshot(path, end_offset, out)
             next_offset = end_offset
         elif gap and first_base is not None and next_offset < first_base:
-            self.on_error("log_gap", f"offsets {next_offset}..{first_base - 1} are gone from {self.log_dir} "
-                                     "and no snapshot covers them")
+            self.on_error(
+                "log_gap",
+                f"offsets {next_offset}..{first_base - 1} are gone from {self.log_dir} and no snapshot covers them",
+            )
         candidates = [base for base, _ in segs if base <= max(next_offset, first_base or 0)]
         st.segment = candidates[-1] if candidates else (segs[0][0] if segs else None)
         st.position, st.last_batch = 0, None
@@ -233,8 +247,12 @@ class MetadataLogTail:
         candidates = [base for base, _ in segs if base <= low]
         st.segment = candidates[-1] if candidates else (segs[0][0] if segs else None)
         st.position, st.last_batch = 0, None
-        log.warning("the metadata log in %s changed under the bridge (truncated or rolled away); re-reading from "
-                    "segment %s to compare what was published", self.log_dir, st.segment)
+        log.warning(
+            "the metadata log in %s changed under the bridge (truncated or rolled away); re-reading from "
+            "segment %s to compare what was published",
+            self.log_dir,
+            st.segment,
+        )
 
     def _take(self, records: list[Decoded], out: list[TailRecord]) -> None:
         st = self.state

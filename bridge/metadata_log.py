@@ -91,8 +91,6 @@ def schemas() -> dict[int, tuple[str, dict[str, Any]]]:
     return out
 
 
-
-
 def _camel(name: str) -> str:
     return name[:1].lower() + name[1:]
 
@@ -121,8 +119,9 @@ class FieldPlan:
     struct_plan: tuple[tuple[FieldPlan, ...], dict[int, FieldPlan]] | None
 
 
-_PRIMITIVES = frozenset({"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "string", "bytes",
-                         "uuid"})
+_PRIMITIVES = frozenset(
+    {"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "string", "bytes", "uuid"}
+)
 
 
 def _default(kind: str, nullable: bool, raw: Any) -> Any:
@@ -148,8 +147,9 @@ def _default(kind: str, nullable: bool, raw: Any) -> Any:
     return None  # struct
 
 
-def _plan_fields(fields: list[dict[str, Any]], version: int,
-                 common: dict[str, list[dict[str, Any]]]) -> tuple[tuple[FieldPlan, ...], dict[int, FieldPlan]]:
+def _plan_fields(
+    fields: list[dict[str, Any]], version: int, common: dict[str, list[dict[str, Any]]]
+) -> tuple[tuple[FieldPlan, ...], dict[int, FieldPlan]]:
     """(untagged fields in order, tag → tagged field) of one struct at one version."""
     ordered: list[FieldPlan] = []
     tagged: dict[int, FieldPlan] = {}
@@ -169,8 +169,15 @@ def _plan_fields(fields: list[dict[str, Any]], version: int,
             kind = type_name
         nullable = in_versions(version, version_range(field.get("nullableVersions")))
         is_tagged = in_versions(version, version_range(field.get("taggedVersions")))
-        plan = FieldPlan(_camel(field["name"]), kind, nullable, is_tagged, int(field.get("tag", -1)),
-                         _default(kind, nullable, field.get("default")), sub)
+        plan = FieldPlan(
+            _camel(field["name"]),
+            kind,
+            nullable,
+            is_tagged,
+            int(field.get("tag", -1)),
+            _default(kind, nullable, field.get("default")),
+            sub,
+        )
         ordered.append(plan)
         if is_tagged:
             tagged[plan.tag] = plan
@@ -254,6 +261,7 @@ def _read_uuid(buf: bytes, pos: int) -> tuple[Any, int]:
 def _length_reader(flexible: bool, wide: bool) -> Callable[[bytes, int], tuple[int, int]]:
     """Collection lengths: compact (uvarint - 1) when flexible, else int16 (strings) or int32 (arrays, bytes)."""
     if flexible:
+
         def compact(buf: bytes, pos: int) -> tuple[int, int]:
             n, pos = read_uvarint(buf, pos)
             return n - 1, pos
@@ -296,6 +304,7 @@ def _reader(plan: FieldPlan, flexible: bool) -> Read:
         length = _length_reader(flexible, True)
         name, nullable = plan.json_name, plan.nullable
         if element == "int32":
+
             def read_ints(buf: bytes, pos: int) -> tuple[Any, int]:
                 n, pos = length(buf, pos)
                 if n < 0:
@@ -305,8 +314,11 @@ def _reader(plan: FieldPlan, flexible: bool) -> Read:
                 return list(struct.unpack_from(f">{n}i", buf, pos)), pos + 4 * n
 
             return read_ints
-        item = (_struct_reader(plan.struct_plan, flexible) if element == "struct"  # type: ignore[arg-type]
-                else _reader(FieldPlan(name, element, False, False, -1, None, None), flexible))
+        item = (
+            _struct_reader(plan.struct_plan, flexible)
+            if element == "struct"  # type: ignore[arg-type]
+            else _reader(FieldPlan(name, element, False, False, -1, None, None), flexible)
+        )
 
         def read_array(buf: bytes, pos: int) -> tuple[Any, int]:
             n, pos = length(buf, pos)
@@ -444,9 +456,11 @@ def _decompress(codec: int, data: bytes) -> bytes:
         return gzip.decompress(data)
     from kafka import codec as kcodec  # kafka-python's codecs: snappy (xerial framing), lz4 frames, zstd
 
-    available = {2: ("snappy", kcodec.has_snappy, kcodec.snappy_decode),
-                 3: ("lz4", kcodec.has_lz4, kcodec.lz4_decode),
-                 4: ("zstd", kcodec.has_zstd, kcodec.zstd_decode)}
+    available = {
+        2: ("snappy", kcodec.has_snappy, kcodec.snappy_decode),
+        3: ("lz4", kcodec.has_lz4, kcodec.lz4_decode),
+        4: ("zstd", kcodec.has_zstd, kcodec.zstd_decode),
+    }
     if codec not in available:
         raise DecodeError("unsupported_compression", f"unknown compression codec {codec}")
     name, has, decode = available[codec]
@@ -468,16 +482,28 @@ def read_batch(buf: bytes | memoryview, pos: int) -> Batch:
     size = LOG_OVERHEAD + length
     if available < size:
         raise Truncated
-    (base_offset, _, leader_epoch, magic, crc, attributes, last_delta, base_ts, max_ts, _pid, _pepoch, _seq,
-     count) = BATCH_HEADER.unpack_from(buf, pos)
+    (base_offset, _, leader_epoch, magic, crc, attributes, last_delta, base_ts, max_ts, _pid, _pepoch, _seq, count) = (
+        BATCH_HEADER.unpack_from(buf, pos)
+    )
     if magic != 2:
         raise DecodeError("decode_error", f"batch at offset {base_offset}: magic {magic}, only 2 is supported")
     body = bytes(buf[pos + CRC_START : pos + size])
     if crc32c.crc32c(body) != crc:
         raise DecodeError("crc_mismatch", f"batch at offset {base_offset} (position {pos}): CRC32C mismatch")
     records = body[HEADER_SIZE - CRC_START :]
-    return Batch(base_offset, base_offset + last_delta, pos, size, leader_epoch, crc, attributes, base_ts, max_ts,
-                 count, _decompress(attributes & 0x7, records))
+    return Batch(
+        base_offset,
+        base_offset + last_delta,
+        pos,
+        size,
+        leader_epoch,
+        crc,
+        attributes,
+        base_ts,
+        max_ts,
+        count,
+        _decompress(attributes & 0x7, records),
+    )
 
 
 def iter_records(batch: Batch) -> Iterator[RawRecord]:
@@ -521,8 +547,14 @@ class Decoded:
 
     def envelope(self, **extra: Any) -> dict[str, Any]:
         """elrwatch's event envelope: Kafka's dump-log JSON plus ``offset`` and ``timestamp``."""
-        return {"type": self.type, "version": self.version, "data": self.data, "offset": self.offset,
-                "timestamp": self.timestamp, **extra}
+        return {
+            "type": self.type,
+            "version": self.version,
+            "data": self.data,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            **extra,
+        }
 
 
 def decode_record(record: RawRecord) -> Decoded:

@@ -262,9 +262,18 @@ def read_replica_log(partition_dir: str | os.PathLike, recovery_point: int | Non
     topic_id = read_topic_id(directory)
     if not segs:  # Kafka would create an empty segment at the log start offset; nothing was written here
         checkpoint_epoch = epochs[-1][0] if epochs else None
-        return ReplicaLogInfo(parsed[0], parsed[1], topic_id, epochs[-1][1] if epochs else 0,
-                              NO_EPOCH if checkpoint_epoch is None else checkpoint_epoch, None, checkpoint_epoch,
-                              0, 0, None)
+        return ReplicaLogInfo(
+            parsed[0],
+            parsed[1],
+            topic_id,
+            epochs[-1][1] if epochs else 0,
+            NO_EPOCH if checkpoint_epoch is None else checkpoint_epoch,
+            None,
+            checkpoint_epoch,
+            0,
+            0,
+            None,
+        )
     if recovery_point is None:
         first = len(segs) - 1
     else:  # the segment holding the recovery point, and every later one (LogSegments.values(recoveryPoint, ∞))
@@ -307,8 +316,10 @@ def read_replica_log(partition_dir: str | os.PathLike, recovery_point: int | Non
 def read_log_dir(log_dir: str | os.PathLike) -> dict[tuple[str, int], ReplicaLogInfo]:
     """Every partition of one ``log.dirs`` entry, with its recovery points."""
     recovery = read_offset_checkpoint(Path(log_dir) / "recovery-point-offset-checkpoint")
-    return {(topic, partition): read_replica_log(path, recovery.get((topic, partition)))
-            for topic, partition, path in partition_dirs(log_dir)}
+    return {
+        (topic, partition): read_replica_log(path, recovery.get((topic, partition)))
+        for topic, partition, path in partition_dirs(log_dir)
+    }
 
 
 __all__ = [

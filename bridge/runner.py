@@ -41,10 +41,23 @@ from elrwatch.state.record_types import learn_topic_name
 log = logging.getLogger("elrwatch.bridge")
 
 #: Bounded label values of elrwatch_bridge_errors_total.
-ERROR_REASONS = ("broker_unreachable", "topic_deleted", "topic_error", "partial_page", "config_error",
-                 "unknown_record_type", "unknown_record_version", "decode_error", "crc_mismatch",
-                 "unsupported_compression", "diverged_log", "log_gap", "log_unreadable", "publish_failed",
-                 "replica_log_unreadable")
+ERROR_REASONS = (
+    "broker_unreachable",
+    "topic_deleted",
+    "topic_error",
+    "partial_page",
+    "config_error",
+    "unknown_record_type",
+    "unknown_record_version",
+    "decode_error",
+    "crc_mismatch",
+    "unsupported_compression",
+    "diverged_log",
+    "log_gap",
+    "log_unreadable",
+    "publish_failed",
+    "replica_log_unreadable",
+)
 
 
 class Metrics:
@@ -208,8 +221,15 @@ class _Delivery(ABC):
 class AdminBridge(_Delivery):
     """Polls with a `ClusterReader` and publishes what changed (see admin.py)."""
 
-    def __init__(self, reader: ClusterReader, publisher: Publisher, state: StateFile, metrics: Metrics,
-                 page_size: int = 2000, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(
+        self,
+        reader: ClusterReader,
+        publisher: Publisher,
+        state: StateFile,
+        metrics: Metrics,
+        page_size: int = 2000,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self.reader, self.publisher, self.state, self.metrics = reader, publisher, state, metrics
         self.page_size = page_size
         self.clock_ms = clock_ms
@@ -226,9 +246,14 @@ class AdminBridge(_Delivery):
                 learn(name, topic.topic_id)
 
     def _save(self, pending: list[bytes]) -> None:
-        self.state.save({"source": "admin", "nextOffset": self.next_offset,
-                         "view": self.view.to_json() if self.view is not None else None,
-                         "pending": [line.decode() for line in pending]})
+        self.state.save(
+            {
+                "source": "admin",
+                "nextOffset": self.next_offset,
+                "view": self.view.to_json() if self.view is not None else None,
+                "pending": [line.decode() for line in pending],
+            }
+        )
 
     def step(self) -> int:
         """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
@@ -255,8 +280,11 @@ class AdminBridge(_Delivery):
         old_topics = self.view.topics if self.view is not None else {}
         for name in sorted(old_topics):
             if name not in new.topics or new.topics[name].topic_id != old_topics[name].topic_id:
-                self.metrics.error("topic_deleted", f"topic {name} ({old_topics[name].topic_id}) was deleted since "
-                                                    "the last poll: REMOVE_TOPIC_RECORD published")
+                self.metrics.error(
+                    "topic_deleted",
+                    f"topic {name} ({old_topics[name].topic_id}) was deleted since "
+                    "the last poll: REMOVE_TOPIC_RECORD published",
+                )
         lines = _lines(events)
         self.view, self.next_offset = new, events[-1]["offset"] + 1
         return self._deliver(lines)
@@ -283,8 +311,14 @@ class LogBridge(_Delivery):
                 learn(name, topic_id)
 
     def _save(self, pending: list[bytes]) -> None:
-        self.state.save({"source": "metadata-log", "tail": self.tail.state.to_json(), "topics": self.topic_ids,
-                         "pending": [line.decode() for line in pending]})
+        self.state.save(
+            {
+                "source": "metadata-log",
+                "tail": self.tail.state.to_json(),
+                "topics": self.topic_ids,
+                "pending": [line.decode() for line in pending],
+            }
+        )
 
     def step(self) -> int:
         """Read what was appended and publish it; returns how many records were published."""
@@ -308,8 +342,11 @@ class LogBridge(_Delivery):
                 extra["snapshotEnd"] = rec.offset + 1  # the core applies it as a snapshot's record
             if rec.diverged:
                 extra["diverged"] = True
-                self.metrics.error("diverged_log", f"offset {rec.offset} came back with other content: "
-                                                   f"{rec.decoded.type} (published again, marked diverged)")
+                self.metrics.error(
+                    "diverged_log",
+                    f"offset {rec.offset} came back with other content: "
+                    f"{rec.decoded.type} (published again, marked diverged)",
+                )
             event = rec.decoded.envelope(**extra) | {"offset": rec.offset}
             if isinstance(event.get("data"), dict):
                 learn_topic_name(str(event.get("type")), event["data"], self.topic_ids)
@@ -317,9 +354,12 @@ class LogBridge(_Delivery):
         return self._deliver(_lines(events))
 
 
-
-def run(bridge: AdminBridge | LogBridge, interval_s: float, duration_s: float = 0.0,
-        stop: Callable[[], bool] = lambda: False) -> None:
+def run(
+    bridge: AdminBridge | LogBridge,
+    interval_s: float,
+    duration_s: float = 0.0,
+    stop: Callable[[], bool] = lambda: False,
+) -> None:
     """Step every ``interval_s`` until ``duration_s`` (0 = forever) or ``stop()``."""
     deadline = time.monotonic() + duration_s if duration_s > 0 else None
     while not stop():
@@ -374,8 +414,10 @@ def run_bridge(
             raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
         zookeeper = zookeeper_broker_dir(log_dir)
         if zookeeper is not None:
-            raise ValueError(f"--log-dir {log_dir}: {zookeeper} is a ZooKeeper-mode broker's (broker.id, no "
-                             "node.id): a ZooKeeper-mode cluster has no metadata log, use --source admin")
+            raise ValueError(
+                f"--log-dir {log_dir}: {zookeeper} is a ZooKeeper-mode broker's (broker.id, no "
+                "node.id): a ZooKeeper-mode cluster has no metadata log, use --source admin"
+            )
         if not Path(log_dir).is_dir():
             raise ValueError(f"--log-dir {log_dir} is not a directory")
     metrics = Metrics()

@@ -69,8 +69,13 @@ def _end(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
 
 def _spawn(args: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen:
     with open(log, "w") as out:
-        proc = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=None if env is None else {**os.environ, **env})
+        proc = subprocess.Popen(
+            list(args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
+        )
     _LIVE.add(proc)
     return proc
 
@@ -90,8 +95,13 @@ def binary(name: str, package: str) -> str:
     return path
 
 
-def wait_until(condition: Callable[[], Any], what: str, timeout: float, interval: float = 0.25,
-               state: Callable[[], Any] | None = None) -> Any:
+def wait_until(
+    condition: Callable[[], Any],
+    what: str,
+    timeout: float,
+    interval: float = 0.25,
+    state: Callable[[], Any] | None = None,
+) -> Any:
     """Poll ``condition`` until it returns something truthy (returned); :class:`TimeoutError` after ``timeout``,
     naming what ``state()`` returns then."""
     deadline = time.monotonic() + timeout
@@ -163,8 +173,9 @@ class WebhookReceiver:
         with self._lock:
             return list(self._notifications)
 
-    def alerts(self, alertname: str | None = None, status: str | None = None,
-               since: float = 0.0) -> list[dict[str, Any]]:
+    def alerts(
+        self, alertname: str | None = None, status: str | None = None, since: float = 0.0
+    ) -> list[dict[str, Any]]:
         """The alerts of the notifications received at or after ``since`` (Unix s), each with its
         notification's ``receivedAt``; filtered by alert name and status (``firing`` / ``resolved``)."""
         found = []
@@ -217,35 +228,61 @@ class AlertingStack:
             self.receiver = WebhookReceiver()
             am_port, prom_port = free_port(), free_port()
             am_config = {
-                "route": {"receiver": "webhook", "group_by": ["..."], "group_wait": "0s", "group_interval": "1s",
-                          "repeat_interval": "1h"},
-                "receivers": [{"name": "webhook",
-                               "webhook_configs": [{"url": self.receiver.url, "send_resolved": True}]}],
+                "route": {
+                    "receiver": "webhook",
+                    "group_by": ["..."],
+                    "group_wait": "0s",
+                    "group_interval": "1s",
+                    "repeat_interval": "1h",
+                },
+                "receivers": [
+                    {"name": "webhook", "webhook_configs": [{"url": self.receiver.url, "send_resolved": True}]}
+                ],
             }
             (self.workdir / "alertmanager.yml").write_text(yaml.safe_dump(am_config))
             am_log = self.workdir / "alertmanager.log"
-            self.alertmanager = _spawn([
-                alertmanager, f"--config.file={self.workdir / 'alertmanager.yml'}",
-                f"--storage.path={self.workdir / 'alertmanager-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                "--cluster.listen-address=", "--log.level=warn"], am_log)
+            self.alertmanager = _spawn(
+                [
+                    alertmanager,
+                    f"--config.file={self.workdir / 'alertmanager.yml'}",
+                    f"--storage.path={self.workdir / 'alertmanager-data'}",
+                    f"--web.listen-address=127.0.0.1:{am_port}",
+                    "--cluster.listen-address=",
+                    "--log.level=warn",
+                ],
+                am_log,
+            )
             self.alertmanager_url = f"http://127.0.0.1:{am_port}"
             self._wait_ready(self.alertmanager, f"{self.alertmanager_url}/-/ready", "alertmanager", am_log)
 
             prom_config = {
-                "global": {"scrape_interval": self.interval, "scrape_timeout": self.interval,
-                           "evaluation_interval": self.interval},
+                "global": {
+                    "scrape_interval": self.interval,
+                    "scrape_timeout": self.interval,
+                    "evaluation_interval": self.interval,
+                },
                 "rule_files": [str(self.rule_file)],
                 "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-                "scrape_configs": [{"job_name": JOB, "static_configs": [
-                    {"targets": self.targets, "labels": {"elrwatch_component": "stream"}}]}],
+                "scrape_configs": [
+                    {
+                        "job_name": JOB,
+                        "static_configs": [{"targets": self.targets, "labels": {"elrwatch_component": "stream"}}],
+                    }
+                ],
             }
             (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
             prom_log = self.workdir / "prometheus.log"
-            self.prometheus = _spawn([
-                prometheus, f"--config.file={self.workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}", "--rules.alert.resend-delay=1s",
-                "--log.level=warn"], prom_log)
+            self.prometheus = _spawn(
+                [
+                    prometheus,
+                    f"--config.file={self.workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                    "--rules.alert.resend-delay=1s",
+                    "--log.level=warn",
+                ],
+                prom_log,
+            )
             self.prometheus_url = f"http://127.0.0.1:{prom_port}"
             self._wait_ready(self.prometheus, f"{self.prometheus_url}/-/ready", "prometheus", prom_log)
         except BaseException:
@@ -329,16 +366,50 @@ class Pipeline:
         cli = [sys.executable, "-P", "-m", "elrwatch.cli"]
         env = {"PYTHONUNBUFFERED": "1"}
         try:
-            self.bridge = _spawn([*cli, "bridge", "--source", "metadata-log", "--log-dir",
-                                  str(self.cluster.controller.metadata_dir), "--bootstrap-servers",
-                                  self.cluster.bootstrap, "--topic", self.topic, "--interval", "0.2",
-                                  "--state-file", str(self.workdir / "bridge.json")],
-                                 self.workdir / "bridge.log", env)
-            self.stream = _spawn([*cli, "stream", "--bootstrap-servers", self.cluster.bootstrap, "--topic",
-                                  self.topic, "--store", f"sqlite:///{self.workdir / 'elrwatch.db'}",
-                                  "--checkpoint", str(self.workdir / "checkpoint"), "--metrics-port",
-                                  str(self.metrics_port), "--trigger", "1s", "--buckets", "1",
-                                  "--starting-offsets", "earliest"], self.workdir / "stream.log", env)
+            self.bridge = _spawn(
+                [
+                    *cli,
+                    "bridge",
+                    "--source",
+                    "metadata-log",
+                    "--log-dir",
+                    str(self.cluster.controller.metadata_dir),
+                    "--bootstrap-servers",
+                    self.cluster.bootstrap,
+                    "--topic",
+                    self.topic,
+                    "--interval",
+                    "0.2",
+                    "--state-file",
+                    str(self.workdir / "bridge.json"),
+                ],
+                self.workdir / "bridge.log",
+                env,
+            )
+            self.stream = _spawn(
+                [
+                    *cli,
+                    "stream",
+                    "--bootstrap-servers",
+                    self.cluster.bootstrap,
+                    "--topic",
+                    self.topic,
+                    "--store",
+                    f"sqlite:///{self.workdir / 'elrwatch.db'}",
+                    "--checkpoint",
+                    str(self.workdir / "checkpoint"),
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--trigger",
+                    "1s",
+                    "--buckets",
+                    "1",
+                    "--starting-offsets",
+                    "earliest",
+                ],
+                self.workdir / "stream.log",
+                env,
+            )
             deadline = time.monotonic() + timeout
             while not _answers(self.metrics_url):
                 for proc, name in ((self.bridge, "bridge"), (self.stream, "stream")):
@@ -346,8 +417,9 @@ class Pipeline:
                         log = self.workdir / f"{name}.log"
                         raise AlertingError(f"elrwatch {name} exited ({proc.returncode}): {_tail(log)} (log: {log})")
                 if time.monotonic() >= deadline:
-                    raise AlertingError(f"elrwatch stream's /metrics not up within {timeout:g}s "
-                                        f"(log: {self.workdir / 'stream.log'})")
+                    raise AlertingError(
+                        f"elrwatch stream's /metrics not up within {timeout:g}s (log: {self.workdir / 'stream.log'})"
+                    )
                 time.sleep(0.5)
         except BaseException:
             self.stop()

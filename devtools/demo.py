@@ -73,9 +73,31 @@ def _first_line(exc: BaseException) -> str:
 def _simulated(workdir: str, records: int) -> Iterator[bytes]:
     out = os.path.join(workdir, "simulated.jsonl")
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "simulate", "--faults", "0.3", "--records", str(records),
-         "--topics", "5", "--partitions", "40", "--brokers", "6", "--seed", "42", "-o", out],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.cli",
+            "simulate",
+            "--faults",
+            "0.3",
+            "--records",
+            str(records),
+            "--topics",
+            "5",
+            "--partitions",
+            "40",
+            "--brokers",
+            "6",
+            "--seed",
+            "42",
+            "-o",
+            out,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     if done.returncode == 0 and os.path.exists(out):
         with open(out, "rb") as fh:
@@ -122,8 +144,12 @@ def _spawn(args: list[str], log_path: str) -> subprocess.Popen:
     """An ``elrwatch`` subcommand in a session of its own (the terminal's Ctrl-C reaches the demo only, which
     stops it), its output in ``log_path``."""
     with open(log_path, "w") as log:
-        return subprocess.Popen([sys.executable, "-P", "-m", "elrwatch.cli", *args], stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-P", "-m", "elrwatch.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _end(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
@@ -200,7 +226,9 @@ def run_demo(
     try:
         kafka = _start_cluster(
             lambda: KafkaCluster(brokers=1, base_dir=os.path.join(workdir, "kafka")),
-            f"the event-topic broker (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, one broker)", ClusterError)
+            f"the event-topic broker (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, one broker)",
+            ClusterError,
+        )
         try:
             kafka.create_topic(TOPIC, partitions=1)
         except ClusterError as exc:
@@ -211,13 +239,24 @@ def run_demo(
 
         if not simulated:
             watched = _start_cluster(
-                lambda: KafkaCluster(brokers=3, base_dir=os.path.join(workdir, "watched"), min_insync_replicas=2,
-                                     elr=True, **({"version": DEMO_KAFKA[kafka_version], "mode": "zookeeper"}
-                                                  if legacy else {})),
-                (f"the watched cluster (Apache Kafka {DEMO_KAFKA[kafka_version]}, ZooKeeper mode: one ZooKeeper "
-                 "node, three brokers, no ELR, min.insync.replicas=2)") if legacy else
-                (f"the watched cluster (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, three brokers, ELR on, "
-                 "min.insync.replicas=2)"), ClusterError)
+                lambda: KafkaCluster(
+                    brokers=3,
+                    base_dir=os.path.join(workdir, "watched"),
+                    min_insync_replicas=2,
+                    elr=True,
+                    **({"version": DEMO_KAFKA[kafka_version], "mode": "zookeeper"} if legacy else {}),
+                ),
+                (
+                    f"the watched cluster (Apache Kafka {DEMO_KAFKA[kafka_version]}, ZooKeeper mode: one ZooKeeper "
+                    "node, three brokers, no ELR, min.insync.replicas=2)"
+                )
+                if legacy
+                else (
+                    f"the watched cluster (Apache Kafka {KAFKA_VERSION}, KRaft: one controller, three brokers, ELR on, "
+                    "min.insync.replicas=2)"
+                ),
+                ClusterError,
+            )
             try:
                 if legacy:  # the admin bridge sees dynamic configs, not a broker's server.properties
                     watched.set_cluster_config("min.insync.replicas", "2")
@@ -226,40 +265,64 @@ def run_demo(
             except ClusterError as exc:
                 raise DemoError(f"cannot create the watched cluster's topics: {_first_line(exc)}") from None
             where["watched"] = watched.bootstrap
-            _say(f"watched cluster on {watched.bootstrap} ({watched.controller.role} "
-                 f"127.0.0.1:{watched.controller.port}, logs: "
-                 f"{watched.base_dir}), topics "
-                 + ", ".join(f"{n} (RF {_rf(k)})" for n, k in WATCHED_TOPICS))
+            _say(
+                f"watched cluster on {watched.bootstrap} ({watched.controller.role} "
+                f"127.0.0.1:{watched.controller.port}, logs: "
+                f"{watched.base_dir}), topics " + ", ".join(f"{n} (RF {_rf(k)})" for n, k in WATCHED_TOPICS)
+            )
             log_dir = str(watched.controller.metadata_dir)
             bridge_port = free_port()
             bridge_log = os.path.join(workdir, "bridge.log")
-            source = (["--source", "admin", "--admin-bootstrap-servers", watched.bootstrap] if legacy
-                      else ["--source", "metadata-log", "--log-dir", log_dir])
-            bridge = _spawn(["bridge", *source,
-                             "--bootstrap-servers", kafka.bootstrap, "--topic", TOPIC, "--interval", "0.5",
-                             "--state-file", os.path.join(workdir, "bridge.json"),
-                             "--metrics-port", str(bridge_port)], bridge_log)
+            source = (
+                ["--source", "admin", "--admin-bootstrap-servers", watched.bootstrap]
+                if legacy
+                else ["--source", "metadata-log", "--log-dir", log_dir]
+            )
+            bridge = _spawn(
+                [
+                    "bridge",
+                    *source,
+                    "--bootstrap-servers",
+                    kafka.bootstrap,
+                    "--topic",
+                    TOPIC,
+                    "--interval",
+                    "0.5",
+                    "--state-file",
+                    os.path.join(workdir, "bridge.json"),
+                    "--metrics-port",
+                    str(bridge_port),
+                ],
+                bridge_log,
+            )
             where["bridge_metrics"] = f"http://127.0.0.1:{bridge_port}/metrics"
             bridge_proc = bridge
             if not _wait_http(where["bridge_metrics"], 60, alive=lambda: bridge_proc.poll() is None):
-                raise DemoError(f"the bridge did not start (exit {bridge.poll()}): "
-                                f"{_last_line(bridge_log) or 'no output'} (log: {bridge_log})")
+                raise DemoError(
+                    f"the bridge did not start (exit {bridge.poll()}): "
+                    f"{_last_line(bridge_log) or 'no output'} (log: {bridge_log})"
+                )
             if legacy:
-                _say("elrwatch bridge --source admin on the watched cluster (ZooKeeper mode has no metadata log): "
-                     "Metadata and DescribeCluster polled every 0.5 s; a broker that drops out is shown "
-                     "unregistered. Without ELR a partition whose ISR is down to one broker with min ISR 2 has its "
-                     "last replica standing: gauge elrwatch_last_replica_standing_partitions, and each such "
-                     "partition's outlook on the status page")
+                _say(
+                    "elrwatch bridge --source admin on the watched cluster (ZooKeeper mode has no metadata log): "
+                    "Metadata and DescribeCluster polled every 0.5 s; a broker that drops out is shown "
+                    "unregistered. Without ELR a partition whose ISR is down to one broker with min ISR 2 has its "
+                    "last replica standing: gauge elrwatch_last_replica_standing_partitions, and each such "
+                    "partition's outlook on the status page"
+                )
             else:
-                _say(f"elrwatch bridge --source metadata-log on the controller's {log_dir}: Kafka's exact records "
-                     "with their real offsets and CreateTimes, every transition (an admin poll would see only the "
-                     "net change between two polls, and no broker or partition epochs)")
+                _say(
+                    f"elrwatch bridge --source metadata-log on the controller's {log_dir}: Kafka's exact records "
+                    "with their real offsets and CreateTimes, every transition (an admin poll would see only the "
+                    "net change between two polls, and no broker or partition epochs)"
+                )
 
         if api_port:
             api = _spawn(["api", "--store", store, "--port", str(api_port)], os.path.join(workdir, "api.log"))
             where["api"] = f"http://127.0.0.1:{api_port}/"
 
         if simulated:
+
             def produce() -> None:
                 records = int(max(5000, rate * duration * 1.2)) if duration else 50_000
                 lines = stamped_now(_simulated(workdir, records))
@@ -278,8 +341,10 @@ def run_demo(
             if "api" in where:
                 alive = (lambda: api.poll() is None) if api is not None else (lambda: False)
                 ready = _wait_http(where["api"] + "healthz", 30, alive=alive)
-                _say(f"  status page  : {where['api']}{'' if ready else '  (not answering yet, see api.log)'}"
-                     f"   (REST: {where['api']}v1/partitions, {where['api']}v1/summary)")
+                _say(
+                    f"  status page  : {where['api']}{'' if ready else '  (not answering yet, see api.log)'}"
+                    f"   (REST: {where['api']}v1/partitions, {where['api']}v1/summary)"
+                )
                 where["api_metrics"] = where["api"] + "metrics"
                 _say(f"  API metrics  : {where['api_metrics']}")
             where["metrics"] = f"http://127.0.0.1:{config.bound_metrics_port}/metrics"
@@ -290,9 +355,11 @@ def run_demo(
             _say(f"  workdir      : {workdir}   (logs: api.log, bridge.log, kafka/, watched/)")
             if watched is not None and faults:
                 injector = FaultInjector(watched, _say, seed=seed).start()
-                _say(f"fault injector: kills and restarts brokers of the watched cluster every ~"
-                     f"{injector.pause + 2 * injector.hold:g}s (first in {injector.first_delay:g}s); "
-                     "one line per action below")
+                _say(
+                    f"fault injector: kills and restarts brokers of the watched cluster every ~"
+                    f"{injector.pause + 2 * injector.hold:g}s (first in {injector.first_delay:g}s); "
+                    "one line per action below"
+                )
             _say("Ctrl-C stops everything." if not duration else f"stopping in {duration:g}s.")
             if duration:
                 timer = threading.Timer(duration, stop.set)
@@ -300,12 +367,22 @@ def run_demo(
                 timer.start()
 
         config = JobConfig(
-            source="kafka", kafka=KafkaSettings(kafka.bootstrap), topic=TOPIC, store=StoreSettings(store),
-            checkpoint=checkpoint, metrics=MetricsEndpoint(metrics_port), trigger="1s", buckets=2,
+            source="kafka",
+            kafka=KafkaSettings(kafka.bootstrap),
+            topic=TOPIC,
+            store=StoreSettings(store),
+            checkpoint=checkpoint,
+            metrics=MetricsEndpoint(metrics_port),
+            trigger="1s",
+            buckets=2,
         )
         try:
-            query.run(config, stop_event=stop, on_started=started,
-                    handle_signals=threading.current_thread() is threading.main_thread())
+            query.run(
+                config,
+                stop_event=stop,
+                on_started=started,
+                handle_signals=threading.current_thread() is threading.main_thread(),
+            )
         except query.JobError as exc:
             raise DemoError(_first_line(exc)) from None
         _say("stopped.")
@@ -369,24 +446,34 @@ def demo(
     ] = False,
     simulated: Annotated[
         bool,
-        typer.Option("--simulated/--real", envvar="ELRWATCH_DEMO_SIMULATED",
-                     help="Simulator events (with faults) instead of a real 3-broker cluster."),
+        typer.Option(
+            "--simulated/--real",
+            envvar="ELRWATCH_DEMO_SIMULATED",
+            help="Simulator events (with faults) instead of a real 3-broker cluster.",
+        ),
     ] = False,
     faults: Annotated[
         bool,
-        typer.Option("--faults/--no-faults", envvar="ELRWATCH_DEMO_FAULTS",
-                     help="Real cluster: kill and restart brokers on a schedule (devtools/fault_injector.py)."),
+        typer.Option(
+            "--faults/--no-faults",
+            envvar="ELRWATCH_DEMO_FAULTS",
+            help="Real cluster: kill and restart brokers on a schedule (devtools/fault_injector.py).",
+        ),
     ] = True,
     seed: Annotated[
         int,
-        typer.Option("--seed", envvar="ELRWATCH_DEMO_SEED",
-                     help="Real cluster: seed of the fault injector's choice of brokers."),
+        typer.Option(
+            "--seed", envvar="ELRWATCH_DEMO_SEED", help="Real cluster: seed of the fault injector's choice of brokers."
+        ),
     ] = 7,
     kafka: Annotated[
         str,
-        typer.Option("--kafka", envvar="ELRWATCH_DEMO_KAFKA",
-                     help="Real cluster: 4.4 (KRaft, ELR on, the metadata-log bridge) or 3.9 (ZooKeeper mode, "
-                          "no ELR, the admin bridge; shows last-replica-standing exposure)."),
+        typer.Option(
+            "--kafka",
+            envvar="ELRWATCH_DEMO_KAFKA",
+            help="Real cluster: 4.4 (KRaft, ELR on, the metadata-log bridge) or 3.9 (ZooKeeper mode, "
+            "no ELR, the admin bridge; shows last-replica-standing exposure).",
+        ),
     ] = "4.4",
 ) -> None:
     """Local demo (Apache Kafka's jars: make kafka-jars). Default: a real KRaft cluster (one controller, three
@@ -396,8 +483,16 @@ def demo(
     Prints where to look; Ctrl-C stops everything."""
     try:
         run_demo(
-            duration=duration, workdir=workdir, metrics_port=metrics_port, api_port=api_port, rate=rate, keep=keep,
-            simulated=simulated, faults=faults, seed=seed, kafka_version=kafka,
+            duration=duration,
+            workdir=workdir,
+            metrics_port=metrics_port,
+            api_port=api_port,
+            rate=rate,
+            keep=keep,
+            simulated=simulated,
+            faults=faults,
+            seed=seed,
+            kafka_version=kafka,
         )
     except DemoError as exc:
         fail(str(exc), code=1)

@@ -103,8 +103,10 @@ class FaultInjector:
                 except _Stopped:
                     return
                 except Exception as again:
-                    self._say(f"restart after the failure failed: {type(again).__name__}: "
-                              f"{str(again).splitlines()[0] if str(again) else ''}")
+                    self._say(
+                        f"restart after the failure failed: {type(again).__name__}: "
+                        f"{str(again).splitlines()[0] if str(again) else ''}"
+                    )
             if self._stop.wait(self.pause):
                 return
 
@@ -169,8 +171,11 @@ class FaultInjector:
                 self._down[broker] = how
                 self.actions += 1
         brokers = [b for b, _ in plan]
-        self._poll(lambda: set(brokers) <= self.cluster.down_brokers(),
-                   f"broker{'s' if len(brokers) > 1 else ''} {_and(brokers)} down for the controller", timeout=20.0)
+        self._poll(
+            lambda: set(brokers) <= self.cluster.down_brokers(),
+            f"broker{'s' if len(brokers) > 1 else ''} {_and(brokers)} down for the controller",
+            timeout=20.0,
+        )
 
     def _bring_up(self, broker: int) -> None:
         """Start a broker this injector took down; wait until the controller unfences it."""
@@ -180,13 +185,24 @@ class FaultInjector:
             self.cluster.start_broker(broker, wait_unfenced=False)
             self.actions += 1
             elr = getattr(self.cluster, "elr", True)
-            self._say(f"restart broker {broker} ("
-                      + (("unclean: it was killed, Kafka removes it from the ELR as it registers" if elr
-                          else "unclean: it was killed") if how == "kill"
-                         else "clean: it shut down cleanly, it stays an eligible leader" if elr
-                         else "clean: it shut down cleanly") + ")")
-        self._poll(lambda: self.cluster.describe_cluster().get(broker) is False, f"broker {broker} unfenced",
-                   timeout=60.0)
+            self._say(
+                f"restart broker {broker} ("
+                + (
+                    (
+                        "unclean: it was killed, Kafka removes it from the ELR as it registers"
+                        if elr
+                        else "unclean: it was killed"
+                    )
+                    if how == "kill"
+                    else "clean: it shut down cleanly, it stays an eligible leader"
+                    if elr
+                    else "clean: it shut down cleanly"
+                )
+                + ")"
+            )
+        self._poll(
+            lambda: self.cluster.describe_cluster().get(broker) is False, f"broker {broker} unfenced", timeout=60.0
+        )
 
     def _restart_all(self) -> None:
         for broker in sorted(self._down):
@@ -195,6 +211,7 @@ class FaultInjector:
     def _recover_leaderless(self) -> None:
         """Every broker is back: a partition that found no leader within ``grace`` s gets an unclean election
         (its ISR and ELR are empty: Kafka waits for an operator, this injector plays one)."""
+
         def leaderless() -> list[tuple[str, int]]:
             described = self.cluster.describe_topic_partitions()
             return sorted(tp for tp, p in described.items() if p["leader"] < 0)
@@ -210,8 +227,10 @@ class FaultInjector:
                 self._check_stop()
                 self.cluster.elect_leaders(topic, [partition], unclean=True)
                 self.actions += 1
-                self._say(f"unclean election of {topic}-{partition} (leaderless {self.grace:g} s after every "
-                          "broker came back: empty ISR and ELR, Kafka waits for an operator)")
+                self._say(
+                    f"unclean election of {topic}-{partition} (leaderless {self.grace:g} s after every "
+                    "broker came back: empty ISR and ELR, Kafka waits for an operator)"
+                )
 
     # ------------------------------------------------------------------ helpers
 

@@ -51,8 +51,7 @@ DEFAULT_LIBS = REPO_ROOT / ".tools" / "kafka" / "libs"
 #: The Kafka version pinned in tools/kafka/pom.xml (checked against the jars found).
 KAFKA_VERSION = "4.4.0"
 #: Every version the harness runs (tools/kafka*/pom.xml) and its modes.
-VERSIONS: dict[str, tuple[str, ...]] = {KAFKA_VERSION: ("kraft",), "3.9.1": ("kraft", "zookeeper"),
-                                        "3.7.2": ("kraft",)}
+VERSIONS: dict[str, tuple[str, ...]] = {KAFKA_VERSION: ("kraft",), "3.9.1": ("kraft", "zookeeper"), "3.7.2": ("kraft",)}
 MODES = ("kraft", "zookeeper")
 #: The API key of DescribeTopicPartitions (advertised from Kafka 3.8 on, by KRaft brokers only).
 DESCRIBE_TOPIC_PARTITIONS = 75
@@ -60,8 +59,14 @@ DESCRIBE_TOPIC_PARTITIONS = 75
 #: few tens of thousands of partitions; bench/bridge.py ran 100k partitions on 6 brokers of 1g each.
 DEFAULT_HEAP = "384m"
 #: Small heaps and a quick JIT keep four JVMs near 1.5 GB and start each in a few seconds.
-DEFAULT_JVM_OPTS = ("-Xms64m", f"-Xmx{DEFAULT_HEAP}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
-                    "-Djava.awt.headless=true")
+DEFAULT_JVM_OPTS = (
+    "-Xms64m",
+    f"-Xmx{DEFAULT_HEAP}",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Xss512k",
+    "-Djava.awt.headless=true",
+)
 TOOL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 _JVM_SIZE = re.compile(r"[1-9][0-9]*[kKmMgG]?")
 #: The name of the extra client listener that ``listener_security`` adds on the first broker.
@@ -148,8 +153,9 @@ def sasl_ssl_listener(
         f"{prefix}ssl.keystore.type": "PEM",
         f"{prefix}ssl.keystore.location": str(keystore_pem),
         f"{prefix}sasl.enabled.mechanisms": mechanism,
-        f"{prefix}{mechanism.lower()}.sasl.jaas.config":
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        f"{prefix}{mechanism.lower()}.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
     }
     if client_truststore_pem is not None:
         props[f"{prefix}ssl.truststore.type"] = "PEM"
@@ -210,8 +216,10 @@ def kafka_libs(libs: str | os.PathLike | None = None, version: str = KAFKA_VERSI
         path = Path.cwd() / ".tools" / folder[0] / "libs"
     for jar in (f"kafka_2.13-{version}.jar", f"kafka-tools-{version}.jar"):
         if not (path / jar).is_file():
-            raise ClusterError(f"Kafka jar {path / jar} is missing: run `make kafka-jars` "
-                               f"(fetches Kafka {version} from Maven Central with {pom})")
+            raise ClusterError(
+                f"Kafka jar {path / jar} is missing: run `make kafka-jars` "
+                f"(fetches Kafka {version} from Maven Central with {pom})"
+            )
     return path
 
 
@@ -222,8 +230,9 @@ def java_executable() -> str:
         return os.path.join(home, "bin", "java")
     found = shutil.which("java")
     if not found:
-        raise ClusterError("no `java` on PATH and no JAVA_HOME: Kafka needs Java 17 "
-                           "(apt-get install openjdk-17-jre-headless)")
+        raise ClusterError(
+            "no `java` on PATH and no JAVA_HOME: Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)"
+        )
     return found
 
 
@@ -307,7 +316,10 @@ class KafkaCluster:
         if isinstance(jvm_opts, str):
             raise ClusterError("jvm_opts is a sequence of options, not one string")
         self.node_jvm_opts: tuple[str, ...] = (
-            *(o for o in DEFAULT_JVM_OPTS if not o.startswith("-Xmx")), f"-Xmx{heap}", *jvm_opts)
+            *(o for o in DEFAULT_JVM_OPTS if not o.startswith("-Xmx")),
+            f"-Xmx{heap}",
+            *jvm_opts,
+        )
         self.libs = kafka_libs(libs, version)
         self.java = java_executable()
         self._own_dir = base_dir is None
@@ -343,8 +355,14 @@ class KafkaCluster:
     def _make_node(self, node_id: int, role: str) -> Node:
         node_dir = self.base_dir / f"{role}-{node_id}"
         node_dir.mkdir(parents=True, exist_ok=True)
-        return Node(node_id=node_id, role=role, port=free_port(), data_dir=node_dir / "data",
-                    props_path=node_dir / "server.properties", log_path=node_dir / "server.log")
+        return Node(
+            node_id=node_id,
+            role=role,
+            port=free_port(),
+            data_dir=node_dir / "data",
+            props_path=node_dir / "server.properties",
+            log_path=node_dir / "server.log",
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -405,15 +423,23 @@ class KafkaCluster:
             "metadata.log.max.record.bytes.between.snapshots": str(1 << 40),
         }
         if node.role == "controller":
-            props = {**common, "process.roles": "controller",
-                     "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
-                     "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"}
+            props = {
+                **common,
+                "process.roles": "controller",
+                "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+            }
         else:
             listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
             protocol_map = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
-            props = {**common, "process.roles": "broker", "inter.broker.listener.name": "PLAINTEXT",
-                     "replica.fetch.wait.max.ms": "200", "replica.socket.timeout.ms": "5000",
-                     "replica.fetch.backoff.ms": "200"}
+            props = {
+                **common,
+                "process.roles": "broker",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "replica.fetch.wait.max.ms": "200",
+                "replica.socket.timeout.ms": "5000",
+                "replica.fetch.backoff.ms": "200",
+            }
             first_broker = next(iter(self.brokers.values()), None)
             if self.listener_security is not None and (first_broker is None or first_broker is node):
                 sec = self.listener_security
@@ -428,28 +454,53 @@ class KafkaCluster:
         return props
 
     #: Props of a KRaft node that a ZooKeeper-mode broker does not take.
-    _KRAFT_ONLY = ("node.id", "controller.quorum.voters", "controller.listener.names", "metadata.log.dir",
-                   "broker.session.timeout.ms", "broker.heartbeat.interval.ms", "controller.quorum.election.timeout.ms",
-                   "controller.quorum.fetch.timeout.ms", "metadata.max.idle.interval.ms",
-                   "metadata.log.max.snapshot.interval.ms", "metadata.log.max.record.bytes.between.snapshots",
-                   "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr")
+    _KRAFT_ONLY = (
+        "node.id",
+        "controller.quorum.voters",
+        "controller.listener.names",
+        "metadata.log.dir",
+        "broker.session.timeout.ms",
+        "broker.heartbeat.interval.ms",
+        "controller.quorum.election.timeout.ms",
+        "controller.quorum.fetch.timeout.ms",
+        "metadata.max.idle.interval.ms",
+        "metadata.log.max.snapshot.interval.ms",
+        "metadata.log.max.record.bytes.between.snapshots",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+    )
 
     def _zookeeper_props(self, node: Node) -> dict[str, str]:
         """A ZooKeeper node's zoo.cfg (standalone, tick 500 ms: sessions of 1-10 s) or a ZooKeeper-mode broker's
         props: the KRaft broker's without the KRaft keys, a broker id and a 4 s ZooKeeper session (a killed broker's
         registration znode goes within it)."""
         if node.role == "zookeeper":
-            return {"tickTime": "500", "initLimit": "10", "syncLimit": "5", "dataDir": str(node.data_dir),
-                    "clientPort": str(node.port), "clientPortAddress": "127.0.0.1", "maxClientCnxns": "0",
-                    "admin.enableServer": "false", "autopurge.purgeInterval": "0"}
+            return {
+                "tickTime": "500",
+                "initLimit": "10",
+                "syncLimit": "5",
+                "dataDir": str(node.data_dir),
+                "clientPort": str(node.port),
+                "clientPortAddress": "127.0.0.1",
+                "maxClientCnxns": "0",
+                "admin.enableServer": "false",
+                "autopurge.purgeInterval": "0",
+            }
         props = self._kraft_props(node)
         for key in self._KRAFT_ONLY:
             props.pop(key, None)
         props.pop("process.roles", None)
         props["listener.security.protocol.map"] = ",".join(
-            p for p in props["listener.security.protocol.map"].split(",") if not p.startswith("CONTROLLER:"))
-        props.update({"broker.id": str(node.node_id), "zookeeper.connect": f"127.0.0.1:{self.controller.port}",
-                      "zookeeper.session.timeout.ms": "4000", "zookeeper.connection.timeout.ms": "10000"})
+            p for p in props["listener.security.protocol.map"].split(",") if not p.startswith("CONTROLLER:")
+        )
+        props.update(
+            {
+                "broker.id": str(node.node_id),
+                "zookeeper.connect": f"127.0.0.1:{self.controller.port}",
+                "zookeeper.session.timeout.ms": "4000",
+                "zookeeper.connection.timeout.ms": "10000",
+            }
+        )
         props.update(node.extra_props)
         return props
 
@@ -460,8 +511,11 @@ class KafkaCluster:
         return str(self.libs / "*")
 
     def _java_cmd(self, main: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> list[str]:
-        logging = (f"-Dlog4j.configuration=file:{self.log4j1_path}" if self.legacy
-                   else f"-Dlog4j2.configurationFile={self.log4j_path}")
+        logging = (
+            f"-Dlog4j.configuration=file:{self.log4j1_path}"
+            if self.legacy
+            else f"-Dlog4j2.configurationFile={self.log4j_path}"
+        )
         return [self.java, *jvm_opts, logging, "-cp", self._classpath(), main, *args]
 
     def _tool_class(self, name: str) -> str:
@@ -480,8 +534,9 @@ class KafkaCluster:
             self._wait_port(self.controller)
             for broker in self.brokers.values():
                 self._spawn(broker)
-            self.wait_for(lambda: self._all_brokers_unfenced(), "every broker registered and unfenced",
-                          timeout=self.start_timeout)
+            self.wait_for(
+                lambda: self._all_brokers_unfenced(), "every broker registered and unfenced", timeout=self.start_timeout
+            )
         except BaseException:
             self.stop()
             raise
@@ -512,8 +567,15 @@ class KafkaCluster:
                         args += ["--add-scram", cred]
                 log = node.data_dir.parent / "format.log"
                 with open(log, "wb") as out:
-                    procs.append((node, log, subprocess.Popen(self._java_cmd("kafka.tools.StorageTool", *args),
-                                                              stdout=out, stderr=subprocess.STDOUT)))
+                    procs.append(
+                        (
+                            node,
+                            log,
+                            subprocess.Popen(
+                                self._java_cmd("kafka.tools.StorageTool", *args), stdout=out, stderr=subprocess.STDOUT
+                            ),
+                        )
+                    )
             for node, log, proc in procs:
                 try:
                     rc = proc.wait(timeout=120)
@@ -530,8 +592,7 @@ class KafkaCluster:
     def _node_ports(self, node: Node) -> list[int]:
         """The ports ``node`` listens on (a broker's first one also serves the extra secure listener)."""
         ports = [node.port]
-        if (self.listener_security is not None and node.role == "broker"
-                and node is next(iter(self.brokers.values()))):
+        if self.listener_security is not None and node.role == "broker" and node is next(iter(self.brokers.values())):
             ports.append(int(self.listener_security["port"]))
         return ports
 
@@ -558,12 +619,15 @@ class KafkaCluster:
         def listening() -> bool:
             self._check_alive(node)
             return _listening(node.port)
+
         self.wait_for(listening, f"{node.role} {node.node_id} listening on {node.port}", timeout=timeout)
 
     def _check_alive(self, node: Node) -> None:
         if node.proc is not None and node.proc.poll() is not None:
-            raise ClusterError(f"{node.role} {node.node_id} exited with {node.proc.returncode}; its last log lines "
-                               f"({node.log_path}):\n{tail(node.log_path)}")
+            raise ClusterError(
+                f"{node.role} {node.node_id} exited with {node.proc.returncode}; its last log lines "
+                f"({node.log_path}):\n{tail(node.log_path)}"
+            )
 
     def _check_all_alive(self) -> None:
         self._check_alive(self.controller)
@@ -652,8 +716,11 @@ class KafkaCluster:
         node = self.broker(broker_id)
         self._spawn(node)
         if wait_unfenced:
-            self.wait_for(lambda: self._check_alive(node) or self.describe_cluster().get(broker_id) is False,
-                          f"broker {broker_id} unfenced", timeout=timeout)
+            self.wait_for(
+                lambda: self._check_alive(node) or self.describe_cluster().get(broker_id) is False,
+                f"broker {broker_id} unfenced",
+                timeout=timeout,
+            )
 
     def restart_broker(self, broker_id: int, *, clean: bool = True, wait_unfenced: bool = True) -> None:
         """Stop (SIGTERM when ``clean``, else kill -9) and start a broker again."""
@@ -678,8 +745,9 @@ class KafkaCluster:
         # A bounded bootstrap (kafka-python's default waits 30 s for a broker that is down); older kafka-python
         # versions have no such setting.
         bounded = {"bootstrap_timeout_ms": 5000} if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG else {}
-        client = KafkaAdminClient(bootstrap_servers=list(live), request_timeout_ms=5000,
-                                  reconnect_backoff_max_ms=500, **bounded)
+        client = KafkaAdminClient(
+            bootstrap_servers=list(live), request_timeout_ms=5000, reconnect_backoff_max_ms=500, **bounded
+        )
         self._admin = (live, client)
         return client
 
@@ -731,12 +799,14 @@ class KafkaCluster:
         out: dict[tuple[str, int], dict] = {}
         cursor = None
         while True:
-            page = self._admin_call(lambda a, c=cursor: a.describe_topic_partitions(topics, page_size, c),
-                                    "DescribeTopicPartitions")
+            page = self._admin_call(
+                lambda a, c=cursor: a.describe_topic_partitions(topics, page_size, c), "DescribeTopicPartitions"
+            )
             for topic in page["topics"]:
                 if topic.get("error_code", 0):
                     raise ClusterError(
-                        f"DescribeTopicPartitions: topic {topic.get('name')} error {topic['error_code']}")
+                        f"DescribeTopicPartitions: topic {topic.get('name')} error {topic['error_code']}"
+                    )
                 for p in topic["partitions"]:
                     out[(topic["name"], p["partition_index"])] = {
                         "topic_id": str(topic["topic_id"]),
@@ -768,17 +838,29 @@ class KafkaCluster:
                 raise ClusterError(f"Metadata: topic {topic.get('name')} error {topic['error_code']}")
             for p in topic["partitions"]:
                 out[(topic["name"], p["partition_index"])] = {
-                    "topic_id": str(topic["topic_id"]), "leader": p["leader_id"], "leader_epoch": p["leader_epoch"],
-                    "replicas": list(p["replica_nodes"]), "isr": list(p["isr_nodes"]), "elr": [],
-                    "last_known_elr": [], "offline_replicas": list(p.get("offline_replicas") or [])}
+                    "topic_id": str(topic["topic_id"]),
+                    "leader": p["leader_id"],
+                    "leader_epoch": p["leader_epoch"],
+                    "replicas": list(p["replica_nodes"]),
+                    "isr": list(p["isr_nodes"]),
+                    "elr": [],
+                    "last_known_elr": [],
+                    "offline_replicas": list(p.get("offline_replicas") or []),
+                }
         return out
 
     def list_topics(self) -> list[str]:
         return sorted(t for t in self._admin_call(lambda a: a.list_topics(), "ListTopics") if not t.startswith("__"))
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int | None = None,
-                     configs: dict[str, str] | None = None, replica_assignment: dict[int, list[int]] | None = None,
-                     wait: bool = True) -> None:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        configs: dict[str, str] | None = None,
+        replica_assignment: dict[int, list[int]] | None = None,
+        wait: bool = True,
+    ) -> None:
         """Create a topic (optionally with an explicit assignment); by default wait for every partition's leader.
 
         ``replication_factor`` defaults to 3, or to the number of brokers when the cluster has fewer."""
@@ -815,6 +897,7 @@ class KafkaCluster:
 
         op = (AlterConfigOp.DELETE, None) if value is None else (AlterConfigOp.SET, value)
         resource = ConfigResource(ConfigResourceType[resource_type], name, configs={key: op})
+
         def alter(admin: Any) -> Any:
             if resource_type == "BROKER" and name == "":
                 # kafka-python sends BROKER resources to the broker of that id and refuses the cluster default's
@@ -822,6 +905,7 @@ class KafkaCluster:
                 async def send() -> Any:
                     request = admin._alter_configs_request([resource], False, True)
                     return admin._alter_configs_process_responses((await admin._manager.send(request)).responses)
+
                 return admin._manager.run(send)
             return admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
 
@@ -835,31 +919,48 @@ class KafkaCluster:
         if not live:
             raise ClusterError("no broker is running")
         proc = subprocess.run(
-            self._java_cmd("org.apache.kafka.tools.ClusterTool", "unregister", "--bootstrap-server", ",".join(live),
-                           "--id", str(broker_id)),
-            capture_output=True, text=True, timeout=timeout)
+            self._java_cmd(
+                "org.apache.kafka.tools.ClusterTool",
+                "unregister",
+                "--bootstrap-server",
+                ",".join(live),
+                "--id",
+                str(broker_id),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if proc.returncode != 0:
-            raise ClusterError(f"unregistering broker {broker_id} failed (exit {proc.returncode}):\n"
-                               f"{(proc.stderr or proc.stdout)[-2000:]}")
+            raise ClusterError(
+                f"unregistering broker {broker_id} failed (exit {proc.returncode}):\n"
+                f"{(proc.stderr or proc.stdout)[-2000:]}"
+            )
 
     def elect_leaders(self, topic: str, partitions: list[int], *, unclean: bool) -> Any:
         """An unclean (``unclean=True``) or preferred leader election through the admin API."""
-        return self._admin_call(lambda a: a.elect_leaders(1 if unclean else 0, {topic: partitions}),
-                                f"ElectLeaders {'unclean' if unclean else 'preferred'} {topic} {partitions}")
+        return self._admin_call(
+            lambda a: a.elect_leaders(1 if unclean else 0, {topic: partitions}),
+            f"ElectLeaders {'unclean' if unclean else 'preferred'} {topic} {partitions}",
+        )
 
     def reassign(self, topic: str, partition: int, replicas: list[int], wait: bool = True) -> None:
         """Reassign one partition to ``replicas``; by default wait until the new assignment is in place."""
         from kafka import TopicPartition
 
         tp = TopicPartition(topic, partition)
-        result = self._admin_call(lambda a: a.alter_partition_reassignments({tp: replicas}),
-                                  f"AlterPartitionReassignments {topic}-{partition}")
+        result = self._admin_call(
+            lambda a: a.alter_partition_reassignments({tp: replicas}),
+            f"AlterPartitionReassignments {topic}-{partition}",
+        )
         err = result.get(tp)
         if err is not None:
             raise ClusterError(f"reassignment of {topic}-{partition} to {replicas} failed: {err.__name__}")
         if wait:
-            self.wait_for(lambda: self.describe_topic_partitions([topic])[(topic, partition)]["replicas"] == replicas,
-                          f"{topic}-{partition} reassigned to {replicas}")
+            self.wait_for(
+                lambda: self.describe_topic_partitions([topic])[(topic, partition)]["replicas"] == replicas,
+                f"{topic}-{partition} reassigned to {replicas}",
+            )
 
     # ------------------------------------------------------------------ metadata log
 
@@ -879,8 +980,9 @@ class KafkaCluster:
         args = ["--cluster-metadata-decoder", "--files", ",".join(str(f) for f in files)]
         if skip_record_metadata:
             args.append("--skip-record-metadata")
-        proc = subprocess.run(self._java_cmd(self._tool_class("DumpLogSegments"), *args),
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            self._java_cmd(self._tool_class("DumpLogSegments"), *args), capture_output=True, text=True, timeout=180
+        )
         if proc.returncode != 0:
             raise ClusterError(f"DumpLogSegments failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc.stdout
@@ -904,8 +1006,10 @@ class KafkaCluster:
 
     def wait_metadata_quiet(self, quiet_for: float = 1.5, timeout: float = 30.0) -> None:
         """Wait until the controller's metadata log stops growing (size unchanged for ``quiet_for`` s)."""
+
         def size() -> int:
             return sum(f.stat().st_size for f in self.metadata_log_files())
+
         deadline = time.monotonic() + timeout
         last, since = size(), time.monotonic()
         while time.monotonic() < deadline:
@@ -921,8 +1025,9 @@ class KafkaCluster:
         """Bytes in the controller's metadata log segments (grows with every record batch)."""
         return sum(f.stat().st_size for f in self.metadata_log_files())
 
-    def settle(self, topics: list[str] | None = None, quiet_for: float = 1.0,
-               timeout: float = 45.0) -> tuple[dict[tuple[str, int], dict], dict[int, bool]]:
+    def settle(
+        self, topics: list[str] | None = None, quiet_for: float = 1.0, timeout: float = 45.0
+    ) -> tuple[dict[tuple[str, int], dict], dict[int, bool]]:
         """Wait until the cluster is quiet and the brokers agree, then return (DescribeTopicPartitions,
         DescribeCluster): the controller's metadata log has not grown for ``quiet_for`` s, and two answers to each
         request taken around that quiet period (possibly from different brokers, whose metadata caches lag the
@@ -956,8 +1061,10 @@ class KafkaCluster:
             except Exception as exc:
                 last_exc = exc
             if time.monotonic() >= deadline:
-                raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}"
-                                   + (f" (last error: {last_exc!r})" if last_exc else ""))
+                raise ClusterError(
+                    f"timed out after {timeout:.0f} s waiting for {what}"
+                    + (f" (last error: {last_exc!r})" if last_exc else "")
+                )
             time.sleep(interval)
 
     def running_pids(self) -> list[int]:
@@ -975,6 +1082,7 @@ def _is_final_answer(exc: Exception) -> bool:
 
 def _raise_config_errors(result: Any, what: str) -> None:
     """kafka-python returns errors per resource; raise on any that is not NoError."""
+
     def walk(value: Any) -> Iterator[Any]:
         if isinstance(value, dict):
             for v in value.values():
@@ -984,6 +1092,7 @@ def _raise_config_errors(result: Any, what: str) -> None:
                 yield from walk(v)
         else:
             yield value
+
     for item in walk(result):
         if isinstance(item, type) and issubclass(item, Exception) and item.__name__ != "NoError":
             raise ClusterError(f"altering config {what} failed: {item.__name__}")

@@ -115,9 +115,12 @@ class SparkCluster:
         self.master = self._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--webui-port", str(self.webui_port),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.webui_port),
         )
         try:
             self.wait_for(lambda: self.status() is not None, "the master's web UI")
@@ -136,11 +139,16 @@ class SparkCluster:
         self.workers[index] = self._spawn(
             f"worker-{index}",
             "org.apache.spark.deploy.worker.Worker",
-            "--host", "127.0.0.1",
-            "--cores", str(self.cores),
-            "--memory", self.memory,
-            "--webui-port", "0",
-            "--work-dir", str(work_dir),
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            str(self.cores),
+            "--memory",
+            self.memory,
+            "--webui-port",
+            "0",
+            "--work-dir",
+            str(work_dir),
             self.url,
         )
         if wait:
@@ -201,8 +209,9 @@ class SparkCluster:
                 return value
             for name, proc in (("master", self.master), *((f"worker-{i}", p) for i, p in enumerate(self.workers))):
                 if proc is not None and proc.poll() is not None:
-                    raise SparkClusterError(f"Spark {name} exited ({proc.returncode}) waiting for {what}:\n"
-                                            f"{self.log_tail(name)}")
+                    raise SparkClusterError(
+                        f"Spark {name} exited ({proc.returncode}) waiting for {what}:\n{self.log_tail(name)}"
+                    )
             if time.monotonic() > deadline:
                 raise SparkClusterError(f"timed out waiting for {what}:\n{self.log_tail('master')}")
             time.sleep(0.2)

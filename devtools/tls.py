@@ -45,19 +45,37 @@ def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", 
     not_before, not_after = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
 
     def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "elrwatch tests"),
-                          x509.NameAttribute(NameOID.COMMON_NAME, common)])
+        return x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "elrwatch tests"),
+                x509.NameAttribute(NameOID.COMMON_NAME, common),
+            ]
+        )
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(name("elrwatch test CA")).issuer_name(name("elrwatch test CA"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(not_before).not_valid_after(not_after)
+        .subject_name(name("elrwatch test CA"))
+        .issuer_name(name("elrwatch test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -66,9 +84,12 @@ def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", 
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (
             x509.CertificateBuilder()
-            .subject_name(name(common)).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(not_before).not_valid_after(not_after)
+            .subject_name(name(common))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
@@ -76,8 +97,9 @@ def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", 
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(ca_key, hashes.SHA256())
-        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         pem = serialization.Encoding.PEM
         return key_pem + cert.public_bytes(pem) + ca_cert.public_bytes(pem)
 

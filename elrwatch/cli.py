@@ -70,7 +70,8 @@ def replay(
     advice: Annotated[
         bool,
         typer.Option(
-            "--advice/--no-advice", envvar="ELRWATCH_REPLAY_ADVICE",
+            "--advice/--no-advice",
+            envvar="ELRWATCH_REPLAY_ADVICE",
             help="Include each partition's outlook and recommendation.",
         ),
     ] = True,
@@ -109,7 +110,8 @@ def advise(
     strategy: Annotated[
         str | None,
         typer.Option(
-            "--strategy", envvar="ELRWATCH_ADVISE_STRATEGY",
+            "--strategy",
+            envvar="ELRWATCH_ADVISE_STRATEGY",
             help="Aggressive, Balanced or None (default: from unclean.leader.election.enable).",
         ),
     ] = None,
@@ -117,7 +119,6 @@ def advise(
 ) -> None:
     """Replay FILE and print one partition's outlook (what Kafka will do) and recommendation (what to do)."""
     import json
-
 
     if strategy is not None and strategy not in STRATEGIES:
         _fail(f"unknown strategy {strategy!r} (Aggressive, Balanced or None)")
@@ -142,7 +143,8 @@ def whatif(
     unclean: Annotated[
         bool,
         typer.Option(
-            "--unclean/--fenced", envvar="ELRWATCH_WHATIF_UNCLEAN",
+            "--unclean/--fenced",
+            envvar="ELRWATCH_WHATIF_UNCLEAN",
             help="Re-register them after an unclean shutdown instead of fencing.",
         ),
     ] = False,
@@ -155,7 +157,6 @@ def whatif(
     """Replay FILE, take brokers down through the controller model; print the partitions that end under min ISR,
     leaderless, or needing an unclean election, with counts (JSON)."""
     import json
-
 
     try:
         brokers = [int(part) for part in down.split(",") if part.strip()]
@@ -194,28 +195,35 @@ def simulate(
     scenario: Annotated[
         str | None,
         typer.Option(
-            "--scenario", envvar="ELRWATCH_SIMULATE_SCENARIO",
+            "--scenario",
+            envvar="ELRWATCH_SIMULATE_SCENARIO",
             help="kip966-walkthrough, last-replica-standing-elr, … ",
         ),
     ] = None,
     faults: Annotated[
         float | None,
         typer.Option(
-            "--faults", envvar="ELRWATCH_SIMULATE_FAULTS", min=0.0, max=1.0,
+            "--faults",
+            envvar="ELRWATCH_SIMULATE_FAULTS",
+            min=0.0,
+            max=1.0,
             help="Random events; chance each is a fault.",
         ),
     ] = None,
     seed: Annotated[
         int,
         typer.Option(
-            "--seed", envvar="ELRWATCH_SIMULATE_SEED",
+            "--seed",
+            envvar="ELRWATCH_SIMULATE_SEED",
             help="RNG seed: the same seed writes the same records.",
         ),
     ] = 1,
     records: Annotated[
         int | None,
         typer.Option(
-            "--records", envvar="ELRWATCH_SIMULATE_RECORDS", min=1,
+            "--records",
+            envvar="ELRWATCH_SIMULATE_RECORDS",
+            min=1,
             help="With --faults: records to write (default 10000).",
         ),
     ] = None,
@@ -317,7 +325,10 @@ def restart_check(
     limit: Annotated[
         int,
         typer.Option(
-            "--limit", envvar="ELRWATCH_RESTART_CHECK_LIMIT", min=1, max=1000,
+            "--limit",
+            envvar="ELRWATCH_RESTART_CHECK_LIMIT",
+            min=1,
+            max=1000,
             help="At most this many partitions per list.",
         ),
     ] = 100,
@@ -333,7 +344,6 @@ def restart_check(
     if file is not None and store is not None:
         _fail("give --store URL or FILE, not both")
     if file is not None:
-
         try:
             cluster = replay_file(file, default_min_isr).cluster
         except ReplayInputError as exc:
@@ -461,7 +471,6 @@ def produce(
     import itertools
     import time
 
-
     opts = _kafka_options(kafka, topic)
     if simulate == (file is not None):
         _fail("give either FILE or --simulate")
@@ -470,7 +479,6 @@ def produce(
         if create_topic and clients.create_topic(opts, topic, partitions):
             typer.echo(f"elrwatch produce: created topic {topic} ({partitions} partitions)", err=True)
         if simulate:
-
             lines = simulated_lines(sim_topics, sim_partitions, sim_brokers, sim_steps, sim_churn, seed, loop=sim_loop)
         elif file == "-":
             lines = iter(sys.stdin.buffer)
@@ -514,33 +522,55 @@ def stream(config: JobConfig = JOB_OPTIONS) -> None:
 def bridge(
     source: Annotated[
         str,
-        typer.Option("--source", envvar="ELRWATCH_BRIDGE_SOURCE",
-                     help="admin (poll a cluster's admin API) or metadata-log (follow a node's metadata log)."),
+        typer.Option(
+            "--source",
+            envvar="ELRWATCH_BRIDGE_SOURCE",
+            help="admin (poll a cluster's admin API) or metadata-log (follow a node's metadata log).",
+        ),
     ] = "admin",
     kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     log_dir: Annotated[
         str | None,
-        typer.Option("--log-dir", envvar="ELRWATCH_BRIDGE_LOG_DIR",
-                     help="--source metadata-log: the node's __cluster_metadata-0 directory."),
+        typer.Option(
+            "--log-dir",
+            envvar="ELRWATCH_BRIDGE_LOG_DIR",
+            help="--source metadata-log: the node's __cluster_metadata-0 directory.",
+        ),
     ] = None,
     admin_bootstrap_servers: Annotated[
         str | None,
-        typer.Option("--admin-bootstrap-servers", envvar="ELRWATCH_BRIDGE_ADMIN_BOOTSTRAP_SERVERS",
-                     help="--source admin: the cluster to poll (default: --bootstrap-servers; same TLS/SASL)."),
+        typer.Option(
+            "--admin-bootstrap-servers",
+            envvar="ELRWATCH_BRIDGE_ADMIN_BOOTSTRAP_SERVERS",
+            help="--source admin: the cluster to poll (default: --bootstrap-servers; same TLS/SASL).",
+        ),
     ] = None,
     interval: Annotated[
-        float, typer.Option("--interval", envvar="ELRWATCH_BRIDGE_INTERVAL", min=0.05,
-                            help="Seconds between two polls (admin) or reads (metadata log).")
+        float,
+        typer.Option(
+            "--interval",
+            envvar="ELRWATCH_BRIDGE_INTERVAL",
+            min=0.05,
+            help="Seconds between two polls (admin) or reads (metadata log).",
+        ),
     ] = 2.0,
     page_size: Annotated[
-        int, typer.Option("--page-size", envvar="ELRWATCH_BRIDGE_PAGE_SIZE", min=1,
-                          help="--source admin: partitions per DescribeTopicPartitions page.")
+        int,
+        typer.Option(
+            "--page-size",
+            envvar="ELRWATCH_BRIDGE_PAGE_SIZE",
+            min=1,
+            help="--source admin: partitions per DescribeTopicPartitions page.",
+        ),
     ] = 2000,
     state_file: Annotated[
         str | None,
-        typer.Option("--state-file", envvar="ELRWATCH_BRIDGE_STATE_FILE",
-                     help="What was published (restart without duplicates or losses); default: none (in memory)."),
+        typer.Option(
+            "--state-file",
+            envvar="ELRWATCH_BRIDGE_STATE_FILE",
+            help="What was published (restart without duplicates or losses); default: none (in memory).",
+        ),
     ] = None,
     metrics: MetricsEndpoint = METRICS,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
@@ -549,7 +579,6 @@ def bridge(
     metadata log (exact records and offsets)."""
     import logging
 
-
     opts = _kafka_options(kafka, topic)
     if source not in ("admin", "metadata-log"):
         _fail("--source must be admin or metadata-log")
@@ -557,9 +586,19 @@ def bridge(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the bridge logs and counts connection failures itself
     try:
-        run_bridge(source=source, options=opts, topic=topic, admin_options=admin_opts, log_dir=log_dir,
-                   state_file=state_file, interval_s=interval, page_size=page_size, metrics_port=metrics.port,
-                   metrics_host=metrics.host, duration_s=duration)
+        run_bridge(
+            source=source,
+            options=opts,
+            topic=topic,
+            admin_options=admin_opts,
+            log_dir=log_dir,
+            state_file=state_file,
+            interval_s=interval,
+            page_size=page_size,
+            metrics_port=metrics.port,
+            metrics_host=metrics.host,
+            duration_s=duration,
+        )
     except (ValueError, SourceError) as exc:
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors at start: one line, no traceback
@@ -571,28 +610,47 @@ def bridge(
 def agent(
     log_dirs: Annotated[
         str | None,
-        typer.Option("--log-dirs", envvar="ELRWATCH_AGENT_LOG_DIRS",
-                     help="The broker's log.dirs, comma-separated (mounted read-only: only read)."),
+        typer.Option(
+            "--log-dirs",
+            envvar="ELRWATCH_AGENT_LOG_DIRS",
+            help="The broker's log.dirs, comma-separated (mounted read-only: only read).",
+        ),
     ] = None,
     metadata_log_dir: Annotated[
         str | None,
-        typer.Option("--metadata-log-dir", envvar="ELRWATCH_AGENT_METADATA_LOG_DIR",
-                     help="The broker's metadata.log.dir (or its __cluster_metadata-0 directory)."),
+        typer.Option(
+            "--metadata-log-dir",
+            envvar="ELRWATCH_AGENT_METADATA_LOG_DIR",
+            help="The broker's metadata.log.dir (or its __cluster_metadata-0 directory).",
+        ),
     ] = None,
     kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     interval: Annotated[
-        float, typer.Option("--interval", envvar="ELRWATCH_AGENT_INTERVAL", min=0.05,
-                            help="Seconds between two reads of the metadata log and the replicas.")
+        float,
+        typer.Option(
+            "--interval",
+            envvar="ELRWATCH_AGENT_INTERVAL",
+            min=0.05,
+            help="Seconds between two reads of the metadata log and the replicas.",
+        ),
     ] = 2.0,
     max_rate: Annotated[
-        float, typer.Option("--max-rate", envvar="ELRWATCH_AGENT_MAX_RATE", min=0.1,
-                            help="At most this many records published a second (the rest waits, oldest first).")
+        float,
+        typer.Option(
+            "--max-rate",
+            envvar="ELRWATCH_AGENT_MAX_RATE",
+            min=0.1,
+            help="At most this many records published a second (the rest waits, oldest first).",
+        ),
     ] = 20.0,
     state_file: Annotated[
         str | None,
-        typer.Option("--state-file", envvar="ELRWATCH_AGENT_STATE_FILE",
-                     help="What was published (a restart publishes nothing twice); default: none (in memory)."),
+        typer.Option(
+            "--state-file",
+            envvar="ELRWATCH_AGENT_STATE_FILE",
+            help="What was published (a restart publishes nothing twice); default: none (in memory).",
+        ),
     ] = None,
     metrics: MetricsEndpoint = METRICS,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
@@ -602,7 +660,6 @@ def agent(
     should pick. Reads the node's metadata log and its partitions' batch headers, never record payloads."""
     import logging
 
-
     opts = _kafka_options(kafka, topic)
     dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]
     if not dirs or not metadata_log_dir:
@@ -610,9 +667,18 @@ def agent(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # publish failures are logged and counted by the agent
     try:
-        run_agent(log_dirs=dirs, metadata_log_dir=metadata_log_dir, options=opts, topic=topic,  # type: ignore[arg-type]
-                  state_file=state_file, interval_s=interval, max_rate=max_rate, metrics_port=metrics.port,
-                  metrics_host=metrics.host, duration_s=duration)
+        run_agent(
+            log_dirs=dirs,
+            metadata_log_dir=metadata_log_dir,
+            options=opts,
+            topic=topic,  # type: ignore[arg-type]
+            state_file=state_file,
+            interval_s=interval,
+            max_rate=max_rate,
+            metrics_port=metrics.port,
+            metrics_host=metrics.host,
+            duration_s=duration,
+        )
     except (AgentError, ValueError, SourceError) as exc:
         _fail(str(exc))
     except Exception as exc:  # kafka-python errors at start: one line, no traceback

@@ -73,6 +73,8 @@ def unreachable_error(
     named = last is not None and any(marker in last for marker in _ConnectionFailureTap.SPECIFIC)
     if security_protocol.upper().startswith("SASL") and not named:
         # kafka-python may see only the connection closed, or a request timing out after it, not the broker's answer
-        cause += " (with SASL, a connection that fails without a named cause usually means the broker rejected the " \
-                 "credentials or mechanism)"
+        cause += (
+            " (with SASL, a connection that fails without a named cause usually means the broker rejected the "
+            "credentials or mechanism)"
+        )
     return SourceError(f"cannot reach Kafka at {servers} within {timeout_s:g}s: {type(exc).__name__}{cause}")

@@ -141,11 +141,15 @@ def last_replica_standing(p: PartitionState, ctx: controller.TopicContext) -> st
         return None
     (only,) = p.isr
     if ctx.elr_enabled:
-        return (f"ELR on: {only} is the last ISR member, but an unclean shutdown of it costs its ELR seat instead of "
-                "making it leader again (no last-replica-standing exposure)")
-    return (f"last replica standing: ELR off and {only} is the only ISR member (min ISR {ctx.min_isr}); if it shuts "
-            "down uncleanly it comes back as leader from the ISR and committed data may be lost (Kafka 4.x with "
-            "eligible.leader.replicas.version=1 removes this exposure)")
+        return (
+            f"ELR on: {only} is the last ISR member, but an unclean shutdown of it costs its ELR seat instead of "
+            "making it leader again (no last-replica-standing exposure)"
+        )
+    return (
+        f"last replica standing: ELR off and {only} is the only ISR member (min ISR {ctx.min_isr}); if it shuts "
+        "down uncleanly it comes back as leader from the ISR and committed data may be lost (Kafka 4.x with "
+        "eligible.leader.replicas.version=1 removes this exposure)"
+    )
 
 
 def outlook(
@@ -322,8 +326,11 @@ def longest_log_choice(
                 }
             )
             continue
-        entry: dict[str, Any] = {"broker": broker_id, "state": _broker_state_name(brokers, broker_id),
-                                 "lastReport": None}
+        entry: dict[str, Any] = {
+            "broker": broker_id,
+            "state": _broker_state_name(brokers, broker_id),
+            "lastReport": None,
+        }
         if info is not None:
             entry["lastReport"] = {k: info.get(k) for k in ("brokerEpoch", "logEndOffset", "lastWrittenLeaderEpoch")}
         not_reported.append(entry)
@@ -337,8 +344,13 @@ def longest_log_choice(
                 f"stale log info from broker {broker_id} (brokerEpoch {info.get('brokerEpoch')}, registered {expected})"
             )
     if not live:
-        return {"broker": None, "basis": "none", "candidates": [], "missing": ["no live replica"],
-                "notReported": not_reported}
+        return {
+            "broker": None,
+            "basis": "none",
+            "candidates": [],
+            "missing": ["no live replica"],
+            "notReported": not_reported,
+        }
     if candidates:
         best = max(candidates, key=lambda c: (*_rank(c), -live.index(c["broker"])))
         best_epoch, best_end = _rank(best)
@@ -352,10 +364,20 @@ def longest_log_choice(
             entry["recordsAhead"] = (
                 max(0, _rank(last)[1] - best_end) if last is not None and _rank(last) > (best_epoch, best_end) else 0
             )
-        return {"broker": best["broker"], "basis": "log_info", "candidates": candidates, "missing": missing,
-                "notReported": not_reported}
-    return {"broker": live[0], "basis": "replica_order", "candidates": [], "missing": missing,
-            "notReported": not_reported}
+        return {
+            "broker": best["broker"],
+            "basis": "log_info",
+            "candidates": candidates,
+            "missing": missing,
+            "notReported": not_reported,
+        }
+    return {
+        "broker": live[0],
+        "basis": "replica_order",
+        "candidates": [],
+        "missing": missing,
+        "notReported": not_reported,
+    }
 
 
 def _waiting_cost(choice: Mapping[str, Any]) -> str | None:
@@ -369,12 +391,16 @@ def _waiting_cost(choice: Mapping[str, Any]) -> str | None:
         if last is None:
             parts.append(f"{entry['broker']} ({entry['state']}, never reported: its log is unknown)")
         elif entry.get("recordsAhead"):
-            parts.append(f"{entry['broker']} ({entry['state']}, last reported {entry['recordsAhead']} records past "
-                         "the candidate, before its broker re-registered)")
+            parts.append(
+                f"{entry['broker']} ({entry['state']}, last reported {entry['recordsAhead']} records past "
+                "the candidate, before its broker re-registered)"
+            )
         else:
             parts.append(f"{entry['broker']} ({entry['state']}, last reported no more than the candidate)")
-    return ("Not reported: " + "; ".join(parts) + ". Waiting for them keeps the partition offline until they are "
-            "back and their agent reports; electing now loses whatever they hold past the candidate's log.")
+    return (
+        "Not reported: " + "; ".join(parts) + ". Waiting for them keeps the partition offline until they are "
+        "back and their agent reports; electing now loses whatever they hold past the candidate's log."
+    )
 
 
 def _unclean_plan(
@@ -445,8 +471,12 @@ def recommendation(
                 action="restore_replicas",
                 summary=f"High watermark frozen (ISR {len(p.isr)} < min ISR {ctx.min_isr}): bring back or let catch "
                 f"up replicas {missing}; acks=all writes fail until then."
-                + (f" Last replica standing (ELR off): keep {p.leader} from an unclean shutdown, which may lose "
-                   "committed data." if exposed else ""),
+                + (
+                    f" Last replica standing (ELR off): keep {p.leader} from an unclean shutdown, which may lose "
+                    "committed data."
+                    if exposed
+                    else ""
+                ),
                 waitFor=[r for r in missing if not is_active(r)],
                 commands=[  # kafka-topics.sh has no --partition filter; this lists the topic's under-min-ISR ones
                     f"bin/kafka-topics.sh --bootstrap-server {BOOTSTRAP} --describe --topic {name} "
@@ -487,9 +517,12 @@ def recommendation(
             waitFor=down_members,
             summary=f"Wait for {down_members} ({'ISR' if p.isr else 'ELR'}): Kafka elects the first of them that "
             "comes back, cleanly. Restart them cleanly: "
-            + ("an unclean restart costs an ELR member its seat." if ctx.elr_enabled else
-               "with ELR off an ISR member that shut down uncleanly still leads again, and committed data it lost "
-               "is lost."),
+            + (
+                "an unclean restart costs an ELR member its seat."
+                if ctx.elr_enabled
+                else "with ELR off an ISR member that shut down uncleanly still leads again, and committed data it "
+                "lost is lost."
+            ),
             logInfo=choice,
         )
         return rec
@@ -546,24 +579,35 @@ def _unclean(
         chosen = elected
     candidate_log = next((c for c in choice["candidates"] if c["broker"] == chosen), None)
     if choice["basis"] == "log_info" and candidate_log is not None:
-        basis = (f"highest last written leader epoch, then longest log: epoch "
-                 f"{candidate_log['lastWrittenLeaderEpoch']}, log end offset {candidate_log['logEndOffset']}")
-        others = [f"{c['broker']} {'' if c['exact'] else 'at least '}{c['recordsBehind']}"
-                  for c in choice["candidates"] if c["broker"] != chosen]
+        basis = (
+            f"highest last written leader epoch, then longest log: epoch "
+            f"{candidate_log['lastWrittenLeaderEpoch']}, log end offset {candidate_log['logEndOffset']}"
+        )
+        others = [
+            f"{c['broker']} {'' if c['exact'] else 'at least '}{c['recordsBehind']}"
+            for c in choice["candidates"]
+            if c["broker"] != chosen
+        ]
         if others:
             basis += "; electing another loses (records): " + ", ".join(others)
     else:
         basis = "first live replica (no current log info)"
-    how = (f" The reassignment only reorders the replicas ({list(reorder)}) so that {chosen} comes first: Kafka's "
-           "unclean election takes the first live replica and cannot be told which one."
-           if reorder is not None else "")
+    how = (
+        f" The reassignment only reorders the replicas ({list(reorder)}) so that {chosen} comes first: Kafka's "
+        "unclean election takes the first live replica and cannot be told which one."
+        if reorder is not None
+        else ""
+    )
     waiting = _waiting_cost(choice)
     rec.update(
         action="unclean_recovery",
         candidate=chosen,
-        candidateLog=None if candidate_log is None else {
+        candidateLog=None
+        if candidate_log is None
+        else {
             "logEndOffset": candidate_log["logEndOffset"],
-            "lastWrittenLeaderEpoch": candidate_log["lastWrittenLeaderEpoch"]},
+            "lastWrittenLeaderEpoch": candidate_log["lastWrittenLeaderEpoch"],
+        },
         risk=RISK_COMMITTED,
         summary=f"{reason}: elect {chosen} uncleanly ({basis}); committed data may be lost.{how} Afterwards the "
         "partition is RECOVERING: look for hanging transactions." + (f" {waiting}" if waiting else ""),
@@ -589,9 +633,7 @@ def advice_of(
     all the advice needs, so the status store can build it when a partition is read (report.StoreView)."""
     return (
         outlook(partition, brokers, ctx, is_active),
-        recommendation(
-            topic_name, partition, brokers, ctx, strategy=strategy, log_info=log_info, is_active=is_active
-        ),
+        recommendation(topic_name, partition, brokers, ctx, strategy=strategy, log_info=log_info, is_active=is_active),
     )
 
 

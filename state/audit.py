@@ -84,9 +84,7 @@ def check(
         found.append((LEADER_NOT_IN_ISR, f"leader {partition.leader} is not in ISR {list(isr)}"))
     ineligible = [b for b in isr if is_ineligible(b)]
     if ineligible:
-        found.append(
-            (INELIGIBLE_BROKER_IN_ISR, f"fenced or unregistered brokers {ineligible} in ISR {list(isr)}")
-        )
+        found.append((INELIGIBLE_BROKER_IN_ISR, f"fenced or unregistered brokers {ineligible} in ISR {list(isr)}"))
     if epoch_note:
         found.append((EPOCH_DECREASED, epoch_note))
     electable = len(set(isr) | set(elr))

@@ -84,6 +84,7 @@ POLLED_UNKNOWN: Final = (
     "addingRemovingReplicas",
 )
 
+
 def polled_unknown(derived_from: str | None) -> tuple[str, list[str]] | None:
     """(mode, unknown facts) of a state derived by a bridge: ``"admin-poll"`` gives `POLLED_UNKNOWN`, and
     ``"admin-poll:a,b"`` (an older cluster, see bridge/admin.py) adds ``a`` and ``b``; None for Kafka's own log."""

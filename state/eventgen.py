@@ -83,9 +83,7 @@ class EventGenerator:
             {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas", "value": str(self.min_isr)},
         )
         if self.elr:
-            yield self._line(
-                "FEATURE_LEVEL_RECORD", 0, {"name": "eligible.leader.replicas.version", "featureLevel": 1}
-            )
+            yield self._line("FEATURE_LEVEL_RECORD", 0, {"name": "eligible.leader.replicas.version", "featureLevel": 1})
         for b in range(self.n_brokers):
             yield self._line(
                 "REGISTER_BROKER_RECORD",

@@ -266,8 +266,12 @@ def candidate_known_partitions(cluster: Any) -> int:
             continue
         for broker_id, info in infos.items():
             broker = cluster.brokers.get(broker_id)
-            if (broker_id in p.replicas and broker is not None and cluster.is_active(broker_id)
-                    and info.get("brokerEpoch") == broker.epoch):
+            if (
+                broker_id in p.replicas
+                and broker is not None
+                and cluster.is_active(broker_id)
+                and info.get("brokerEpoch") == broker.epoch
+            ):
                 known += 1
                 break
     return known

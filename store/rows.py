@@ -40,7 +40,6 @@ PARTITION_COLUMNS = (
 )
 
 
-
 def partition_sql_row(row: Sequence[Any]) -> list[Any]:
     """A bucket's ``state.partition_row`` as a ``partitions`` row: the PARTITION_COLUMNS values, then the sorted
     broker ids of its ``partition_replicas`` rows.
@@ -131,7 +130,6 @@ def key_of(item: Any) -> tuple[str, int]:
         return str(item["topicId"]), int(item["partitionId"])
     topic_id, partition_id = item
     return str(topic_id), int(partition_id)
-
 
 
 def gauge_value(value: float) -> int | float:

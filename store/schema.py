@@ -179,10 +179,8 @@ TREND_KEEP_MS = 24 * 3600 * 1000
 STORE_SCHEMA = 2
 
 
-
 class StoreSchemaError(ValueError):
     """The store was written by an elrwatch with another table layout."""
-
 
 
 #: SQLite keeps ``partition_replicas`` from ``partitions.replica_brokers`` itself: when a row is inserted, and
@@ -207,7 +205,6 @@ SQLITE_REPLICA_TRIGGERS = (
         "AND r.partition_id = new.partition_id); END"
     ),
 )
-
 
 
 #: The columns a partition's document is rebuilt from (``StoreView.document``'s arguments, in order).

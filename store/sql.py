@@ -71,7 +71,6 @@ def upsert_partition_rows_sqlite(conn: Connection, rows: list[list[Any]]) -> Non
     )
 
 
-
 class WalCheckpointer:
     """A daemon thread running ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection when asked.
 
@@ -126,4 +125,3 @@ class WalCheckpointer:
         self.stopping = True
         self.wanted.set()
         self.thread.join(timeout)
-

@@ -764,10 +764,7 @@ class StatusStore:
         """How many partitions need an operator (index-only count)."""
         with self.engine.connect() as conn:
             return int(
-                conn.execute(
-                    select(func.count()).select_from(partitions_t).where(NEEDS_ACTION_TRUE)
-                ).scalar()
-                or 0
+                conn.execute(select(func.count()).select_from(partitions_t).where(NEEDS_ACTION_TRUE)).scalar() or 0
             )
 
     def history(self, topic: str, partition_id: int, *, limit: int = 1000) -> list[dict[str, Any]]:
@@ -812,9 +809,7 @@ class StatusStore:
     def _broker_counts(self, conn: Connection, broker_ids: Sequence[int]) -> dict[int, dict[str, int | None]]:
         """The per-broker gauges of these brokers (by their sample names: nothing is parsed back)."""
         names = {
-            sample(gauge, broker=str(b)): (b, field)
-            for b in broker_ids
-            for field, gauge in BROKER_COUNT_FIELDS.items()
+            sample(gauge, broker=str(b)): (b, field) for b in broker_ids for field, gauge in BROKER_COUNT_FIELDS.items()
         }
         out: dict[int, dict[str, int | None]] = {b: dict.fromkeys(BROKER_COUNT_FIELDS) for b in broker_ids}
         for chunk in chunks(list(names)):
@@ -914,4 +909,3 @@ class StatusStore:
                 if not full_count:
                     break
         return {"items": items, "nextCursor": nxt, "limit": limit, "count": count}
-

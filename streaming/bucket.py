@@ -136,9 +136,7 @@ def _ordered_rows(pdf: Any) -> Iterator[Row]:
     return ((k, src, seq, r) for _, k, src, seq, r in merged)
 
 
-def process_bucket(
-    bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState
-) -> dict[str, Any]:
+def process_bucket(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) -> dict[str, Any]:
     """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
     partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
     quarantined = apply_rows(bucket, buckets, rows, bs)

@@ -95,9 +95,7 @@ def missing_artifacts(files: Iterable[str], version: str) -> list[str]:
 
 def _missing_message(where: str, missing: list[str], files: Iterable[str], version: str) -> str:
     other = sorted(
-        f"{a}-{v}.jar"
-        for a, v in (parse_jar(p) or ("", "") for p in files)
-        if a in SPARK_VERSIONED and v != version
+        f"{a}-{v}.jar" for a, v in (parse_jar(p) or ("", "") for p in files) if a in SPARK_VERSIONED and v != version
     )
     wrong = f" ({', '.join(other)} is for another Spark version than pyspark's {version})" if other else ""
     return (

@@ -109,8 +109,18 @@ def run(
         keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
         accelerators.start_state_service(config.state_settings(), partitions or 1, keys)
         code = _run_query(
-            config, store, writer, aggregator, health, accelerators, keys, began, stop_event, on_started,
-            handle_signals, connector,
+            config,
+            store,
+            writer,
+            aggregator,
+            health,
+            accelerators,
+            keys,
+            began,
+            stop_event,
+            on_started,
+            handle_signals,
+            connector,
         )
         if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
             try:
@@ -287,9 +297,7 @@ def build_spark(
     return spark
 
 
-def build_query(
-    spark: Any, config: JobConfig, sink: Any, service: Any = None, keys: list[int] | None = None
-) -> Any:
+def build_query(spark: Any, config: JobConfig, sink: Any, service: Any = None, keys: list[int] | None = None) -> Any:
     """Wire source → route → state → foreachBatch(sink) and start the query (``service``: a state_service
     client when the buckets live in the driver's state servers; ``keys``: each bucket's group key)."""
     from pyspark.sql import functions as F

@@ -49,7 +49,6 @@ class Aggregator:
             with open(path, encoding="utf-8") as fh:
                 saved = json.load(fh)
             if saved.get("buckets") == buckets:
-
                 self.bucket_gauges = {int(k): _saved_gauges(v) for k, v in saved["bucketGauges"].items()}
                 self.bucket_counts = {int(k): v for k, v in saved["bucketCounts"].items()}
                 self.shared = _saved_gauges(saved["shared"])

@@ -79,12 +79,10 @@ def parse_starting_offsets(spec: str | None, topics: list[str]) -> dict[str, dic
         return spec.lower()
     try:
         parsed = json.loads(spec)
-        result = {
-            str(t): {str(int(p)): int(o) for p, o in parts.items()} for t, parts in parsed.items()
-        }
+        result = {str(t): {str(int(p)): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
     except (ValueError, AttributeError, TypeError):
         raise SourceError(
-            f"startingOffsets must be earliest, latest or JSON like {{\"{topics[0]}\":{{\"0\":42}}}}"
+            f'startingOffsets must be earliest, latest or JSON like {{"{topics[0]}":{{"0":42}}}}'
         ) from None
     unknown = set(result) - set(topics)
     if unknown:

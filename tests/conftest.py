@@ -45,9 +45,20 @@ class SaslSslClient:
 
     def cli_options(self) -> list[str]:
         """The `elrwatch stream` / `elrwatch produce` options (the password by file, never on the command line)."""
-        return ["--bootstrap-servers", self.bootstrap, "--security-protocol", "SASL_SSL", "--ssl-cafile", self.cafile,
-                "--sasl-mechanism", self.mechanism, "--sasl-username", self.username,
-                "--sasl-password-file", self.password_file]
+        return [
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--security-protocol",
+            "SASL_SSL",
+            "--ssl-cafile",
+            self.cafile,
+            "--sasl-mechanism",
+            self.mechanism,
+            "--sasl-username",
+            self.username,
+            "--sasl-password-file",
+            self.password_file,
+        ]
 
     def password(self) -> str:
         return Path(self.password_file).read_text().strip()

@@ -23,8 +23,9 @@ OTHER_TOPIC_ID = uuid_of(0x5EED_0001)
 DIR = "AAAAAAAAAAAAAAAAAAAAAA"  # DirectoryId.MIGRATING
 
 
-def envelope(type_name: str, version: int, data: dict[str, Any], offset: int | None = None,
-             timestamp: int | None = None) -> dict[str, Any]:
+def envelope(
+    type_name: str, version: int, data: dict[str, Any], offset: int | None = None, timestamp: int | None = None
+) -> dict[str, Any]:
     """The envelope object (optionally with elrwatch's offset/timestamp keys)."""
     env: dict[str, Any] = {"type": type_name, "version": version, "data": data}
     if offset is not None:
@@ -54,6 +55,7 @@ def skip_metadata_line(env: dict[str, Any]) -> str:
 
 
 # --- record builders (data dicts) ------------------------------------------------------------------------------
+
 
 def topic(name: str, topic_id: str = TOPIC_ID) -> tuple[str, int, dict[str, Any]]:
     return "TOPIC_RECORD", 0, {"name": name, "topicId": topic_id}
@@ -101,8 +103,9 @@ def partition(
     return "PARTITION_RECORD", version, data
 
 
-def change(topic_id: str = TOPIC_ID, partition_id: int = 0, version: int = 2, **fields: Any
-           ) -> tuple[str, int, dict[str, Any]]:
+def change(
+    topic_id: str = TOPIC_ID, partition_id: int = 0, version: int = 2, **fields: Any
+) -> tuple[str, int, dict[str, Any]]:
     """PartitionChangeRecord with exactly ``fields`` (camelCase keys) besides the key."""
     data: dict[str, Any] = {"partitionId": partition_id, "topicId": topic_id}
     data.update({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
@@ -117,8 +120,14 @@ def remove_topic(topic_id: str = TOPIC_ID) -> tuple[str, int, dict[str, Any]]:
     return "REMOVE_TOPIC_RECORD", 0, {"topicId": topic_id}
 
 
-def register(broker_id: int, epoch: int = 100, fenced: bool = False, in_controlled_shutdown: bool = False,
-             version: int = 3, rack: str | None = None) -> tuple[str, int, dict[str, Any]]:
+def register(
+    broker_id: int,
+    epoch: int = 100,
+    fenced: bool = False,
+    in_controlled_shutdown: bool = False,
+    version: int = 3,
+    rack: str | None = None,
+) -> tuple[str, int, dict[str, Any]]:
     data: dict[str, Any] = {"brokerId": broker_id}
     if version >= 2:
         data["isMigratingZkBroker"] = False
@@ -135,8 +144,13 @@ def register(broker_id: int, epoch: int = 100, fenced: bool = False, in_controll
     return "REGISTER_BROKER_RECORD", version, data
 
 
-def broker_change(broker_id: int, epoch: int = 100, fenced: int | None = None,
-                  in_controlled_shutdown: int | None = None, version: int = 1) -> tuple[str, int, dict[str, Any]]:
+def broker_change(
+    broker_id: int,
+    epoch: int = 100,
+    fenced: int | None = None,
+    in_controlled_shutdown: int | None = None,
+    version: int = 1,
+) -> tuple[str, int, dict[str, Any]]:
     data: dict[str, Any] = {"brokerId": broker_id, "brokerEpoch": epoch}
     if fenced is not None:
         data["fenced"] = fenced
@@ -158,8 +172,11 @@ def unregister(broker_id: int, epoch: int = 100) -> tuple[str, int, dict[str, An
 
 
 def config(resource_type: int, resource_name: str, name: str, value: str | None) -> tuple[str, int, dict[str, Any]]:
-    return "CONFIG_RECORD", 0, {"resourceType": resource_type, "resourceName": resource_name, "name": name,
-                                "value": value}
+    return (
+        "CONFIG_RECORD",
+        0,
+        {"resourceType": resource_type, "resourceName": resource_name, "name": name, "value": value},
+    )
 
 
 def topic_min_isr(topic_name: str, value: str | None) -> tuple[str, int, dict[str, Any]]:
@@ -184,8 +201,15 @@ def elr_feature(enabled: bool = True) -> tuple[str, int, dict[str, Any]]:
 class Feeder:
     """A `Replayer` fed built records as envelope lines with increasing line numbers and metadata offsets."""
 
-    def __init__(self, source: str = "events.jsonl", default_min_isr: int = 1, replayer: Replayer | None = None,
-                 first_offset: int = 100, first_seq: int = 1, timestamp0: int = 1_732_100_000_000) -> None:
+    def __init__(
+        self,
+        source: str = "events.jsonl",
+        default_min_isr: int = 1,
+        replayer: Replayer | None = None,
+        first_offset: int = 100,
+        first_seq: int = 1,
+        timestamp0: int = 1_732_100_000_000,
+    ) -> None:
         self.replayer = replayer if replayer is not None else Replayer(default_min_isr=default_min_isr)
         self.source = source
         self.seq = first_seq - 1
@@ -200,8 +224,9 @@ class Feeder:
         """The envelope line for ``rec`` at the next offset, and that offset."""
         self.offset += 1
         type_name, version, data = rec
-        env = envelope(type_name, version, data, self.offset if with_offset else None,
-                       self.timestamp0 + self.offset * 1000)
+        env = envelope(
+            type_name, version, data, self.offset if with_offset else None, self.timestamp0 + self.offset * 1000
+        )
         return line(env), self.offset
 
     def feed(self, *recs: tuple[str, int, dict[str, Any]], with_offset: bool = True):
@@ -228,8 +253,9 @@ class Feeder:
         raise KeyError((topic_name, partition_id))
 
 
-def base_cluster(brokers: tuple[int, ...] = (0, 1, 2, 3), elr: bool = True, metadata_version: int = 26
-                 ) -> list[tuple[str, int, dict[str, Any]]]:
+def base_cluster(
+    brokers: tuple[int, ...] = (0, 1, 2, 3), elr: bool = True, metadata_version: int = 26
+) -> list[tuple[str, int, dict[str, Any]]]:
     """Features and active brokers."""
     recs = [feature("metadata.version", metadata_version)]
     if elr:
@@ -330,8 +356,15 @@ def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
             emit(clear_elr(rng.choice([name, ""])))
         elif action < 0.78:
             value = rng.choice([None, "1", "2", "3", "4"])
-            emit(rng.choice([topic_min_isr(name, value), cluster_min_isr(value),
-                             config(2, name, "unclean.leader.election.enable", rng.choice(["true", "false"]))]))
+            emit(
+                rng.choice(
+                    [
+                        topic_min_isr(name, value),
+                        cluster_min_isr(value),
+                        config(2, name, "unclean.leader.election.enable", rng.choice(["true", "false"])),
+                    ]
+                )
+            )
         elif action < 0.82:
             elr_on = not elr_on
             emit(elr_feature(elr_on))
@@ -339,8 +372,17 @@ def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
             new_pid = pid if rng.random() < 0.5 else max(parts) + 1
             new_replicas = rng.sample(range(brokers), rng.randint(1, min(4, brokers)))
             parts[new_pid] = new_replicas
-            emit(partition(topic_id, new_pid, new_replicas, new_replicas, new_replicas[0],
-                           leader_epoch=rng.randint(0, 3), partition_epoch=rng.randint(0, 5)))
+            emit(
+                partition(
+                    topic_id,
+                    new_pid,
+                    new_replicas,
+                    new_replicas,
+                    new_replicas[0],
+                    leader_epoch=rng.randint(0, 3),
+                    partition_epoch=rng.randint(0, 5),
+                )
+            )
         elif action < 0.94:
             emit(remove_topic(topic_id))
             del topics[topic_id]

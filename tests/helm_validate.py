@@ -103,8 +103,12 @@ SCENARIOS: list[tuple[str, list[str], set[str], set[str]]] = [
 
 SCENARIOS += [
     ("bridge off", ["--set", "bridge.enabled=false"], {"Deployment"}, set()),
-    ("bridge.source=metadata-log (a sidecar beside Kafka: nothing rendered)", ["--set", "bridge.source=metadata-log"],
-     {"Deployment"}, set()),
+    (
+        "bridge.source=metadata-log (a sidecar beside Kafka: nothing rendered)",
+        ["--set", "bridge.source=metadata-log"],
+        {"Deployment"},
+        set(),
+    ),
 ]
 #: Scenarios whose render has no admin-mode bridge Deployment (every other one must have exactly one).
 NO_BRIDGE = {"bridge off", "bridge.source=metadata-log (a sidecar beside Kafka: nothing rendered)"}
@@ -118,8 +122,11 @@ SIDECAR_EXAMPLES = [
 
 def check_bridge(name: str, docs: list[dict], problems: list[str]) -> None:
     """One admin-mode bridge Deployment unless the scenario turns it off; its state on a volume."""
-    bridges = [d for d in docs if d["kind"] == "Deployment"
-               and d["metadata"]["labels"].get("app.kubernetes.io/component") == "bridge"]
+    bridges = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["labels"].get("app.kubernetes.io/component") == "bridge"
+    ]
     want = 0 if name in NO_BRIDGE else 1
     if len(bridges) != want:
         problems.append(f"{len(bridges)} bridge Deployments (want {want})")
@@ -129,25 +136,42 @@ def check_bridge(name: str, docs: list[dict], problems: list[str]) -> None:
             problems.append(f"bridge Deployment runs {args[:4]} without --state-file")
 
 
-def check_sidecar_example(contract: dict[str, tuple[set[str], set[str]]], problems: list[str],
-                          example: Path = SIDECAR_EXAMPLE, pool: str = "controller",
-                          runs: list[str] | None = None) -> None:
+def check_sidecar_example(
+    contract: dict[str, tuple[set[str], set[str]]],
+    problems: list[str],
+    example: Path = SIDECAR_EXAMPLE,
+    pool: str = "controller",
+    runs: list[str] | None = None,
+) -> None:
     """A sidecar example (the metadata-log bridge's, the agent's): valid YAML, a read-only mount of Kafka's data,
     real CLI options and env."""
     runs = runs or ["bridge", "--source", "metadata-log"]
     values = yaml.safe_load(example.read_text())
     container = values[pool]["sidecars"][0]
-    fake = {"kind": "Deployment", "metadata": {"name": "kafka"},
-            "spec": {"template": {"spec": {"containers": [container]}}}}
+    fake = {
+        "kind": "Deployment",
+        "metadata": {"name": "kafka"},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
     check_cli([fake], contract, problems)
     if container["args"][1 : 1 + len(runs)] != runs:
         problems.append(f"sidecar example runs {container['args'][:4]}")
     data = [m for m in container["volumeMounts"] if m["name"] == "data"]
     if not data or not data[0].get("readOnly"):
         problems.append("sidecar example: Kafka's data volume is not mounted read-only")
-    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kafka-0"},
-                                  "spec": {"containers": [container], "volumes": values[pool]["extraVolumes"]
-                                           + [{"name": "data", "emptyDir": {}}]}}, "1.35.0", strict=True)
+    kubernetes_validate.validate(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "kafka-0"},
+            "spec": {
+                "containers": [container],
+                "volumes": values[pool]["extraVolumes"] + [{"name": "data", "emptyDir": {}}],
+            },
+        },
+        "1.35.0",
+        strict=True,
+    )
 
 
 # helm args that must make rendering fail (schema or `required`)
@@ -166,11 +190,18 @@ MUST_FAIL: list[tuple[str, list[str]]] = [
 #: Alert values set in the chart must reach the rendered rule: (--set assignments, alert, expr, for, text in the
 #: description).
 ALERT_OVERRIDES = (
-    ["--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.for=7s",
-     "--set", "prometheusRule.alerts.ElrwatchOfflinePartitions.threshold=3",
-     "--set", "prometheusRule.alerts.ElrwatchMonitorStale.staleAfterSeconds=90"],
-    {"ElrwatchOfflinePartitions": ("elrwatch_offline_partitions > 3", "7s", "for 7s"),
-     "ElrwatchMonitorStale": (None, "5m", "more than 90 seconds")},
+    [
+        "--set",
+        "prometheusRule.alerts.ElrwatchOfflinePartitions.for=7s",
+        "--set",
+        "prometheusRule.alerts.ElrwatchOfflinePartitions.threshold=3",
+        "--set",
+        "prometheusRule.alerts.ElrwatchMonitorStale.staleAfterSeconds=90",
+    ],
+    {
+        "ElrwatchOfflinePartitions": ("elrwatch_offline_partitions > 3", "7s", "for 7s"),
+        "ElrwatchMonitorStale": (None, "5m", "more than 90 seconds"),
+    },
 )
 
 

@@ -47,8 +47,15 @@ from elrwatch.state.replay import Replayer
 
 KAFKA_VERSION = "4.4.0"
 #: Record types Kafka 4.4 writes that elrwatch counts and skips (none of them may be quarantined).
-SKIPPED_OK = frozenset({"BEGIN_TRANSACTION_RECORD", "END_TRANSACTION_RECORD", "REGISTER_CONTROLLER_RECORD",
-                        "NO_OP_RECORD", "PRODUCER_IDS_RECORD"})
+SKIPPED_OK = frozenset(
+    {
+        "BEGIN_TRANSACTION_RECORD",
+        "END_TRANSACTION_RECORD",
+        "REGISTER_CONTROLLER_RECORD",
+        "NO_OP_RECORD",
+        "PRODUCER_IDS_RECORD",
+    }
+)
 PCR = "PARTITION_CHANGE_RECORD"
 #: Record fields the model does not produce (conformance/README.md: directories are not modelled).
 UNMODELLED = frozenset({"topicId", "partitionId", "directories"})
@@ -252,11 +259,13 @@ def predict(
 
 def _same(predicted: list[tuple[Key, dict[str, Any]]], actual: list[tuple[Key, dict[str, Any]]]) -> bool:
     """Equal per partition (each partition's records in order); Kafka's partition iteration order is free."""
+
     def by_key(items: list[tuple[Key, dict[str, Any]]]) -> dict[Key, list[dict[str, Any]]]:
         grouped: dict[Key, list[dict[str, Any]]] = {}
         for key, data in items:
             grouped.setdefault(key, []).append(data)
         return grouped
+
     return by_key(predicted) == by_key(actual)
 
 
@@ -288,16 +297,23 @@ def explain(record: Record, before: PartitionState | None, cluster: ClusterState
         requests = {isr, (*before.isr, *(r for r in isr if r not in before.isr))}
         for request in sorted(requests):
             new_isr = [(r, -1) for r in request]
-            candidates.append(("alter_partition", controller.alter_partition(
-                before.copy(), brokers, ctx, before.leader, new_isr, leader_recovery_state=lrs)))
+            candidates.append(
+                (
+                    "alter_partition",
+                    controller.alter_partition(
+                        before.copy(), brokers, ctx, before.leader, new_isr, leader_recovery_state=lrs
+                    ),
+                )
+            )
     if data.get("replicas") is not None:
         removing = data.get("removingReplicas") or ()
         target = [r for r in data["replicas"] if r not in removing]
         candidates.append(("reassign", controller.reassign(before.copy(), target, brokers, ctx)))
     if elections:
         candidates.append(("elect_unclean", controller.elect_leaders(before.copy(), controller.UNCLEAN, brokers, ctx)))
-        candidates.append(("elect_preferred", controller.elect_leaders(before.copy(), controller.PREFERRED, brokers,
-                                                                       ctx)))
+        candidates.append(
+            ("elect_preferred", controller.elect_leaders(before.copy(), controller.PREFERRED, brokers, ctx))
+        )
     for name, decision in candidates:
         if len(decision.records) == 1 and _plain(decision.records[0]) == want:
             return name
@@ -400,6 +416,7 @@ class _ControllerChecker:
         ISR change the leader asked for just before a fence, say). The split is the first one where the model's
         prediction, from the state after those other records, equals the rest; the others must then be explained
         by another call site. Without such a split, the prediction from before the whole run is reported."""
+
         def firsts(window: list[tuple[Record, PartitionState | None]]) -> dict[Key, PartitionState]:
             out: dict[Key, PartitionState] = {}
             for record, before in window:
@@ -438,7 +455,8 @@ class _ControllerChecker:
                 look = outlook(p, self.cluster.brokers, topic_context(self.cluster, topic), self.cluster.is_active)
                 entry = next(e for e in look["whenBrokerReturns"] if e["broker"] == trigger.broker)
                 expected[(topic.topic_id, p.partition_id)] = (entry if trigger.clean else entry["ifUncleanRestart"])[
-                    "elects"]
+                    "elects"
+                ]
             self.returning[trigger.broker] = (trigger, expected)
 
     def _check_returns(self, records: list[Record]) -> None:
@@ -457,7 +475,8 @@ class _ControllerChecker:
                     self.report.mismatches.append(
                         f"advice: broker {trigger.broker} returning ({'clean' if trigger.clean else 'unclean'}, "
                         f"registered at offset {trigger.offset}) was to make {key[0][:6]}-{key[1]} elect {elects}; "
-                        f"Kafka's leader after its unfence at offset {record.offset} is {p.leader}")
+                        f"Kafka's leader after its unfence at offset {record.offset} is {p.leader}"
+                    )
 
     def _verdict(
         self, trigger: Trigger, predicted: list[tuple[Key, dict[str, Any]]], actual: list[tuple[Key, dict[str, Any]]]
@@ -471,15 +490,16 @@ class _ControllerChecker:
         if not ok:
             self.report.mismatches.append(
                 f"{trigger.kind} of broker {trigger.broker} at offset {trigger.offset}"
-                f"{'' if trigger.kind != 'register' else ' (clean)' if trigger.clean else ' (unclean)'}: {detail}")
+                f"{'' if trigger.kind != 'register' else ' (clean)' if trigger.clean else ' (unclean)'}: {detail}"
+            )
 
     def _explain(self, run: list[tuple[Record, PartitionState | None]], has_trigger: bool) -> None:
         for record, before in run:
             how = explain(record, before, self.cluster, elections=not has_trigger)
             if how is None:
                 self.report.mismatches.append(
-                    f"unexplained PartitionChangeRecord at offset {record.offset}: {_plain(record.data)} "
-                    f"on {before!r}")
+                    f"unexplained PartitionChangeRecord at offset {record.offset}: {_plain(record.data)} on {before!r}"
+                )
                 how = "unexplained"
             self.report.explained[how] += 1
 
@@ -497,7 +517,8 @@ class _ControllerChecker:
         if following is None or following.type != "CLEAR_ELR_RECORD" or following.data.get("topicName", "") != topic:
             self.report.mismatches.append(
                 f"min.insync.replicas ConfigRecord at offset {record.offset} for {topic or 'the cluster'!r}: "
-                f"expected a ClearElrRecord next, Kafka wrote {following.type if following else 'nothing'}")
+                f"expected a ClearElrRecord next, Kafka wrote {following.type if following else 'nothing'}"
+            )
 
 
 def check_controller(text: str, source: str = "dump") -> ControllerReport:

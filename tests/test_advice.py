@@ -224,7 +224,10 @@ def test_unclean_recovery_says_what_each_choice_loses_and_who_has_not_reported()
     assert rec["candidateLog"] == {"logEndOffset": 150, "lastWrittenLeaderEpoch": 3}
     by_broker = {c["broker"]: c for c in rec["logInfo"]["candidates"]}
     assert (by_broker[1]["recordsBehind"], by_broker[1]["truncatedIfChosenLeads"], by_broker[1]["exact"]) == (
-        50, 0, True)
+        50,
+        0,
+        True,
+    )
     assert by_broker[2]["recordsBehind"] == 0
     [absent] = rec["logInfo"]["notReported"]
     assert absent["broker"] == 0 and absent["state"] != "active"
@@ -237,8 +240,10 @@ def test_unclean_recovery_says_what_each_choice_loses_and_who_has_not_reported()
 def test_epoch_zero_outranks_no_epoch() -> None:
     p = PartitionState("AAAAAAAAAAAAAAAAAAAAAg", 0, replicas=(0, 1), leader=-1)
     brokers = {b: BrokerState(b, epoch=7, fenced=False) for b in (0, 1)}
-    info = {0: {"brokerEpoch": 7, "logEndOffset": 50, "lastWrittenLeaderEpoch": -1},
-            1: {"brokerEpoch": 7, "logEndOffset": 10, "lastWrittenLeaderEpoch": 0}}
+    info = {
+        0: {"brokerEpoch": 7, "logEndOffset": 50, "lastWrittenLeaderEpoch": -1},
+        1: {"brokerEpoch": 7, "logEndOffset": 10, "lastWrittenLeaderEpoch": 0},
+    }
     choice = longest_log_choice(p, brokers, info, lambda b: True)
     assert choice["broker"] == 1
     assert {c["broker"]: c["exact"] for c in choice["candidates"]} == {0: False, 1: True}

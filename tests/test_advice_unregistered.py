@@ -27,7 +27,11 @@ def test_an_unregistered_elr_member_returns_uncleanly_whatever_it_did() -> None:
     assert entry["state"] == "unregistered"
     # its registration removes it from the ELR: the ELR is empty, so the last known leader 1 is elected at once
     assert (entry["elects"], entry["how"], entry["recovering"], entry.get("atRegistration")) == (
-        1, controller.CHOSEN_LAST_KNOWN_LEADER, True, True)
+        1,
+        controller.CHOSEN_LAST_KNOWN_LEADER,
+        True,
+        True,
+    )
     assert entry["ifUncleanRestart"]["elects"] == 1
 
 

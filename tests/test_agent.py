@@ -59,12 +59,26 @@ class Clock:
         return self.now
 
 
-def make(tmp_path: Path, feed: Feed, state: StateFile | None = None, publisher: MemoryPublisher | None = None,
-         max_rate: float = 100.0, clock: Clock | None = None) -> ReplicaLogAgent:
+def make(
+    tmp_path: Path,
+    feed: Feed,
+    state: StateFile | None = None,
+    publisher: MemoryPublisher | None = None,
+    max_rate: float = 100.0,
+    clock: Clock | None = None,
+) -> ReplicaLogAgent:
     data = tmp_path / "data"
-    return ReplicaLogAgent([data], data / "__cluster_metadata-0", publisher or MemoryPublisher(),
-                           state or StateFile(None), Metrics(), max_rate=max_rate, clock=clock or Clock(),
-                           wall_ms=lambda: 1_700_000_000_000, metadata_lines=feed)
+    return ReplicaLogAgent(
+        [data],
+        data / "__cluster_metadata-0",
+        publisher or MemoryPublisher(),
+        state or StateFile(None),
+        Metrics(),
+        max_rate=max_rate,
+        clock=clock or Clock(),
+        wall_ms=lambda: 1_700_000_000_000,
+        metadata_lines=feed,
+    )
 
 
 def published(publisher: MemoryPublisher) -> list[dict[str, Any]]:
@@ -73,9 +87,14 @@ def published(publisher: MemoryPublisher) -> list[dict[str, Any]]:
 
 def stranded(feed: Feed, epoch: int = 100) -> None:
     """Topic t, partitions 0 and 1 on [1, 2, 3], node 2 registered; partition 0 loses its leader and ISR."""
-    feed.add(register(1), register(NODE, epoch=epoch), register(3), topic("t"),
-             partition(partition_id=0, replicas=[1, 2, 3], leader_epoch=4),
-             partition(partition_id=1, replicas=[1, 2, 3]))
+    feed.add(
+        register(1),
+        register(NODE, epoch=epoch),
+        register(3),
+        topic("t"),
+        partition(partition_id=0, replicas=[1, 2, 3], leader_epoch=4),
+        partition(partition_id=1, replicas=[1, 2, 3]),
+    )
     feed.add(change(partition_id=0, leader=-1, isr=[]))
 
 
@@ -91,14 +110,26 @@ def test_publishes_info_of_its_leaderless_replicas_keyed_like_their_partition(tm
     assert agent.node_id == NODE
     assert agent.step() == 1
     [event] = published(publisher)
-    assert event == {"type": "REPLICA_LOG_INFO_RECORD", "version": 0, "timestamp": 1_700_000_000_000, "data": {
-        "topicId": TOPIC_ID, "partitionId": 0, "brokerId": NODE, "brokerEpoch": 100, "logEndOffset": 15,
-        "lastWrittenLeaderEpoch": 4, "currentLeaderEpoch": 5}}
+    assert event == {
+        "type": "REPLICA_LOG_INFO_RECORD",
+        "version": 0,
+        "timestamp": 1_700_000_000_000,
+        "data": {
+            "topicId": TOPIC_ID,
+            "partitionId": 0,
+            "brokerId": NODE,
+            "brokerEpoch": 100,
+            "logEndOffset": 15,
+            "lastWrittenLeaderEpoch": 4,
+            "currentLeaderEpoch": 5,
+        },
+    }
     assert EventKeys()(publisher.lines[0]) == f"topic:{TOPIC_ID}".encode()
     assert agent.step() == 0  # nothing changed: nothing again
 
     # the core accepts it and the advice uses it
     from elrwatch.state.replay import replay_lines
+
     setup = [register(1), register(NODE), register(3), topic("t"), partition(partition_id=0, replicas=[1, 2, 3])]
     replayer = replay_lines([*(orjson.dumps(envelope(*r, offset=i)) for i, r in enumerate(setup)), *publisher.lines])
     assert replayer.quarantined == []
@@ -214,8 +245,20 @@ def test_cli_help_and_errors(tmp_path: Path) -> None:
     assert result.exit_code == 0
     for flag in ("--log-dirs", "--metadata-log-dir", "--state-file", "--max-rate", "--security-protocol"):
         assert flag in result.output
-    result = runner.invoke(app, ["agent", "--bootstrap-servers", "localhost:1", "--topic", "ev",
-                                 "--log-dirs", str(tmp_path / "nope"), "--metadata-log-dir", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "agent",
+            "--bootstrap-servers",
+            "localhost:1",
+            "--topic",
+            "ev",
+            "--log-dirs",
+            str(tmp_path / "nope"),
+            "--metadata-log-dir",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and "elrwatch: error:" in result.output
 
@@ -235,10 +278,28 @@ def test_cli_runs_the_agent_until_its_duration(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(agent_module, "KafkaPublisher", Fake)
     data, _ = node_dirs(tmp_path)
-    result = CliRunner().invoke(app, [
-        "agent", "--bootstrap-servers", "localhost:1", "--topic", "ev", "--log-dirs", str(data),
-        "--metadata-log-dir", str(data), "--state-file", str(tmp_path / "s.json"), "--interval", "0.05",
-        "--duration", "0.3", "--security-protocol", "PLAINTEXT"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "agent",
+            "--bootstrap-servers",
+            "localhost:1",
+            "--topic",
+            "ev",
+            "--log-dirs",
+            str(data),
+            "--metadata-log-dir",
+            str(data),
+            "--state-file",
+            str(tmp_path / "s.json"),
+            "--interval",
+            "0.05",
+            "--duration",
+            "0.3",
+            "--security-protocol",
+            "PLAINTEXT",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert made == [({"bootstrap.servers": "localhost:1", "topic": "ev", "security.protocol": "PLAINTEXT"}, "ev")]
     assert not (tmp_path / "s.json").exists()

@@ -48,16 +48,21 @@ def kafka_view(cluster: Any, broker: int) -> dict[str, Any]:
     out = kafka_tool(cluster, "org.apache.kafka.tools.DumpLogSegments", "--files", ",".join(files))
     batches = [tuple(int(g) for g in m.groups()) for m in _BATCH.finditer(out)]
     assert batches, out[-2000:]
-    return {"batches": batches, "logEndOffset": batches[-1][1] + 1, "lastEpoch": batches[-1][2],
-            "records": sum(last - base + 1 for base, last, _, _ in batches),
-            "invalid": [int(n) for n in _INVALID.findall(out)]}
+    return {
+        "batches": batches,
+        "logEndOffset": batches[-1][1] + 1,
+        "lastEpoch": batches[-1][2],
+        "records": sum(last - base + 1 for base, last, _, _ in batches),
+        "invalid": [int(n) for n in _INVALID.findall(out)],
+    }
 
 
 def produce(cluster: Any, count: int, acks: int | str, tag: str) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks=acks, linger_ms=20, retries=5,
-                             request_timeout_ms=10000)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap.split(","), acks=acks, linger_ms=20, retries=5, request_timeout_ms=10000
+    )
     try:
         for i in range(count):
             producer.send(TOPIC, value=f"{tag}-{i}".encode(), partition=0).get(timeout=30)
@@ -85,9 +90,14 @@ class Agents:
         from elrwatch.bridge.runner import KafkaPublisher, Metrics, StateFile
 
         node = self.cluster.brokers[broker]
-        agent = ReplicaLogAgent([node.data_dir], node.metadata_dir, KafkaPublisher({"bootstrap.servers":
-                                self.bootstrap}, EVENTS), StateFile(self.workdir / f"agent-{broker}.json"),
-                                Metrics(), max_rate=50)
+        agent = ReplicaLogAgent(
+            [node.data_dir],
+            node.metadata_dir,
+            KafkaPublisher({"bootstrap.servers": self.bootstrap}, EVENTS),
+            StateFile(self.workdir / f"agent-{broker}.json"),
+            Metrics(),
+            max_rate=50,
+        )
         self.threads[broker] = BridgeThread(agent, 0.2)
         return agent
 
@@ -130,17 +140,18 @@ def run_commands(cluster: Any, commands: list[str], workdir: Path) -> list[str]:
     """Run the recommendation's shell commands as written, with bin/ scripts that start Kafka's tools."""
     bin_dir = workdir / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for script, main in {"kafka-reassign-partitions.sh": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
-                         "kafka-leader-election.sh": "org.apache.kafka.tools.LeaderElectionCommand",
-                         "kafka-transactions.sh": "org.apache.kafka.tools.TransactionsCommand"}.items():
+    for script, main in {
+        "kafka-reassign-partitions.sh": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+        "kafka-leader-election.sh": "org.apache.kafka.tools.LeaderElectionCommand",
+        "kafka-transactions.sh": "org.apache.kafka.tools.TransactionsCommand",
+    }.items():
         path = bin_dir / script
-        path.write_text(f"#!/bin/sh\nexec {shlex.join(cluster._java_cmd(main))} \"$@\"\n")
+        path.write_text(f'#!/bin/sh\nexec {shlex.join(cluster._java_cmd(main))} "$@"\n')
         path.chmod(0o755)
     outputs = []
     env = {**os.environ, "BOOTSTRAP": cluster.bootstrap}
     for command in commands:
-        proc = subprocess.run(["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, (command, proc.stdout[-1500:], proc.stderr[-1500:])
         outputs.append(proc.stdout)
     return outputs
@@ -167,8 +178,15 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
     ev_bootstrap = f"127.0.0.1:{cluster.brokers[4].port}"
     cluster.create_topic(EVENTS, replica_assignment={0: [4]})
     cluster.create_topic(TOPIC, replica_assignment={0: [1, 2, 3]})
-    bridge = BridgeThread(LogBridge(cluster.controller.metadata_dir, KafkaPublisher(
-        {"bootstrap.servers": ev_bootstrap}, EVENTS), StateFile(tmp_path / "bridge.json"), Metrics()), 0.2)
+    bridge = BridgeThread(
+        LogBridge(
+            cluster.controller.metadata_dir,
+            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, EVENTS),
+            StateFile(tmp_path / "bridge.json"),
+            Metrics(),
+        ),
+        0.2,
+    )
     agents = Agents(cluster, tmp_path, ev_bootstrap)
     try:
         produce(cluster, 100, "all", "a")
@@ -182,8 +200,10 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
         cluster.kill_broker(2)
         cluster.wait_for(lambda: partition_of(cluster)["leader"] == -1, "no leader")
         cluster.set_topic_config(TOPIC, "min.insync.replicas", "2")
-        cluster.wait_for(lambda: (lambda p: p["isr"] == [] and p["elr"] == [] and p["last_known_elr"] == [])(
-            partition_of(cluster)), "neither ISR nor ELR nor LastKnownELR")
+        cluster.wait_for(
+            lambda: (lambda p: p["isr"] == [] and p["elr"] == [] and p["last_known_elr"] == [])(partition_of(cluster)),
+            "neither ISR nor ELR nor LastKnownELR",
+        )
 
         # A torn last batch on broker 3 (down): Kafka's recovery will cut it, the agent must count it the same way.
         seg = rl.segments(cluster.brokers[3].data_dir / f"{TOPIC}-0")[-1][1]
@@ -196,8 +216,12 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
             agents.start(broker)
         for broker in (1, 2, 3):
             cluster.start_broker(broker)
-        cluster.wait_for(lambda: current_reporters(advice_now(ev_bootstrap)[1]) == {1, 2, 3},
-                         "current log info from brokers 1, 2, 3", timeout=90, interval=1.0)
+        cluster.wait_for(
+            lambda: current_reporters(advice_now(ev_bootstrap)[1]) == {1, 2, 3},
+            "current log info from brokers 1, 2, 3",
+            timeout=90,
+            interval=1.0,
+        )
         assert partition_of(cluster)["leader"] == -1  # unclean election is off: Kafka elects nobody
 
         kafka = {b: kafka_view(cluster, b) for b in (1, 2, 3)}
@@ -207,7 +231,9 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
         reported = {c["broker"]: c for c in rec["logInfo"]["candidates"]}
         for b in (1, 2, 3):
             assert (reported[b]["logEndOffset"], reported[b]["lastWrittenLeaderEpoch"]) == (
-                kafka[b]["logEndOffset"], kafka[b]["lastEpoch"]), b
+                kafka[b]["logEndOffset"],
+                kafka[b]["lastEpoch"],
+            ), b
         assert rec["action"] == "unclean_recovery"
         assert rec["candidate"] == expected == 2
         assert rec["candidateLog"] == {"logEndOffset": 170, "lastWrittenLeaderEpoch": kafka[2]["lastEpoch"]}
@@ -226,16 +252,22 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
         old_epoch = state.brokers[3].epoch
         cluster.kill_broker(3)
         cluster.start_broker(3)
-        cluster.wait_for(lambda: (lambda s: s.brokers[3].epoch != old_epoch and s.is_active(3))(
-            advice_now(ev_bootstrap)[1]), "broker 3 re-registered and unfenced")
+        cluster.wait_for(
+            lambda: (lambda s: s.brokers[3].epoch != old_epoch and s.is_active(3))(advice_now(ev_bootstrap)[1]),
+            "broker 3 re-registered and unfenced",
+        )
         stale, _, _ = advice_now(ev_bootstrap)
         assert any("stale log info from broker 3" in m for m in stale["logInfo"]["missing"])
         [absent] = stale["logInfo"]["notReported"]
         assert absent["broker"] == 3 and absent["lastReport"]["brokerEpoch"] == old_epoch
         assert 3 not in {c["broker"] for c in stale["logInfo"]["candidates"]} and stale["candidate"] == 2
         agents.start(3)
-        cluster.wait_for(lambda: current_reporters(advice_now(ev_bootstrap)[1]) == {1, 2, 3},
-                         "broker 3's agent reported with the new epoch", timeout=60, interval=1.0)
+        cluster.wait_for(
+            lambda: current_reporters(advice_now(ev_bootstrap)[1]) == {1, 2, 3},
+            "broker 3's agent reported with the new epoch",
+            timeout=60,
+            interval=1.0,
+        )
         rec, _, _ = advice_now(ev_bootstrap)
         assert rec["candidate"] == 2
 
@@ -247,17 +279,23 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
             mine = kafka[b]["batches"]
             assert mine == kafka[2]["batches"][: len(mine)], f"broker {b}'s log is not a prefix of the candidate's"
         lost = {b: kafka[2]["records"] - kafka[b]["records"] for b in (1, 2, 3)}
-        cluster.wait_for(lambda: all(replica_leo(cluster, b) == 170 for b in (1, 2, 3)), "replicas caught up",
-                         timeout=60)
+        cluster.wait_for(
+            lambda: all(replica_leo(cluster, b) == 170 for b in (1, 2, 3)), "replicas caught up", timeout=60
+        )
         kept = len(consume_all(cluster))
         assert kept == kafka[2]["records"] == 170
         assert lost[2] == 0 and all(lost[2] <= lost[b] for b in (1, 3))
         with capsys.disabled():
-            print("\n[divergent logs] Kafka's DumpLogSegments: " + ", ".join(
-                f"broker {b}: LEO {kafka[b]['logEndOffset']} epoch {kafka[b]['lastEpoch']}" for b in (1, 2, 3))
+            print(
+                "\n[divergent logs] Kafka's DumpLogSegments: "
+                + ", ".join(
+                    f"broker {b}: LEO {kafka[b]['logEndOffset']} epoch {kafka[b]['lastEpoch']}" for b in (1, 2, 3)
+                )
                 + f"; elrwatch recommends {rec['candidate']} (reorder {rec['reorder']}); records lost by electing "
-                + ", ".join(f"{b}: {lost[b]}" for b in (1, 2, 3)) + f"; kept after the commands: {kept}"
-                + f"; find-hanging said: {(outputs[-1].strip().splitlines() or [''])[-1][:100]!r}")
+                + ", ".join(f"{b}: {lost[b]}" for b in (1, 2, 3))
+                + f"; kept after the commands: {kept}"
+                + f"; find-hanging said: {(outputs[-1].strip().splitlines() or [''])[-1][:100]!r}"
+            )
     finally:
         agents.stop_all()
         bridge.stop()
@@ -267,16 +305,23 @@ def consume_all(cluster: Any) -> list[bytes]:
     """Every record of div-0 from its start to its end."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap.split(","), enable_auto_commit=False,
-                             request_timeout_ms=10000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000
+    )
     try:
         tp = TopicPartition(TOPIC, 0)
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
         end = consumer.end_offsets([tp])[tp]
         values: list[bytes] = []
-        cluster.wait_for(lambda: values.extend(m.value for b in consumer.poll(timeout_ms=500).values() for m in b)
-                         or consumer.position(tp) >= end, "div-0 consumed", timeout=60)
+        cluster.wait_for(
+            lambda: (
+                values.extend(m.value for b in consumer.poll(timeout_ms=500).values() for m in b)
+                or consumer.position(tp) >= end
+            ),
+            "div-0 consumed",
+            timeout=60,
+        )
         return values
     finally:
         consumer.close()

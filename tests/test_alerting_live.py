@@ -68,11 +68,18 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
             cluster.create_topic(name, replica_assignment=assignment)
         try:
             rules = render_rule_file(work / "rules.yaml", VALUES)
-            with Pipeline(cluster, work / "pipeline") as pipeline, \
-                    AlertingStack(rules, [f"127.0.0.1:{pipeline.metrics_port}"], work / "stack") as stack:
+            with (
+                Pipeline(cluster, work / "pipeline") as pipeline,
+                AlertingStack(rules, [f"127.0.0.1:{pipeline.metrics_port}"], work / "stack") as stack,
+            ):
                 # the job has applied the cluster's state: all four partitions (the event topic's too), none offline
-                wait_until(lambda: stack.value("elrwatch_partition_count") == 4
-                           and stack.value("elrwatch_offline_partitions") == 0, "Prometheus sees the cluster", 240)
+                wait_until(
+                    lambda: (
+                        stack.value("elrwatch_partition_count") == 4 and stack.value("elrwatch_offline_partitions") == 0
+                    ),
+                    "Prometheus sees the cluster",
+                    240,
+                )
                 yield cluster, stack
         except AlertingError as exc:
             pytest.fail(str(exc), pytrace=False)
@@ -81,8 +88,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
 def test_the_chart_rules_are_loaded_with_the_values(live: tuple[Any, Any]) -> None:
     _, stack = live
     loaded = stack.rules_loaded()
-    assert {"ElrwatchPartitionsUnderMinIsr", "ElrwatchPartitionsUnderMinIsrRestartTooLong",
-            "ElrwatchRestartWouldBlockWrites", "ElrwatchOfflinePartitions"} <= set(loaded)
+    assert {
+        "ElrwatchPartitionsUnderMinIsr",
+        "ElrwatchPartitionsUnderMinIsrRestartTooLong",
+        "ElrwatchRestartWouldBlockWrites",
+        "ElrwatchOfflinePartitions",
+    } <= set(loaded)
     assert stack.target_up()
     assert stack.receiver.alerts(status="firing") == []
 
@@ -95,18 +106,28 @@ def test_broker_kill_pages_with_labels_and_runbook_then_resolves(live: tuple[Any
     cluster.kill_broker(2)
     try:
         cluster.wait_for(lambda: 2 in cluster.fenced_brokers(), "broker 2 fenced")
-        fired = wait_until(lambda: stack.receiver.alerts("ElrwatchOfflinePartitions", "firing", since),
-                           "ElrwatchOfflinePartitions at the receiver", ALERT_TIMEOUT)
+        fired = wait_until(
+            lambda: stack.receiver.alerts("ElrwatchOfflinePartitions", "firing", since),
+            "ElrwatchOfflinePartitions at the receiver",
+            ALERT_TIMEOUT,
+        )
         alert = fired[0]
-        assert alert["labels"] == {"alertname": "ElrwatchOfflinePartitions", "severity": "critical",
-                                   "job": "elrwatch-stream", "elrwatch_component": "stream",
-                                   "instance": alert["labels"]["instance"]}
+        assert alert["labels"] == {
+            "alertname": "ElrwatchOfflinePartitions",
+            "severity": "critical",
+            "job": "elrwatch-stream",
+            "elrwatch_component": "stream",
+            "instance": alert["labels"]["instance"],
+        }
         assert alert["labels"]["instance"].startswith("127.0.0.1:")
         assert alert["annotations"]["runbook_url"] == f"{RUNBOOK}#elrwatchofflinepartitions"
         assert alert["annotations"]["summary"] == "1 Kafka partition(s) without a leader for 3s"
         # both "payments" partitions lost broker 2 from their ISR, a crash: the unplanned page, with its cause
-        paged = wait_until(lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsr", "firing", since),
-                           "ElrwatchPartitionsUnderMinIsr at the receiver", ALERT_TIMEOUT)
+        paged = wait_until(
+            lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsr", "firing", since),
+            "ElrwatchPartitionsUnderMinIsr at the receiver",
+            ALERT_TIMEOUT,
+        )
         assert [a["labels"]["cause"] for a in paged] == ["fenced"]
         assert paged[0]["labels"]["severity"] == "critical"
         assert paged[0]["annotations"]["runbook_url"] == f"{RUNBOOK}#elrwatchpartitionsunderminisr"
@@ -114,22 +135,30 @@ def test_broker_kill_pages_with_labels_and_runbook_then_resolves(live: tuple[Any
         under = _under_min_isr(cluster)
         assert under["payments"] == 2
         assert paged[0]["annotations"]["summary"] == (
-            f"{sum(under.values())} Kafka partition(s) under min ISR (fenced replicas)")
+            f"{sum(under.values())} Kafka partition(s) under min ISR (fenced replicas)"
+        )
         assert stack.value('elrwatch_under_min_isr_partitions_by_cause{cause="fenced"}') == sum(under.values())
         assert stack.value('elrwatch_topic_under_min_isr_partitions{topic="payments"}') == under["payments"]
         assert stack.value('elrwatch_broker_isr_missing_partitions{broker="2"}') == sum(
-            1 for d in cluster.describe_topic_partitions().values() if 2 in d["replicas"] and 2 not in d["isr"])
+            1 for d in cluster.describe_topic_partitions().values() if 2 in d["replicas"] and 2 not in d["isr"]
+        )
         # what Prometheus scraped: "solo" offline, both "payments" partitions under min ISR (ISR [3])
         assert stack.value("elrwatch_offline_partitions") == 1
         assert stack.value("elrwatch_global_under_min_isr_partitions") >= 2
     finally:
         cluster.start_broker(2)
-    resolved = wait_until(lambda: stack.receiver.alerts("ElrwatchOfflinePartitions", "resolved", since),
-                          "ElrwatchOfflinePartitions resolved at the receiver", ALERT_TIMEOUT)
+    resolved = wait_until(
+        lambda: stack.receiver.alerts("ElrwatchOfflinePartitions", "resolved", since),
+        "ElrwatchOfflinePartitions resolved at the receiver",
+        ALERT_TIMEOUT,
+    )
     assert resolved[0]["annotations"]["runbook_url"] == f"{RUNBOOK}#elrwatchofflinepartitions"
     assert resolved[0]["receivedAt"] > fired[0]["receivedAt"]
-    back = wait_until(lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsr", "resolved", since),
-                      "ElrwatchPartitionsUnderMinIsr resolved at the receiver", ALERT_TIMEOUT)
+    back = wait_until(
+        lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsr", "resolved", since),
+        "ElrwatchPartitionsUnderMinIsr resolved at the receiver",
+        ALERT_TIMEOUT,
+    )
     assert back[0]["labels"]["cause"] == "fenced"
     wait_until(lambda: stack.value("elrwatch_global_under_min_isr_partitions") == 0, "ISR restored", ALERT_TIMEOUT)
 
@@ -139,15 +168,16 @@ def _stop_leading_broker_3(cluster: Any) -> None:
     leadership stays elsewhere until a preferred election): Kafka records inControlledShutdown only for a broker
     that leads partitions."""
     cluster.elect_leaders("payments", [1], unclean=False)
-    cluster.wait_for(lambda: cluster.describe_topic_partitions(["payments"])[("payments", 1)]["leader"] == 3,
-                     "broker 3 leads payments 1")
+    cluster.wait_for(
+        lambda: cluster.describe_topic_partitions(["payments"])[("payments", 1)]["leader"] == 3,
+        "broker 3 leads payments 1",
+    )
     cluster.stop_broker(3)  # SIGTERM: a controlled shutdown, as a rolling restart does it
 
 
 def _active(stack: Any) -> list[str]:
     """Alerts Prometheus holds pending or firing, but those pending all along (PENDING_ALL_ALONG)."""
-    return [a["labels"]["alertname"] for a in stack.rule_alerts()
-            if a["labels"]["alertname"] not in PENDING_ALL_ALONG]
+    return [a["labels"]["alertname"] for a in stack.rule_alerts() if a["labels"]["alertname"] not in PENDING_ALL_ALONG]
 
 
 def _fired_since(stack: Any, since: float) -> list[dict[str, str]]:
@@ -164,19 +194,35 @@ def test_controlled_shutdown_within_the_bound_pages_nothing(live: tuple[Any, Any
     _stop_leading_broker_3(cluster)
     try:
         # both "payments" partitions under min ISR, every missing replica in a planned shutdown: the page is held
-        wait_until(lambda: stack.value('elrwatch_under_min_isr_partitions_by_cause{cause="controlled_shutdown"}')
-                   == 2, "the planned cause in Prometheus", ALERT_TIMEOUT)
-        held = wait_until(lambda: [a for a in stack.rule_alerts("pending")
-                                   if a["labels"]["alertname"] == "ElrwatchPartitionsUnderMinIsrRestartTooLong"],
-                          "the held page pending in Prometheus", ALERT_TIMEOUT)
+        wait_until(
+            lambda: stack.value('elrwatch_under_min_isr_partitions_by_cause{cause="controlled_shutdown"}') == 2,
+            "the planned cause in Prometheus",
+            ALERT_TIMEOUT,
+        )
+        held = wait_until(
+            lambda: [
+                a
+                for a in stack.rule_alerts("pending")
+                if a["labels"]["alertname"] == "ElrwatchPartitionsUnderMinIsrRestartTooLong"
+            ],
+            "the held page pending in Prometheus",
+            ALERT_TIMEOUT,
+        )
         assert held[0]["labels"]["cause"] == "controlled_shutdown"
         assert stack.value('elrwatch_under_min_isr_partitions_by_cause{cause="fenced"}') == 0
     finally:
         cluster.start_broker(3)
-    wait_until(lambda: stack.value("elrwatch_global_under_min_isr_partitions") == 0
-               and not _active(stack), "the ISR restored, no alert pending", ALERT_TIMEOUT,
-               state=lambda: (stack.query("elrwatch_under_min_isr_partitions_by_cause"), _active(stack),
-                              cluster.describe_topic_partitions(), cluster.describe_cluster()))
+    wait_until(
+        lambda: stack.value("elrwatch_global_under_min_isr_partitions") == 0 and not _active(stack),
+        "the ISR restored, no alert pending",
+        ALERT_TIMEOUT,
+        state=lambda: (
+            stack.query("elrwatch_under_min_isr_partitions_by_cause"),
+            _active(stack),
+            cluster.describe_topic_partitions(),
+            cluster.describe_cluster(),
+        ),
+    )
     assert time.time() - since < BOUND_S, "the restart took longer than the bound: the test proves nothing"
     assert _fired_since(stack, since) == []
     assert stack.receiver.alerts(since=since) == []
@@ -189,21 +235,27 @@ def test_controlled_shutdown_beyond_the_bound_pages(live: tuple[Any, Any]) -> No
     since = time.time()
     _stop_leading_broker_3(cluster)
     try:
-        paged = wait_until(lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsrRestartTooLong", "firing",
-                                                         since), "the held page at the receiver",
-                           BOUND_S + ALERT_TIMEOUT,
-                           state=lambda: (stack.query("elrwatch_under_min_isr_partitions_by_cause"), _active(stack)))
+        paged = wait_until(
+            lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsrRestartTooLong", "firing", since),
+            "the held page at the receiver",
+            BOUND_S + ALERT_TIMEOUT,
+            state=lambda: (stack.query("elrwatch_under_min_isr_partitions_by_cause"), _active(stack)),
+        )
         assert time.time() - since >= BOUND_S
         assert paged[0]["labels"]["cause"] == "controlled_shutdown"
         assert paged[0]["labels"]["severity"] == "critical"
         assert paged[0]["annotations"]["runbook_url"] == f"{RUNBOOK}#elrwatchpartitionsunderminisrrestarttoolong"
         assert paged[0]["annotations"]["summary"] == (
-            f"2 Kafka partition(s) under min ISR during a controlled shutdown for {BOUND_S}s")
+            f"2 Kafka partition(s) under min ISR during a controlled shutdown for {BOUND_S}s"
+        )
         assert stack.receiver.alerts("ElrwatchPartitionsUnderMinIsr", since=since) == []  # never as unplanned
     finally:
         cluster.start_broker(3)
-    wait_until(lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsrRestartTooLong", "resolved", since),
-               "the held page resolved", ALERT_TIMEOUT)
+    wait_until(
+        lambda: stack.receiver.alerts("ElrwatchPartitionsUnderMinIsrRestartTooLong", "resolved", since),
+        "the held page resolved",
+        ALERT_TIMEOUT,
+    )
 
 
 def test_receiver_saw_only_what_the_rules_say(live: tuple[Any, Any]) -> None:

@@ -127,8 +127,18 @@ def scenario_lines(t0: int = T0) -> list[str]:
             },
         ),
         # ledger-0 lost both replicas with ISR and ELR empty and no last known leader: manual election
-        ("PARTITION_CHANGE_RECORD", 2, {"partitionId": 0, "topicId": IDS["ledger"], "isr": [], "leader": -1,
-                                        "eligibleLeaderReplicas": [], "lastKnownElr": []}),
+        (
+            "PARTITION_CHANGE_RECORD",
+            2,
+            {
+                "partitionId": 0,
+                "topicId": IDS["ledger"],
+                "isr": [],
+                "leader": -1,
+                "eligibleLeaderReplicas": [],
+                "lastKnownElr": [],
+            },
+        ),
         # payments-2: unclean election left it RECOVERING
         (
             "PARTITION_CHANGE_RECORD",
@@ -513,7 +523,9 @@ def test_cli_status_prints_the_store_as_the_replay_document(store: StatusStore, 
     assert json.loads(result.stdout) == document
 
 
-def test_cli_restart_check_from_the_store_and_from_events(store: StatusStore, client: TestClient, tmp_path: Path) -> None:
+def test_cli_restart_check_from_the_store_and_from_events(
+    store: StatusStore, client: TestClient, tmp_path: Path
+) -> None:
     events = tmp_path / "events.jsonl"
     events.write_text("\n".join(scenario_lines()) + "\n")
     for broker, code in ((2, 1), (0, 1), (1, 0)):
@@ -522,7 +534,9 @@ def test_cli_restart_check_from_the_store_and_from_events(store: StatusStore, cl
         body = json.loads(from_store.stdout)
         api = client.get(f"/v1/brokers/{broker}/restart-check").json()
         for kind in ("blocking", "offline"):  # the API's items are partition summaries: the CLI's, full documents
-            body[kind]["items"] = [{k: p[k] for k in a} for p, a in zip(body[kind]["items"], api[kind]["items"], strict=True)]
+            body[kind]["items"] = [
+                {k: p[k] for k in a} for p, a in zip(body[kind]["items"], api[kind]["items"], strict=True)
+            ]
         assert body == api
         replayed = CliRunner().invoke(cli_app, ["restart-check", str(broker), str(events), "--limit", "2"])
         assert replayed.exit_code == code, replayed.output

@@ -45,8 +45,9 @@ def varint(n: int) -> bytes:
     return uvarint((n << 1) ^ (n >> 63))
 
 
-def make_batch(base_offset: int, values: list[bytes], codec: int = 0, ts: int = 1_700_000_000_000,
-               control: bool = False) -> bytes:
+def make_batch(
+    base_offset: int, values: list[bytes], codec: int = 0, ts: int = 1_700_000_000_000, control: bool = False
+) -> bytes:
     """A magic-2 record batch as Kafka writes it (CRC32C over attributes..end)."""
     recs = b""
     for i, value in enumerate(values):
@@ -94,8 +95,9 @@ def replay(lines: list[bytes]) -> tuple[ClusterState, list[records.RecordError],
 # --- the decoder on a real log -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("data", "dump"), [("controller.log", "controller.dump"),
-                                            ("broker1.checkpoint", "broker1-checkpoint.dump")])
+@pytest.mark.parametrize(
+    ("data", "dump"), [("controller.log", "controller.dump"), ("broker1.checkpoint", "broker1-checkpoint.dump")]
+)
 def test_decoder_equals_kafkas_dump(data: str, dump: str) -> None:
     theirs = dump_payloads((FIXTURES / dump).read_text())
     result = metadata_log.scan((FIXTURES / data).read_bytes())
@@ -121,11 +123,27 @@ def test_decoded_envelopes_replay_like_the_dump() -> None:
     mine, q1, _ = replay([orjson.dumps(d.envelope()) for d in decoded])
     theirs, q2, _ = replay([line.encode() for line in (FIXTURES / "controller.dump").read_text().splitlines()])
     assert not q1 and not q2
-    key = lambda s: [(t.name, p.partition_id, p.leader, p.leader_epoch, p.partition_epoch, p.isr, p.elr,  # noqa: E731
-                      p.last_known_elr, p.leader_recovery_state) for t, p in s.iter_partitions()]
+
+    def key(s):
+        return [
+            (
+                t.name,
+                p.partition_id,
+                p.leader,
+                p.leader_epoch,
+                p.partition_epoch,
+                p.isr,
+                p.elr,
+                p.last_known_elr,
+                p.leader_recovery_state,
+            )
+            for t, p in s.iter_partitions()
+        ]
+
     assert key(mine) == key(theirs) and len(key(mine)) >= 4
     assert {b: (s.epoch, s.fenced) for b, s in mine.brokers.items()} == {
-        b: (s.epoch, s.fenced) for b, s in theirs.brokers.items()}
+        b: (s.epoch, s.fenced) for b, s in theirs.brokers.items()
+    }
 
 
 def test_varints_and_uuids() -> None:
@@ -143,7 +161,8 @@ def test_gzip_batch_and_missing_codec(monkeypatch: pytest.MonkeyPatch) -> None:
     plain = metadata_log.scan(make_batch(0, values))
     zipped = metadata_log.scan(make_batch(0, values, codec=1))
     assert [metadata_log.dumps_payload(d) for d in zipped.records] == [
-        metadata_log.dumps_payload(d) for d in plain.records]
+        metadata_log.dumps_payload(d) for d in plain.records
+    ]
     from kafka import codec
 
     monkeypatch.setattr(codec, "has_snappy", lambda: False)  # the same whether python-snappy is installed or not
@@ -209,8 +228,7 @@ def test_tail_follows_rolled_segments_and_counts_unknown_types(tmp_path: Path) -
     assert bridge.step() == 2
     assert [orjson.loads(line)["offset"] for line in pub.lines] == [0, 1, 2, 3, 5]
     assert metrics.counts == {"unknown_record_type": 1}
-    assert metrics.registry.get_sample_value("elrwatch_bridge_errors_total",
-                                             {"reason": "unknown_record_type"}) == 1
+    assert metrics.registry.get_sample_value("elrwatch_bridge_errors_total", {"reason": "unknown_record_type"}) == 1
 
 
 def test_divergence_is_noticed_published_and_a_core_conflict(tmp_path: Path) -> None:
@@ -233,8 +251,11 @@ def test_divergence_is_noticed_published_and_a_core_conflict(tmp_path: Path) -> 
 def test_snapshot_then_segments(tmp_path: Path) -> None:
     """A node whose log starts past 0: the newest snapshot first (offset end-1, snapshotEnd), then the log."""
     log_bytes = (FIXTURES / "controller.log").read_bytes()
-    end = int(pytest.importorskip("re").search(r"Snapshot end offset: (\d+)",
-                                               (FIXTURES / "broker1-checkpoint.dump").read_text()).group(1))
+    end = int(
+        pytest.importorskip("re")
+        .search(r"Snapshot end offset: (\d+)", (FIXTURES / "broker1-checkpoint.dump").read_text())
+        .group(1)
+    )
     pos = 0
     while struct.unpack_from(">q", log_bytes, pos)[0] < end:  # the first batch at or past the snapshot's end
         pos += 12 + struct.unpack_from(">i", log_bytes, pos + 8)[0]
@@ -250,8 +271,13 @@ def test_snapshot_then_segments(tmp_path: Path) -> None:
     state, quarantined, _ = replay(pub.lines)
     assert not quarantined and not metrics.counts
     whole, _, _ = replay([orjson.dumps(d.envelope()) for d in metadata_log.scan(log_bytes).records])
-    key = lambda s: [(t.name, p.partition_id, p.leader, p.leader_epoch, p.isr, p.elr, p.last_known_elr)  # noqa: E731
-                     for t, p in s.iter_partitions()]
+
+    def key(s):
+        return [
+            (t.name, p.partition_id, p.leader, p.leader_epoch, p.isr, p.elr, p.last_known_elr)
+            for t, p in s.iter_partitions()
+        ]
+
     assert key(state) == key(whole)
     assert {b: s.fenced for b, s in state.brokers.items()} == {b: s.fenced for b, s in whole.brokers.items()}
 
@@ -300,11 +326,25 @@ class FakeReader:
         self.drop_partition: tuple[str, int] | None = None
 
     @staticmethod
-    def partition(i: int, leader: int, epoch: int = 0, isr: list[int] | None = None,
-                  elr: list[int] | None = None, lkelr: list[int] | None = None) -> dict[str, Any]:
-        return {"error_code": 0, "partition_index": i, "leader_id": leader, "leader_epoch": epoch,
-                "replica_nodes": [1, 2, 3], "isr_nodes": isr or [1, 2, 3], "eligible_leader_replicas": elr,
-                "last_known_elr": lkelr, "offline_replicas": []}
+    def partition(
+        i: int,
+        leader: int,
+        epoch: int = 0,
+        isr: list[int] | None = None,
+        elr: list[int] | None = None,
+        lkelr: list[int] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "error_code": 0,
+            "partition_index": i,
+            "leader_id": leader,
+            "leader_epoch": epoch,
+            "replica_nodes": [1, 2, 3],
+            "isr_nodes": isr or [1, 2, 3],
+            "eligible_leader_replicas": elr,
+            "last_known_elr": lkelr,
+            "offline_replicas": [],
+        }
 
     def _maybe_fail(self, call: str) -> None:
         if self.fail == call:
@@ -322,16 +362,25 @@ class FakeReader:
     def partitions_page(self, cursor: tuple[str, int] | None, limit: int) -> dict[str, Any]:
         if cursor is not None:
             self._maybe_fail("second page")
-        flat = [(name, p) for name in sorted(self.topics) for p in self.topics[name][1]
-                if (name, p["partition_index"]) != self.drop_partition]
-        start = 0 if cursor is None else next(i for i, (n, p) in enumerate(flat)
-                                              if (n, p["partition_index"]) == cursor)
+        flat = [
+            (name, p)
+            for name in sorted(self.topics)
+            for p in self.topics[name][1]
+            if (name, p["partition_index"]) != self.drop_partition
+        ]
+        start = 0 if cursor is None else next(i for i, (n, p) in enumerate(flat) if (n, p["partition_index"]) == cursor)
         page, rest = flat[start : start + limit], flat[start + limit :]
         topics: list[dict[str, Any]] = []
         for name, p in page:
             if not topics or topics[-1]["name"] != name:
-                topics.append({"name": name, "topic_id": self.topics[name][0],
-                               "error_code": self.page_errors.get(name, 0), "partitions": []})
+                topics.append(
+                    {
+                        "name": name,
+                        "topic_id": self.topics[name][0],
+                        "error_code": self.page_errors.get(name, 0),
+                        "partitions": [],
+                    }
+                )
             topics[-1]["partitions"].append(dict(p))
         return {"topics": topics, "next_cursor": (rest[0][0], rest[0][1]["partition_index"]) if rest else None}
 
@@ -343,18 +392,24 @@ class FakeReader:
         return out
 
 
-def admin_bridge(reader: FakeReader, state: StateFile | None = None,
-                 pub: MemoryPublisher | None = None) -> tuple[AdminBridge, MemoryPublisher, Metrics]:
+def admin_bridge(
+    reader: FakeReader, state: StateFile | None = None, pub: MemoryPublisher | None = None
+) -> tuple[AdminBridge, MemoryPublisher, Metrics]:
     pub = pub or MemoryPublisher()
     metrics = Metrics()
     clock = iter(range(1_000_000, 10_000_000, 1000))
-    return AdminBridge(reader, pub, state or StateFile(None), metrics, page_size=2,
-                       clock_ms=lambda: next(clock)), pub, metrics
+    return (
+        AdminBridge(reader, pub, state or StateFile(None), metrics, page_size=2, clock_ms=lambda: next(clock)),
+        pub,
+        metrics,
+    )
 
 
 def core_view(state: ClusterState) -> dict[Any, Any]:
-    out: dict[Any, Any] = {(t.name, p.partition_id): (p.leader, p.leader_epoch, list(p.isr), list(p.elr),
-                                                      list(p.last_known_elr)) for t, p in state.iter_partitions()}
+    out: dict[Any, Any] = {
+        (t.name, p.partition_id): (p.leader, p.leader_epoch, list(p.isr), list(p.elr), list(p.last_known_elr))
+        for t, p in state.iter_partitions()
+    }
     out["brokers"] = {b: s.fenced for b, s in state.brokers.items() if s.registered}
     out["configs"] = (dict(state.cluster_configs), {k: v for k, v in state.topic_configs.items() if v})
     out["features"] = dict(state.features)
@@ -362,9 +417,17 @@ def core_view(state: ClusterState) -> dict[Any, Any]:
 
 
 def reader_view(reader: FakeReader) -> dict[Any, Any]:
-    out: dict[Any, Any] = {(name, p["partition_index"]): (p["leader_id"], p["leader_epoch"], p["isr_nodes"],
-                                                          p["eligible_leader_replicas"] or [], p["last_known_elr"] or [])
-                           for name, (_, parts) in reader.topics.items() for p in parts}
+    out: dict[Any, Any] = {
+        (name, p["partition_index"]): (
+            p["leader_id"],
+            p["leader_epoch"],
+            p["isr_nodes"],
+            p["eligible_leader_replicas"] or [],
+            p["last_known_elr"] or [],
+        )
+        for name, (_, parts) in reader.topics.items()
+        for p in parts
+    }
     out["brokers"] = dict(reader.broker_fenced)
     out["configs"] = (dict(reader.cluster_config), {k: v for k, v in reader.topic_config.items() if v})
     out["features"] = dict(reader.feature_levels)
@@ -410,8 +473,11 @@ def test_admin_faults_publish_nothing_wrong_and_keep_going() -> None:
     bridge, pub, metrics = admin_bridge(reader)
     bridge.step()
     published = len(pub.lines)
-    for call, reason in (("features", "broker_unreachable"), ("configs", "broker_unreachable"),
-                         ("second page", "partial_page")):
+    for call, reason in (
+        ("features", "broker_unreachable"),
+        ("configs", "broker_unreachable"),
+        ("second page", "partial_page"),
+    ):
         reader.fail = call
         reader.broker_fenced[2] = not reader.broker_fenced[2]  # a change that must wait for a whole poll
         assert bridge.step() == 0, call
@@ -477,8 +543,16 @@ def test_admin_restart_neither_duplicates_nor_loses(tmp_path: Path) -> None:
     reader.topics["a"][1][1] = reader.partition(1, leader=3, epoch=2, isr=[3])
     saved = StateFile(tmp_path / "admin.json").load()
     assert third.step() == 1
-    (tmp_path / "admin.json").write_bytes(orjson.dumps({**third.state.load(), "pending": [  # type: ignore[dict-item]
-        pub.lines[-1].decode()]}))
+    (tmp_path / "admin.json").write_bytes(
+        orjson.dumps(
+            {
+                **third.state.load(),
+                "pending": [  # type: ignore[dict-item]
+                    pub.lines[-1].decode()
+                ],
+            }
+        )
+    )
     assert saved is not None
     fourth, _, _ = admin_bridge(reader, state_file, pub)
     assert fourth.step() == 1
@@ -493,8 +567,10 @@ def test_diff_order_and_epochs() -> None:
     old = View(brokers={1: Broker(False, epoch=7)})
     new = View(brokers={1: Broker(True), 2: Broker(False)})
     events = diff(old, new, 100, 5)
-    assert [(e["type"], e["offset"]) for e in events] == [("REGISTER_BROKER_RECORD", 100),
-                                                           ("BROKER_REGISTRATION_CHANGE_RECORD", 101)]
+    assert [(e["type"], e["offset"]) for e in events] == [
+        ("REGISTER_BROKER_RECORD", 100),
+        ("BROKER_REGISTRATION_CHANGE_RECORD", 101),
+    ]
     assert events[0]["data"]["brokerEpoch"] == 100 and events[1]["data"]["brokerEpoch"] == 7
     assert new.brokers[2].epoch == 100 and new.brokers[1].epoch == 7
     assert View.from_json(orjson.loads(orjson.dumps(new.to_json()))) == new
@@ -538,8 +614,9 @@ def test_cli_refuses_bad_options(tmp_path: Path) -> None:
     (zk / "meta.properties").write_text("#\nversion=0\nbroker.id=1\ncluster.id=abc\n")
     for log_dir in (zk, zk / "__cluster_metadata-0"):
         result = runner.invoke(app, [*base, "--source", "metadata-log", "--log-dir", str(log_dir)])
-        assert result.exit_code == 2 and "ZooKeeper-mode cluster has no metadata log, use --source admin" in \
-            result.output, result.output
+        assert (
+            result.exit_code == 2 and "ZooKeeper-mode cluster has no metadata log, use --source admin" in result.output
+        ), result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
 
 
@@ -565,8 +642,13 @@ def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: 
         assert summary["derivedFrom"] == "admin-poll" and "partitionEpoch" in summary["unknownFacts"]
     finally:
         store.dispose()
-    exact = replay_lines([orjson.dumps(d.envelope()).decode() for d in
-                          metadata_log.scan((FIXTURES / "controller.log").read_bytes()).records], "log")
+    exact = replay_lines(
+        [
+            orjson.dumps(d.envelope()).decode()
+            for d in metadata_log.scan((FIXTURES / "controller.log").read_bytes()).records
+        ],
+        "log",
+    )
     doc = exact.document(advice=False)
     assert doc["cluster"]["derivedFrom"] is None and doc["cluster"]["unknown"] == []
 
@@ -598,8 +680,10 @@ def test_tail_resumes_from_a_snapshot_when_its_segments_were_deleted(tmp_path: P
     assert any(e.get("snapshotEnd") == end for e in events)
     state, quarantined, _ = replay(pub.lines)
     whole, _, _ = replay([orjson.dumps(d.envelope()) for d in metadata_log.scan(log_bytes).records])
-    key = lambda s: [(t.name, p.partition_id, p.leader, p.isr, p.elr, p.last_known_elr)  # noqa: E731
-                     for t, p in s.iter_partitions()]
+
+    def key(s):
+        return [(t.name, p.partition_id, p.leader, p.isr, p.elr, p.last_known_elr) for t, p in s.iter_partitions()]
+
     assert not quarantined and key(state) == key(whole) and not metrics.counts
 
 
@@ -624,8 +708,12 @@ def test_kafka_reader_keeps_only_configs_set_on_the_resource() -> None:
     class Manager:
         async def send(self, request: Any) -> Any:
             sent.append(request)
-            return NS(results=[NS(resource_type=rt, resource_name=name, error_code=0, configs=answers[(rt, name)])
-                               for rt, name, _keys in request.resources])
+            return NS(
+                results=[
+                    NS(resource_type=rt, resource_name=name, error_code=0, configs=answers[(rt, name)])
+                    for rt, name, _keys in request.resources
+                ]
+            )
 
         def run(self, fn: Any) -> Any:
             return asyncio.run(fn())
@@ -633,8 +721,11 @@ def test_kafka_reader_keeps_only_configs_set_on_the_resource() -> None:
     reader = KafkaClusterReader({"bootstrap_servers": ["x:1"]}, config_batch=2)
     reader._admin = NS(_manager=Manager())
     got = reader.configs(["a", "b"])
-    assert got == {(4, ""): (0, {"min.insync.replicas": "2"}), (2, "a"): (0, {"min.insync.replicas": "3"}),
-                   (2, "b"): (0, {})}
+    assert got == {
+        (4, ""): (0, {"min.insync.replicas": "2"}),
+        (2, "a"): (0, {"min.insync.replicas": "3"}),
+        (2, "b"): (0, {}),
+    }
     assert len(sent) == 2  # batched
 
 
@@ -659,9 +750,13 @@ def test_admin_restart_keeps_keying_known_topics_configs_with_their_partitions(t
     admin_bridge(reader, state_file)[0].step()
     pub = KeyingPublisher()
     admin_bridge(reader, state_file, pub)
-    config = orjson.dumps({"type": "CONFIG_RECORD", "version": 0,
-                           "data": {"resourceType": 2, "resourceName": "a", "name": "min.insync.replicas",
-                                    "value": "3"}})
+    config = orjson.dumps(
+        {
+            "type": "CONFIG_RECORD",
+            "version": 0,
+            "data": {"resourceType": 2, "resourceName": "a", "name": "min.insync.replicas", "value": "3"},
+        }
+    )
     assert pub.keys(config) == f"topic:{TOPIC_A}".encode()
 
 
@@ -680,16 +775,23 @@ def test_log_bridge_restart_keeps_keying_known_topics_configs_with_their_partiti
     state_file = StateFile(tmp_path / "log.json")
     first = LogBridge(log_dir, MemoryPublisher(), state_file, Metrics())
     assert first.step() > 0
-    published = {e["data"]["name"]: e["data"]["topicId"] for e in map(orjson.loads, first.publisher.lines)
-                 if e["type"] == "TOPIC_RECORD"}
+    published = {
+        e["data"]["name"]: e["data"]["topicId"]
+        for e in map(orjson.loads, first.publisher.lines)
+        if e["type"] == "TOPIC_RECORD"
+    }
     assert topics and published == topics
     pub = KeyingPublisher()
     restarted = LogBridge(log_dir, pub, state_file, Metrics())  # a new process, past every TOPIC_RECORD
     assert restarted.step() == 0
     for name, topic_id in published.items():
-        config = orjson.dumps({"type": "CONFIG_RECORD", "version": 0,
-                               "data": {"resourceType": 2, "resourceName": name, "name": "min.insync.replicas",
-                                        "value": "3"}})
+        config = orjson.dumps(
+            {
+                "type": "CONFIG_RECORD",
+                "version": 0,
+                "data": {"resourceType": 2, "resourceName": name, "name": "min.insync.replicas", "value": "3"},
+            }
+        )
         assert pub.keys(config) == f"topic:{topic_id}".encode()
 
 
@@ -736,11 +838,34 @@ def test_old_cluster_a_broker_that_leaves_is_fenced_in_kraft_and_unregistered_in
 def test_metadata_answer_as_a_page_keeps_leaderless_partitions() -> None:
     from elrwatch.bridge.admin import metadata_page
 
-    topics = [{"name": "t", "topic_id": TOPIC_A, "error_code": 0, "is_internal": False, "partitions": [
-        {"error_code": 5, "partition_index": 0, "leader_id": -1, "leader_epoch": 3, "replica_nodes": [2, 3],
-         "isr_nodes": [2], "offline_replicas": [2, 3]},
-        {"error_code": 0, "partition_index": 1, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1],
-         "isr_nodes": [1], "offline_replicas": []}]}]
+    topics = [
+        {
+            "name": "t",
+            "topic_id": TOPIC_A,
+            "error_code": 0,
+            "is_internal": False,
+            "partitions": [
+                {
+                    "error_code": 5,
+                    "partition_index": 0,
+                    "leader_id": -1,
+                    "leader_epoch": 3,
+                    "replica_nodes": [2, 3],
+                    "isr_nodes": [2],
+                    "offline_replicas": [2, 3],
+                },
+                {
+                    "error_code": 0,
+                    "partition_index": 1,
+                    "leader_id": 1,
+                    "leader_epoch": 0,
+                    "replica_nodes": [1],
+                    "isr_nodes": [1],
+                    "offline_replicas": [],
+                },
+            ],
+        }
+    ]
     page = metadata_page(topics)
     assert page["next_cursor"] is None
     assert [p["error_code"] for p in page["topics"][0]["partitions"]] == [0, 0]

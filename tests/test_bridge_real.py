@@ -47,8 +47,9 @@ def set_cluster_config(cluster: Any, key: str, value: str | None) -> None:
 
     admin = cluster.admin()
     op = (AlterConfigOp.DELETE, None) if value is None else (AlterConfigOp.SET, value)
-    request = admin._alter_configs_request([ConfigResource(ConfigResourceType.BROKER, "", configs={key: op})],
-                                           incremental=True)
+    request = admin._alter_configs_request(
+        [ConfigResource(ConfigResourceType.BROKER, "", configs={key: op})], incremental=True
+    )
 
     async def send() -> Any:
         return await admin._manager.send(request)
@@ -59,9 +60,13 @@ def set_cluster_config(cluster: Any, key: str, value: str | None) -> None:
 
 #: The scenario: (name, step). "orders" has 3 partitions on brokers 1..3 with min ISR 2; "solo" lives on 2 and 3.
 SCENARIO: list[tuple[str, Callable[[Any], None]]] = [
-    ("create topics", lambda c: (
-        c.create_topic("orders", partitions=3, replication_factor=3, configs={"min.insync.replicas": "2"}),
-        c.create_topic("solo", replica_assignment={0: [2, 3]}))),
+    (
+        "create topics",
+        lambda c: (
+            c.create_topic("orders", partitions=3, replication_factor=3, configs={"min.insync.replicas": "2"}),
+            c.create_topic("solo", replica_assignment={0: [2, 3]}),
+        ),
+    ),
     ("kill broker 3", lambda c: _kill_and_wait(c, 3)),
     ("min ISR 3 on orders", lambda c: c.set_topic_config("orders", "min.insync.replicas", "3")),
     ("min ISR back to 2", lambda c: c.set_topic_config("orders", "min.insync.replicas", "2")),
@@ -72,9 +77,13 @@ SCENARIO: list[tuple[str, Callable[[Any], None]]] = [
     ("restart broker 2", lambda c: c.start_broker(2)),
     ("cluster min ISR 2", lambda c: set_cluster_config(c, "min.insync.replicas", "2")),
     # (Kafka refuses to delete the cluster-level min ISR while ELR is on: "cannot be removed while ELR is enabled")
-    ("cluster unclean election on, min ISR 1", lambda c: (
-        set_cluster_config(c, "unclean.leader.election.enable", "true"),
-        set_cluster_config(c, "min.insync.replicas", "1"))),
+    (
+        "cluster unclean election on, min ISR 1",
+        lambda c: (
+            set_cluster_config(c, "unclean.leader.election.enable", "true"),
+            set_cluster_config(c, "min.insync.replicas", "1"),
+        ),
+    ),
 ]
 
 
@@ -96,8 +105,7 @@ def consume_lines(bootstrap: str, topic: str) -> list[bytes]:
     """Every event of a one-partition topic, from the beginning to its current end."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
-                             request_timeout_ms=10000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000)
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
@@ -156,8 +164,7 @@ class BridgeThread:
 
         self.bridge = bridge
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=run, args=(bridge, interval_s, 0.0, self.stop_event.is_set),
-                                       daemon=True)
+        self.thread = threading.Thread(target=run, args=(bridge, interval_s, 0.0, self.stop_event.is_set), daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
@@ -187,10 +194,16 @@ class Bridges:
 
         options = {"bootstrap.servers": self.cluster.bootstrap}
         reader = KafkaClusterReader(kafka_python_config(options))
-        self.admin = AdminBridge(reader, KafkaPublisher(options, "ev-admin"), StateFile(self.workdir / "admin.json"),
-                                 self.metrics, page_size=2)  # small pages: the cursor is followed across topics
-        self.log = LogBridge(self.log_dir, KafkaPublisher(options, "ev-log"), StateFile(self.workdir / "log.json"),
-                             self.metrics)
+        self.admin = AdminBridge(
+            reader,
+            KafkaPublisher(options, "ev-admin"),
+            StateFile(self.workdir / "admin.json"),
+            self.metrics,
+            page_size=2,
+        )  # small pages: the cursor is followed across topics
+        self.log = LogBridge(
+            self.log_dir, KafkaPublisher(options, "ev-log"), StateFile(self.workdir / "log.json"), self.metrics
+        )
         self.threads = [BridgeThread(self.admin, 0.3), BridgeThread(self.log, 0.2)]
 
     def stop(self) -> None:
@@ -243,18 +256,21 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
             bridges.stop()
             before = {t: consume_lines(cluster.bootstrap, t) for t in EVENT_TOPICS}
             bridges.start()
-            cluster.wait_for(lambda: bridges.admin.steps >= 4 and bridges.log.steps >= 4,
-                             "a few polls of both restarted bridges")
+            cluster.wait_for(
+                lambda: bridges.admin.steps >= 4 and bridges.log.steps >= 4, "a few polls of both restarted bridges"
+            )
             for topic in EVENT_TOPICS:
                 old = before[topic]
-                new = consume_lines(cluster.bootstrap, topic)[len(old):]
+                new = consume_lines(cluster.bootstrap, topic)[len(old) :]
                 # Whatever the restarted bridge published is new: offsets above every offset published before (a
                 # record Kafka appended meanwhile may come; a re-publication of an old one must not).
                 top = max(orjson.loads(line)["offset"] for line in old)
                 assert all(orjson.loads(line)["offset"] > top for line in new), (topic, new[:3])
                 # The admin bridge's offsets are its own: a re-publication would be new offsets, but it would
                 # register the brokers and create the topics again.
-                again = [e["type"] for e in map(orjson.loads, new) if e["type"] in ("TOPIC_RECORD", "REGISTER_BROKER_RECORD")]
+                again = [
+                    e["type"] for e in map(orjson.loads, new) if e["type"] in ("TOPIC_RECORD", "REGISTER_BROKER_RECORD")
+                ]
                 assert not again, (topic, again)
     # The polled state says what it cannot know; the log's state does not.
     admin_state, _ = replay(consume_lines(cluster.bootstrap, "ev-admin"))
@@ -263,12 +279,15 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
 
     # The configs that matter to elrwatch, polled (DescribeConfigs, the cluster default included) and logged, agree.
     keys = ("min.insync.replicas", "unclean.leader.election.enable")
-    assert {k: admin_state.cluster_configs.get(k) for k in keys} == {
-        k: log_state.cluster_configs.get(k) for k in keys} == {"min.insync.replicas": "1",
-                                                               "unclean.leader.election.enable": "true"}
+    assert (
+        {k: admin_state.cluster_configs.get(k) for k in keys}
+        == {k: log_state.cluster_configs.get(k) for k in keys}
+        == {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    )
     for topic in ("orders", "solo"):
         assert {k: admin_state.topic_configs.get(topic, {}).get(k) for k in keys} == {
-            k: log_state.topic_configs.get(topic, {}).get(k) for k in keys}, topic
+            k: log_state.topic_configs.get(topic, {}).get(k) for k in keys
+        }, topic
     assert cluster_doc(admin_state)["derivedFrom"] == "admin-poll"
     assert "partitionEpoch" in cluster_doc(admin_state)["unknown"]
     assert cluster_doc(log_state)["derivedFrom"] is None and cluster_doc(log_state)["unknown"] == []
@@ -277,8 +296,10 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
     assert solo.leader == 3
     broker1 = cluster.brokers[1]
     assert len(cluster.metadata_snapshot_files(broker1)) >= 2
-    cluster.wait_for(lambda: int(cluster.metadata_log_files(broker1)[0].name[:20]) > 0,
-                     "broker 1 deleting the segments its snapshots cover")
+    cluster.wait_for(
+        lambda: int(cluster.metadata_log_files(broker1)[0].name[:20]) > 0,
+        "broker 1 deleting the segments its snapshots cover",
+    )
     unexpected = {k: v for k, v in bridges.metrics.counts.items() if k not in ("broker_unreachable", "topic_deleted")}
     assert not unexpected, unexpected
 
@@ -349,27 +370,55 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
     procs = []
     ports = {}
     try:
-        for mode, topic, extra in (("admin", "ev-cli-admin", []),
-                                   ("metadata-log", "ev-cli-log", ["--log-dir", str(cluster.controller.metadata_dir)])):
+        for mode, topic, extra in (
+            ("admin", "ev-cli-admin", []),
+            ("metadata-log", "ev-cli-log", ["--log-dir", str(cluster.controller.metadata_dir)]),
+        ):
             ports[mode] = free_port()
-            cmd = [sys.executable, "-m", "elrwatch.cli", "bridge", "--source", mode, "--bootstrap-servers",
-                   cluster.bootstrap, "--topic", topic, "--interval", "0.5", "--state-file",
-                   str(tmp_path / f"{mode}.json"), "--metrics-port", str(ports[mode]), *extra]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                          env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+            cmd = [
+                sys.executable,
+                "-m",
+                "elrwatch.cli",
+                "bridge",
+                "--source",
+                mode,
+                "--bootstrap-servers",
+                cluster.bootstrap,
+                "--topic",
+                topic,
+                "--interval",
+                "0.5",
+                "--state-file",
+                str(tmp_path / f"{mode}.json"),
+                "--metrics-port",
+                str(ports[mode]),
+                *extra,
+            ]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            )
         _kill_and_wait(cluster, 3)
         cluster.wait_metadata_quiet(quiet_for=1.0)
 
         def caught_up() -> bool:
-            return all(not mismatches(cluster, replay(consume_lines(cluster.bootstrap, t))[0])
-                       for t in ("ev-cli-admin", "ev-cli-log"))
+            return all(
+                not mismatches(cluster, replay(consume_lines(cluster.bootstrap, t))[0])
+                for t in ("ev-cli-admin", "ev-cli-log")
+            )
 
         cluster.wait_for(caught_up, "the CLI bridges caught up", timeout=60, interval=1.0)
         for mode, port in ports.items():
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             assert "elrwatch_bridge_published_records_total" in text, mode
-            published = [line for line in text.splitlines()
-                         if line.startswith("elrwatch_bridge_published_records_total ")]
+            published = [
+                line for line in text.splitlines() if line.startswith("elrwatch_bridge_published_records_total ")
+            ]
             assert float(published[0].split()[1]) > 0, mode
     finally:
         for proc in procs:
@@ -393,19 +442,47 @@ def test_spark_stream_of_the_bridges_events_equals_the_cluster(live: tuple[Any, 
     for topic in EVENT_TOPICS:
         url = f"sqlite:///{tmp_path}/{topic}.db"
         done = subprocess.run(
-            [sys.executable, "-P", "-m", "elrwatch.cli", "stream", "--bootstrap-servers", cluster.bootstrap,
-             "--topic", topic, "--store", url, "--checkpoint", str(tmp_path / f"ck-{topic}"), "--buckets", "2",
-             "--available-now", "--starting-offsets", "earliest"],
-            capture_output=True, text=True, timeout=420)
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "elrwatch.cli",
+                "stream",
+                "--bootstrap-servers",
+                cluster.bootstrap,
+                "--topic",
+                topic,
+                "--store",
+                url,
+                "--checkpoint",
+                str(tmp_path / f"ck-{topic}"),
+                "--buckets",
+                "2",
+                "--available-now",
+                "--starting-offsets",
+                "earliest",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
-        status = subprocess.run([sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", url],
-                                capture_output=True, text=True, timeout=120)
+        status = subprocess.run(
+            [sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert status.returncode == 0, status.stderr[-3000:]
         doc = json.loads(status.stdout)
-        stored = {(p["topic"], p["partitionId"]): (p["leader"], p["isr"], p.get("elr", []), p.get("lastKnownElr", []))
-                  for p in doc["partitions"]}
-        described = {k: (d["leader"], d["isr"], d["elr"], d["last_known_elr"])
-                     for k, d in cluster.describe_topic_partitions().items()}
+        stored = {
+            (p["topic"], p["partitionId"]): (p["leader"], p["isr"], p.get("elr", []), p.get("lastKnownElr", []))
+            for p in doc["partitions"]
+        }
+        described = {
+            k: (d["leader"], d["isr"], d["elr"], d["last_known_elr"])
+            for k, d in cluster.describe_topic_partitions().items()
+        }
         assert {k: stored.get(k) for k in described} == described, topic
         fenced = {b["brokerId"]: b["fenced"] for b in doc["brokers"] if b.get("registered", True)}
         assert fenced == cluster.describe_cluster(), topic

@@ -80,7 +80,9 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     config = seen["config"]
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
     assert config.changelog_checkpointing is True and config.state_cache is True and config.local.keep_workers_warm
-    assert config.local.jvm_quick_start and config.local.jvm_class_archive and config.local.jvm_class_archive_dir is None
+    assert (
+        config.local.jvm_quick_start and config.local.jvm_class_archive and config.local.jvm_class_archive_dir is None
+    )
 
 
 def _declaration(option: click.Option) -> tuple:
@@ -91,12 +93,13 @@ def test_option_groups_are_the_same_in_every_command() -> None:
     """The Kafka connection, the store and the metrics endpoint are declared once (elrwatch/options.py groups)."""
     from elrwatch.options import KAFKA, METRICS, STORE
 
-    for group, commands in ((KAFKA, ("stream", "produce", "bridge", "agent")), (STORE, ("stream", "status", "api")),
-                            (METRICS, ("stream", "bridge", "agent"))):
+    for group, commands in (
+        (KAFKA, ("stream", "produce", "bridge", "agent")),
+        (STORE, ("stream", "status", "api")),
+        (METRICS, ("stream", "bridge", "agent")),
+    ):
         names = [p.name for p in group.parameters()]
-        declared = {
-            name: [_declaration(o) for o in _options(name) if o.name in names] for name in commands
-        }
+        declared = {name: [_declaration(o) for o in _options(name) if o.name in names] for name in commands}
         assert len(declared[commands[0]]) == len(names)
         assert all(d == declared[commands[0]] for d in declared.values()), group
 
@@ -110,13 +113,19 @@ def test_stream_groups_reach_the_job_as_typed_objects(monkeypatch: pytest.Monkey
     monkeypatch.setattr(query, "run", lambda config, **_kwargs: seen.setdefault("config", config))
     password = tmp_path / "sasl"
     password.write_text("s3cret\n")
-    env = {"ELRWATCH_BOOTSTRAP_SERVERS": "b:9093", "ELRWATCH_SASL_MECHANISM": "PLAIN", "ELRWATCH_METRICS_PORT": "0",
-           "ELRWATCH_STORE": "sqlite:////tmp/x.db", "ELRWATCH_SASL_PASSWORD_FILE": str(password)}
+    env = {
+        "ELRWATCH_BOOTSTRAP_SERVERS": "b:9093",
+        "ELRWATCH_SASL_MECHANISM": "PLAIN",
+        "ELRWATCH_METRICS_PORT": "0",
+        "ELRWATCH_STORE": "sqlite:////tmp/x.db",
+        "ELRWATCH_SASL_PASSWORD_FILE": str(password),
+    }
     result = CliRunner().invoke(app, ["stream", "--topic", "t", "--sasl-username", "u"], env=env)
     assert result.exit_code == 0, result.output
     config = seen["config"]
-    assert config.kafka == KafkaSettings("b:9093", sasl_mechanism="PLAIN", sasl_username="u",
-                                         sasl_password_file=str(password))
+    assert config.kafka == KafkaSettings(
+        "b:9093", sasl_mechanism="PLAIN", sasl_username="u", sasl_password_file=str(password)
+    )
     assert config.store == StoreSettings("sqlite:////tmp/x.db")
     assert config.metrics == MetricsEndpoint(0, "127.0.0.1")
     summary = options_summary(config)

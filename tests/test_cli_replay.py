@@ -27,17 +27,29 @@ def run(*args: str, stdin: str | bytes | None = None, cwd: Path | None = None) -
     data = stdin.encode() if isinstance(stdin, str) else stdin
     return subprocess.run(
         [sys.executable, "-P", "-m", "elrwatch.cli", "replay", *args],
-        input=data, capture_output=True, timeout=120, cwd=cwd, check=False,
+        input=data,
+        capture_output=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
     )
 
 
 def _lines(recs, first_offset: int = 1) -> list[str]:
-    return [line(envelope(t, v, d, offset=first_offset + i, timestamp=1_732_100_000_000 + i))
-            for i, (t, v, d) in enumerate(recs)]
+    return [
+        line(envelope(t, v, d, offset=first_offset + i, timestamp=1_732_100_000_000 + i))
+        for i, (t, v, d) in enumerate(recs)
+    ]
 
 
-GOOD = _lines([*base_cluster((0, 1, 2)), topic("foo"), topic_min_isr("foo", "2"),
-               partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)])
+GOOD = _lines(
+    [
+        *base_cluster((0, 1, 2)),
+        topic("foo"),
+        topic_min_isr("foo", "2"),
+        partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0),
+    ]
+)
 
 
 def _doc(proc: subprocess.CompletedProcess) -> dict[str, Any]:
@@ -61,13 +73,28 @@ def test_replay_file_with_quarantined_records_exits_zero(tmp_path: Path) -> None
     positions = [r["position"] for r in q["records"]]
     n = len(GOOD)
     assert positions == [f"{path}:{n + 1}", f"{path}:{n + 2}", f"{path}:{n + 3}", f"{path}:{n + 4}"]
-    assert [r["reason"] for r in q["records"]] == ["invalid_json", "unknown_topic", "unsupported_version",
-                                                    "invalid_field"]
+    assert [r["reason"] for r in q["records"]] == [
+        "invalid_json",
+        "unknown_topic",
+        "unsupported_version",
+        "invalid_field",
+    ]
     assert q["records"][3]["field"] == "replicas"
     (p,) = doc["partitions"]
     assert (p["topic"], p["isr"], p["partitionEpoch"], p["status"]) == ("foo", [0, 1], 1, "AT_MIN_ISR")
-    for key in ("topicId", "partitionId", "replicas", "elr", "lastKnownElr", "leader", "leaderEpoch",
-                "leaderRecoveryState", "addingReplicas", "removingReplicas", "effectiveMinIsr"):
+    for key in (
+        "topicId",
+        "partitionId",
+        "replicas",
+        "elr",
+        "lastKnownElr",
+        "leader",
+        "leaderEpoch",
+        "leaderRecoveryState",
+        "addingReplicas",
+        "removingReplicas",
+        "effectiveMinIsr",
+    ):
         assert key in p
     assert {b["brokerId"] for b in doc["brokers"]} == {0, 1, 2}
     assert doc["gauges"]['elrwatch_partitions{status="AT_MIN_ISR"}'] == 1
@@ -117,12 +144,17 @@ def test_mixed_envelope_and_dump_log_lines(tmp_path: Path) -> None:
         "partitionLeaderEpoch: 1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
         "position: 0 CreateTime: 1732100000000 size: 900 magic: 2 compresscodec: none crc: 1 isvalid: true",
     ]
-    text += [dump_line(envelope(t, v, d), offset=i + 1, create_time=1_732_100_000_000 + i)
-             for i, (t, v, d) in enumerate(setup)]
+    text += [
+        dump_line(envelope(t, v, d), offset=i + 1, create_time=1_732_100_000_000 + i)
+        for i, (t, v, d) in enumerate(setup)
+    ]
     text += [skip_metadata_line(envelope(*partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0))), ""]
     text += [line(envelope(*change(isr=[0, 1], leader=0), offset=40, timestamp=1_732_100_100_000))]
-    text += [dump_line(envelope(*change(isr=[0], leader=0, eligibleLeaderReplicas=[1])), offset=41,
-                       create_time=1_732_100_200_000)]
+    text += [
+        dump_line(
+            envelope(*change(isr=[0], leader=0, eligibleLeaderReplicas=[1])), offset=41, create_time=1_732_100_200_000
+        )
+    ]
     text += [line(envelope(*broker_change(1, fenced=1), offset=42))]
     text += [dump_line(envelope("NO_OP_RECORD", 0, {}), offset=43)]
     path = tmp_path / "mixed.log"

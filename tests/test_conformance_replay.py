@@ -44,16 +44,53 @@ BY_ID = {c["id"]: c for c in CASES}
 
 # Kafka's MetadataVersion feature levels (server-common MetadataVersion.java)
 MV_LEVELS = {
-    "3.0-IV1": 1, "3.1-IV0": 2, "3.2-IV0": 3, "3.3-IV0": 4, "3.3-IV1": 5, "3.3-IV2": 6, "3.3-IV3": 7,
-    "3.4-IV0": 8, "3.5-IV0": 9, "3.5-IV1": 10, "3.5-IV2": 11, "3.6-IV0": 12, "3.6-IV1": 13, "3.6-IV2": 14,
-    "3.7-IV0": 15, "3.7-IV1": 16, "3.7-IV2": 17, "3.7-IV3": 18, "3.7-IV4": 19, "3.8-IV0": 20, "3.9-IV0": 21,
-    "4.0-IV0": 22, "4.0-IV1": 23,
+    "3.0-IV1": 1,
+    "3.1-IV0": 2,
+    "3.2-IV0": 3,
+    "3.3-IV0": 4,
+    "3.3-IV1": 5,
+    "3.3-IV2": 6,
+    "3.3-IV3": 7,
+    "3.4-IV0": 8,
+    "3.5-IV0": 9,
+    "3.5-IV1": 10,
+    "3.5-IV2": 11,
+    "3.6-IV0": 12,
+    "3.6-IV1": 13,
+    "3.6-IV2": 14,
+    "3.7-IV0": 15,
+    "3.7-IV1": 16,
+    "3.7-IV2": 17,
+    "3.7-IV3": 18,
+    "3.7-IV4": 19,
+    "3.8-IV0": 20,
+    "3.9-IV0": 21,
+    "4.0-IV0": 22,
+    "4.0-IV1": 23,
 }
-STATE_KEYS = ("replicas", "isr", "elr", "lastKnownElr", "leader", "leaderEpoch", "partitionEpoch",
-              "leaderRecoveryState", "addingReplicas", "removingReplicas")
+STATE_KEYS = (
+    "replicas",
+    "isr",
+    "elr",
+    "lastKnownElr",
+    "leader",
+    "leaderEpoch",
+    "partitionEpoch",
+    "leaderRecoveryState",
+    "addingReplicas",
+    "removingReplicas",
+)
 SET_KEYS = ("elr", "lastKnownElr")
-RECORD_KEYS = {"isr", "leader", "replicas", "removingReplicas", "addingReplicas", "leaderRecoveryState",
-               "eligibleLeaderReplicas", "lastKnownElr"}
+RECORD_KEYS = {
+    "isr",
+    "leader",
+    "replicas",
+    "removingReplicas",
+    "addingReplicas",
+    "leaderRecoveryState",
+    "eligibleLeaderReplicas",
+    "lastKnownElr",
+}
 BROKER_KINDS = ("fence", "unfence", "controlled_shutdown", "register", "unregister", "set_broker")
 
 Rec = tuple[str, int, dict[str, Any]]
@@ -132,10 +169,19 @@ class CaseReplay:
             assert f.feed(config(2, "foo", "unclean.leader.election.enable", "true")) is Outcome.APPLIED
         version = 2 if (init["elr"] or init["lastKnownElr"]) else _pcr_version(self.mv, {})
         rec = partition(
-            TOPIC_ID, 0, init["replicas"], init["isr"], init["leader"], init["leaderEpoch"], init["partitionEpoch"],
-            elr=init["elr"] if version >= 2 else None, last_known_elr=init["lastKnownElr"] if version >= 2 else None,
-            leader_recovery_state=init["leaderRecoveryState"] or None, adding=init["addingReplicas"],
-            removing=init["removingReplicas"], version=version,
+            TOPIC_ID,
+            0,
+            init["replicas"],
+            init["isr"],
+            init["leader"],
+            init["leaderEpoch"],
+            init["partitionEpoch"],
+            elr=init["elr"] if version >= 2 else None,
+            last_known_elr=init["lastKnownElr"] if version >= 2 else None,
+            leader_recovery_state=init["leaderRecoveryState"] or None,
+            adding=init["addingReplicas"],
+            removing=init["removingReplicas"],
+            version=version,
         )
         assert f.feed(rec) is Outcome.APPLIED
 
@@ -167,8 +213,11 @@ class CaseReplay:
             broker.fenced = False
             return [self._fencing(broker_id, broker.epoch, fenced=False)], main, []
         if kind == "controlled_shutdown":
-            pre = [] if broker.in_controlled_shutdown else [
-                broker_change(broker_id, broker.epoch, in_controlled_shutdown=1)]
+            pre = (
+                []
+                if broker.in_controlled_shutdown
+                else [broker_change(broker_id, broker.epoch, in_controlled_shutdown=1)]
+            )
             broker.in_controlled_shutdown = True
             return pre, main, []
         if kind == "unregister":
@@ -178,8 +227,15 @@ class CaseReplay:
         assert not main, "set_broker writes no partition record"
         broker.fenced = bool(inp.get("fenced", broker.fenced))
         broker.in_controlled_shutdown = bool(inp.get("inControlledShutdown", broker.in_controlled_shutdown))
-        return [register(broker_id, broker.epoch, fenced=broker.fenced,
-                         in_controlled_shutdown=broker.in_controlled_shutdown)], [], []
+        return (
+            [
+                register(
+                    broker_id, broker.epoch, fenced=broker.fenced, in_controlled_shutdown=broker.in_controlled_shutdown
+                )
+            ],
+            [],
+            [],
+        )
 
     def _fencing(self, broker_id: int, epoch: int, fenced: bool) -> Rec:
         """BrokerRegistrationChangeRecord from 3.3-IV2 on, Fence/UnfenceBrokerRecord before."""
@@ -206,8 +262,13 @@ class CaseReplay:
         if record is None:
             return []
         assert set(record) <= RECORD_KEYS, record
-        return [("PARTITION_CHANGE_RECORD", _pcr_version(self.mv, record),
-                 {"partitionId": 0, "topicId": TOPIC_ID, **record})]
+        return [
+            (
+                "PARTITION_CHANGE_RECORD",
+                _pcr_version(self.mv, record),
+                {"partitionId": 0, "topicId": TOPIC_ID, **record},
+            )
+        ]
 
     def feed(self, recs: list[Rec], where: str) -> None:
         for rec in recs:
@@ -255,8 +316,12 @@ def test_conformance_case_replays(case_id: str) -> None:
 
 def test_corpus_includes_walkthrough_and_last_replica_standing() -> None:
     assert len(CASES) == len(BY_ID) >= 54
-    for required in ("scenario-kip966-4-broker-walkthrough", "scenario-last-replica-standing-elr",
-                     "scenario-last-replica-standing-no-elr", "scenario-clear-elr-strands-leaderless-partition"):
+    for required in (
+        "scenario-kip966-4-broker-walkthrough",
+        "scenario-last-replica-standing-elr",
+        "scenario-last-replica-standing-no-elr",
+        "scenario-clear-elr-strands-leaderless-partition",
+    ):
         assert required in BY_ID
 
 
@@ -315,93 +380,109 @@ def _replay_statuses(case_id: str, initial: str, wants: list[Want]) -> CaseRepla
 
 def test_walkthrough_statuses() -> None:
     """KIP-966 walkthrough: RF 4, min ISR 3, ELR on, unclean off; the exact status after every step."""
-    r = _replay_statuses("scenario-kip966-4-broker-walkthrough", "HEALTHY", [
-        # fence 3: ISR [0,1,2], |ISR| == min ISR 3 with a leader: one more failure from under min ISR
-        Want("AT_MIN_ISR", [0, 1, 2]),
-        # fence 2: ISR [0,1] < 3, leader 0 still there; 2 moves to the ELR but is fenced, so not live
-        Want("UNDER_MIN_ISR", [0, 1]),
-        # fence 1: ISR [0] < 3, ELR [1,2] both fenced
-        Want("UNDER_MIN_ISR", [0]),
-        # fence 0: leader -1, ISR [], ELR [0,1,2] all fenced. A clean path exists (ELR members) but no candidate
-        # is active and unclean election is off: Kafka elects once a fenced ELR member returns → WAITING
-        Want("LEADERLESS_WAITING", []),
-        # 1 re-registers after an unclean shutdown: dropped from the ELR ([0,2]), its new incarnation is fenced;
-        # ELR members 0 and 2 are still fenced → still WAITING, not MANUAL (the ELR is a path)
-        Want("LEADERLESS_WAITING", []),
-        # 1 unfenced: active but neither in ISR nor ELR, so not a candidate (its data may be lost): still WAITING,
-        # not ELECTING (unclean election is off, the last known leader path needs ISR and ELR empty)
-        Want("LEADERLESS_WAITING", [], mid="LEADERLESS_WAITING"),
-        # 2 re-registers cleanly (not in the ISR, so no record): its new incarnation is fenced → WAITING
-        Want("LEADERLESS_WAITING", []),
-        # 2 unfenced: the moment its UNFENCE record lands, an active ELR member exists → ELECTING; Kafka's ELR
-        # election in the same batch makes 2 leader with ISR [2] (< 3) and ELR [0] → UNDER_MIN_ISR, clean (no
-        # RECOVERING: an ELR election is clean)
-        Want("UNDER_MIN_ISR", [2], mid="LEADERLESS_ELECTING"),
-        # 3 re-registers cleanly (fenced, not in ISR, no record): nothing changes for the partition
-        Want("UNDER_MIN_ISR", [2]),
-        # 3 unfenced: the partition has a leader, so no election; ISR still [2] < 3
-        Want("UNDER_MIN_ISR", [2], mid="UNDER_MIN_ISR"),
-        # AlterPartition ISR [2,1]: 2 < 3, ELR [0] kept (fenced, not live)
-        Want("UNDER_MIN_ISR", [1, 2]),
-        # AlterPartition ISR [2,1,3]: |ISR| == min ISR 3 → ELR cleared; 0 is still missing → AT_MIN_ISR
-        Want("AT_MIN_ISR", [1, 2, 3]),
-    ])
+    r = _replay_statuses(
+        "scenario-kip966-4-broker-walkthrough",
+        "HEALTHY",
+        [
+            # fence 3: ISR [0,1,2], |ISR| == min ISR 3 with a leader: one more failure from under min ISR
+            Want("AT_MIN_ISR", [0, 1, 2]),
+            # fence 2: ISR [0,1] < 3, leader 0 still there; 2 moves to the ELR but is fenced, so not live
+            Want("UNDER_MIN_ISR", [0, 1]),
+            # fence 1: ISR [0] < 3, ELR [1,2] both fenced
+            Want("UNDER_MIN_ISR", [0]),
+            # fence 0: leader -1, ISR [], ELR [0,1,2] all fenced. A clean path exists (ELR members) but no candidate
+            # is active and unclean election is off: Kafka elects once a fenced ELR member returns → WAITING
+            Want("LEADERLESS_WAITING", []),
+            # 1 re-registers after an unclean shutdown: dropped from the ELR ([0,2]), its new incarnation is fenced;
+            # ELR members 0 and 2 are still fenced → still WAITING, not MANUAL (the ELR is a path)
+            Want("LEADERLESS_WAITING", []),
+            # 1 unfenced: active but neither in ISR nor ELR, so not a candidate (its data may be lost): still WAITING,
+            # not ELECTING (unclean election is off, the last known leader path needs ISR and ELR empty)
+            Want("LEADERLESS_WAITING", [], mid="LEADERLESS_WAITING"),
+            # 2 re-registers cleanly (not in the ISR, so no record): its new incarnation is fenced → WAITING
+            Want("LEADERLESS_WAITING", []),
+            # 2 unfenced: the moment its UNFENCE record lands, an active ELR member exists → ELECTING; Kafka's ELR
+            # election in the same batch makes 2 leader with ISR [2] (< 3) and ELR [0] → UNDER_MIN_ISR, clean (no
+            # RECOVERING: an ELR election is clean)
+            Want("UNDER_MIN_ISR", [2], mid="LEADERLESS_ELECTING"),
+            # 3 re-registers cleanly (fenced, not in ISR, no record): nothing changes for the partition
+            Want("UNDER_MIN_ISR", [2]),
+            # 3 unfenced: the partition has a leader, so no election; ISR still [2] < 3
+            Want("UNDER_MIN_ISR", [2], mid="UNDER_MIN_ISR"),
+            # AlterPartition ISR [2,1]: 2 < 3, ELR [0] kept (fenced, not live)
+            Want("UNDER_MIN_ISR", [1, 2]),
+            # AlterPartition ISR [2,1,3]: |ISR| == min ISR 3 → ELR cleared; 0 is still missing → AT_MIN_ISR
+            Want("AT_MIN_ISR", [1, 2, 3]),
+        ],
+    )
     doc = r.f.doc("foo", 0)
     assert doc["leader"] == 2 and doc["leaderRecoveryState"] == 0
 
 
 def test_last_replica_standing_with_elr_statuses() -> None:
     """KIP-966 "last replica standing" with ELR: RF 3, min ISR 2, unclean off."""
-    _replay_statuses("scenario-last-replica-standing-elr", "HEALTHY", [
-        # fence 0: ISR [1,2] == min ISR 2, leader 1
-        Want("AT_MIN_ISR", [1, 2]),
-        # fence 1: ISR [2] < 2, leader 2, ELR [1] (fenced)
-        Want("UNDER_MIN_ISR", [2]),
-        # fence 2: leader -1, ISR [], ELR [1,2] all fenced, LastKnownElr [2]: ELR is a clean path, nobody active
-        Want("LEADERLESS_WAITING", []),
-        # 2 re-registers after an unclean shutdown: removed from the ELR ([1]), new incarnation fenced → WAITING
-        Want("LEADERLESS_WAITING", []),
-        # 2 (which lost data) unfenced: not in ISR/ELR, and the last known leader path needs an empty ELR, so it
-        # is no candidate → still WAITING (this is the data loss KIP-966 prevents; not ELECTING)
-        Want("LEADERLESS_WAITING", [], mid="LEADERLESS_WAITING"),
-        # 0 unfenced: not in ISR/ELR either → still WAITING
-        Want("LEADERLESS_WAITING", [], mid="LEADERLESS_WAITING"),
-        # 1 unfenced: an active ELR member → ELECTING until Kafka's ELR election lands: leader 1, ISR [1] < 2,
-        # clean → UNDER_MIN_ISR (not RECOVERING)
-        Want("UNDER_MIN_ISR", [1], mid="LEADERLESS_ELECTING"),
-    ])
+    _replay_statuses(
+        "scenario-last-replica-standing-elr",
+        "HEALTHY",
+        [
+            # fence 0: ISR [1,2] == min ISR 2, leader 1
+            Want("AT_MIN_ISR", [1, 2]),
+            # fence 1: ISR [2] < 2, leader 2, ELR [1] (fenced)
+            Want("UNDER_MIN_ISR", [2]),
+            # fence 2: leader -1, ISR [], ELR [1,2] all fenced, LastKnownElr [2]: ELR is a clean path, nobody active
+            Want("LEADERLESS_WAITING", []),
+            # 2 re-registers after an unclean shutdown: removed from the ELR ([1]), new incarnation fenced → WAITING
+            Want("LEADERLESS_WAITING", []),
+            # 2 (which lost data) unfenced: not in ISR/ELR, and the last known leader path needs an empty ELR, so it
+            # is no candidate → still WAITING (this is the data loss KIP-966 prevents; not ELECTING)
+            Want("LEADERLESS_WAITING", [], mid="LEADERLESS_WAITING"),
+            # 0 unfenced: not in ISR/ELR either → still WAITING
+            Want("LEADERLESS_WAITING", [], mid="LEADERLESS_WAITING"),
+            # 1 unfenced: an active ELR member → ELECTING until Kafka's ELR election lands: leader 1, ISR [1] < 2,
+            # clean → UNDER_MIN_ISR (not RECOVERING)
+            Want("UNDER_MIN_ISR", [1], mid="LEADERLESS_ELECTING"),
+        ],
+    )
 
 
 def test_last_replica_standing_without_elr_statuses() -> None:
     """The same events with ELR disabled: the ISR can never become empty."""
-    _replay_statuses("scenario-last-replica-standing-no-elr", "HEALTHY", [
-        # fence 0: ISR [1,2] == min ISR 2
-        Want("AT_MIN_ISR", [1, 2]),
-        # fence 1: ISR [2] < 2, leader 2
-        Want("UNDER_MIN_ISR", [2]),
-        # fence 2: leader -1 but ISR stays [2] (fenced): the ISR member is a clean path, inactive → WAITING
-        Want("LEADERLESS_WAITING", []),
-        # 2 re-registers (unclean, but without ELR handled like a fence: no record), new incarnation fenced
-        Want("LEADERLESS_WAITING", []),
-        # 2 unfenced: ISR member active → ELECTING until Kafka re-elects it from the ISR: leader 2, ISR [2] < 2.
-        # Kafka counts this as clean (no RECOVERING) although 2 lost data: the KIP's global data loss case
-        Want("UNDER_MIN_ISR", [2], mid="LEADERLESS_ELECTING"),
-        # 0 and 1 unfenced: not in the ISR (only AlterPartition adds them back) → unchanged
-        Want("UNDER_MIN_ISR", [2], mid="UNDER_MIN_ISR"),
-        Want("UNDER_MIN_ISR", [2], mid="UNDER_MIN_ISR"),
-    ])
+    _replay_statuses(
+        "scenario-last-replica-standing-no-elr",
+        "HEALTHY",
+        [
+            # fence 0: ISR [1,2] == min ISR 2
+            Want("AT_MIN_ISR", [1, 2]),
+            # fence 1: ISR [2] < 2, leader 2
+            Want("UNDER_MIN_ISR", [2]),
+            # fence 2: leader -1 but ISR stays [2] (fenced): the ISR member is a clean path, inactive → WAITING
+            Want("LEADERLESS_WAITING", []),
+            # 2 re-registers (unclean, but without ELR handled like a fence: no record), new incarnation fenced
+            Want("LEADERLESS_WAITING", []),
+            # 2 unfenced: ISR member active → ELECTING until Kafka re-elects it from the ISR: leader 2, ISR [2] < 2.
+            # Kafka counts this as clean (no RECOVERING) although 2 lost data: the KIP's global data loss case
+            Want("UNDER_MIN_ISR", [2], mid="LEADERLESS_ELECTING"),
+            # 0 and 1 unfenced: not in the ISR (only AlterPartition adds them back) → unchanged
+            Want("UNDER_MIN_ISR", [2], mid="UNDER_MIN_ISR"),
+            Want("UNDER_MIN_ISR", [2], mid="UNDER_MIN_ISR"),
+        ],
+    )
 
 
 def test_clear_elr_strands_leaderless_partition_statuses() -> None:
     """ClearElr on a leaderless partition (elr-semantics §7.5): the two most severe statuses."""
-    _replay_statuses("scenario-clear-elr-strands-leaderless-partition", "LEADERLESS_WAITING", [
-        # (initial: ISR [], ELR [0,1,2] all fenced → WAITING.) min.insync.replicas changed → ClearElr empties ELR
-        # and LastKnownElr: no ISR, ELR or last known leader, unclean off → nobody Kafka would ever elect: MANUAL
-        Want("MANUAL_ELECTION_REQUIRED", []),
-        # 1 unfenced: active, but not a candidate of any automatic election → still MANUAL
-        Want("MANUAL_ELECTION_REQUIRED", [], mid="MANUAL_ELECTION_REQUIRED"),
-        # preferred election: PREFERRED_LEADER_NOT_AVAILABLE, no record
-        Want("MANUAL_ELECTION_REQUIRED", []),
-        # unclean election: leader 1, ISR [1], leaderRecoveryState 1 → RECOVERING (most severe after MANUAL)
-        Want("RECOVERING", [1]),
-    ])
+    _replay_statuses(
+        "scenario-clear-elr-strands-leaderless-partition",
+        "LEADERLESS_WAITING",
+        [
+            # (initial: ISR [], ELR [0,1,2] all fenced → WAITING.) min.insync.replicas changed → ClearElr empties ELR
+            # and LastKnownElr: no ISR, ELR or last known leader, unclean off → nobody Kafka would ever elect: MANUAL
+            Want("MANUAL_ELECTION_REQUIRED", []),
+            # 1 unfenced: active, but not a candidate of any automatic election → still MANUAL
+            Want("MANUAL_ELECTION_REQUIRED", [], mid="MANUAL_ELECTION_REQUIRED"),
+            # preferred election: PREFERRED_LEADER_NOT_AVAILABLE, no record
+            Want("MANUAL_ELECTION_REQUIRED", []),
+            # unclean election: leader 1, ISR [1], leaderRecoveryState 1 → RECOVERING (most severe after MANUAL)
+            Want("RECOVERING", [1]),
+        ],
+    )

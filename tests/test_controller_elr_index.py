@@ -18,13 +18,25 @@ CTX = controller.TopicContext(min_isr=2, elr_enabled=True, metadata_version=mv.D
 
 def brokers() -> dict[int, BrokerState]:
     """Broker 1 back and unfenced, 2 re-registering (its old registration fenced), 3 active."""
-    return {1: BrokerState(1, epoch=69, fenced=False), 2: BrokerState(2, epoch=41, fenced=True),
-            3: BrokerState(3, epoch=65, fenced=False)}
+    return {
+        1: BrokerState(1, epoch=69, fenced=False),
+        2: BrokerState(2, epoch=41, fenced=True),
+        3: BrokerState(3, epoch=65, fenced=False),
+    }
 
 
 def leaderless() -> PartitionState:
-    return PartitionState(TOPIC, 0, replicas=(1, 2, 3), isr=(), elr=(2,), last_known_elr=(1,), leader=-1,
-                          leader_epoch=1, partition_epoch=9)
+    return PartitionState(
+        TOPIC,
+        0,
+        replicas=(1, 2, 3),
+        isr=(),
+        elr=(2,),
+        last_known_elr=(1,),
+        leader=-1,
+        leader_epoch=1,
+        partition_epoch=9,
+    )
 
 
 def test_clear_elr_leaves_the_index_stale_and_a_new_elr_doubles_it() -> None:
@@ -55,8 +67,7 @@ def test_remove_drops_every_occurrence_into_a_shorter_array_padded_with_partitio
 def test_unclean_registration_writes_one_record_per_index_entry() -> None:
     p = leaderless()
     once = controller.register(p, 2, False, brokers(), CTX)
-    expected = {"leader": 1, "isr": (1,), "leaderRecoveryState": 1, "eligibleLeaderReplicas": (),
-                "lastKnownElr": ()}
+    expected = {"leader": 1, "isr": (1,), "leaderRecoveryState": 1, "eligibleLeaderReplicas": (), "lastKnownElr": ()}
     assert once.records == [expected]
     twice = controller.register(p, 2, False, brokers(), CTX, elr_passes=2)
     assert twice.records == [expected, expected]  # both passes see the registration before the op

@@ -63,24 +63,39 @@ def test_the_walk_sees_every_kind_of_import() -> None:
 
 def test_no_product_module_imports_devtools() -> None:
     modules = _product_modules()
-    for package in ("elrwatch", "elrwatch.state", "elrwatch.streaming", "elrwatch.store", "elrwatch.api",
-                    "elrwatch.bridge", "elrwatch.kafkaio"):
+    for package in (
+        "elrwatch",
+        "elrwatch.state",
+        "elrwatch.streaming",
+        "elrwatch.store",
+        "elrwatch.api",
+        "elrwatch.bridge",
+        "elrwatch.kafkaio",
+    ):
         assert package in modules, package  # every product package is walked (its __init__)
     assert "elrwatch.cli" in modules and "elrwatch.options" in modules
     offenders = {
-        name: imported
-        for name, path in modules.items()
-        if (imported := devtools_imports(path.read_text(), str(path)))
+        name: imported for name, path in modules.items() if (imported := devtools_imports(path.read_text(), str(path)))
     }
     assert offenders == {}
 
 
 def test_the_demo_is_a_devtools_command() -> None:
-    done = subprocess.run([sys.executable, "-m", "elrwatch.devtools.demo", "--help"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "elrwatch.devtools.demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
     for option in ("--simulated", "--kafka", "--duration", "--metrics-port", "--api-port", "--faults", "--keep"):
         assert option in done.stdout, option
-    done = subprocess.run([sys.executable, "-m", "elrwatch.cli", "demo", "--help"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "elrwatch.cli", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 2 and "No such command 'demo'" in done.stdout + done.stderr

@@ -174,15 +174,21 @@ def test_per_broker_per_topic_and_cause_gauges_through_a_rolling_restart() -> No
     }
     # with min ISR 3 both partitions are under it, each missing only the broker in its planned shutdown
     f.feed(topic_min_isr("orders", "3"))
-    assert _gauges(f.cluster, "elrwatch_under_min_isr_partitions_by_cause")[
-        'elrwatch_under_min_isr_partitions_by_cause{cause="controlled_shutdown"}'
-    ] == 2
+    assert (
+        _gauges(f.cluster, "elrwatch_under_min_isr_partitions_by_cause")[
+            'elrwatch_under_min_isr_partitions_by_cause{cause="controlled_shutdown"}'
+        ]
+        == 2
+    )
     # the broker registers again (a new incarnation, fenced): its replicas are missing because it is fenced
     f.feed(register(1, epoch=101, fenced=True))
     assert f.doc("orders", 1)["missingReplicas"][0] == {"brokerId": 1, "cause": "fenced"}
-    assert _gauges(f.cluster, "elrwatch_under_min_isr_partitions_by_cause")[
-        'elrwatch_under_min_isr_partitions_by_cause{cause="fenced"}'
-    ] == 2
+    assert (
+        _gauges(f.cluster, "elrwatch_under_min_isr_partitions_by_cause")[
+            'elrwatch_under_min_isr_partitions_by_cause{cause="fenced"}'
+        ]
+        == 2
+    )
     # unregistered: its series disappear and its replicas are missing as unregistered
     f.feed(unregister(1, epoch=101))
     assert not any('broker="1"' in k for k in _gauges(f.cluster, "elrwatch_broker_"))
@@ -206,9 +212,12 @@ def test_a_min_isr_change_recounts_the_topic() -> None:
     g = _gauges(f.cluster, "elrwatch_topic_")
     assert g['elrwatch_topic_under_min_isr_partitions{topic="orders"}'] == 1
     assert g['elrwatch_topic_at_min_isr_partitions{topic="orders"}'] == 1
-    assert _gauges(f.cluster, "elrwatch_broker_restart_blocking")[
-        'elrwatch_broker_restart_blocking_partitions{broker="0"}'
-    ] == 1
+    assert (
+        _gauges(f.cluster, "elrwatch_broker_restart_blocking")[
+            'elrwatch_broker_restart_blocking_partitions{broker="0"}'
+        ]
+        == 1
+    )
 
 
 def test_fencing_the_only_other_active_member_makes_a_broker_critical() -> None:
@@ -276,7 +285,9 @@ def test_bucketed_states_count_only_their_partitions_and_sum_to_the_whole(seed: 
         assert set(b.insight) <= {(t.topic_id, p) for t in b.topics.values() for p in t.partitions}
         assert (b.insight, b.insight_counts) == insight.recount(b)
     keys = ("elrwatch_broker_", "elrwatch_topic_", "elrwatch_under_min_isr_partitions_by_cause")
-    summed = {k: v for k, v in as_samples(sum_gauges(partition_gauges(b) for b in buckets)).items() if k.startswith(keys)}
+    summed = {
+        k: v for k, v in as_samples(sum_gauges(partition_gauges(b) for b in buckets)).items() if k.startswith(keys)
+    }
     assert summed == {k: v for k, v in as_samples(partition_gauges(whole)).items() if k.startswith(keys)}
 
 

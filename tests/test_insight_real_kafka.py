@@ -134,8 +134,23 @@ def job(real_kafka_cluster: Any, tmp_path: Path) -> Iterator[tuple[StreamJob, st
     write_dump(real_kafka_cluster, logs, 0)
     url = f"sqlite:///{tmp_path}/store.db"
     port = free_port()
-    stream = StreamJob(tmp_path, "--source", "files", "--path", str(logs), "--store", url, "--checkpoint",
-                       str(tmp_path / "ck"), "--metrics-port", str(port), "--buckets", "2", "--trigger", "1s")
+    stream = StreamJob(
+        tmp_path,
+        "--source",
+        "files",
+        "--path",
+        str(logs),
+        "--store",
+        url,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--metrics-port",
+        str(port),
+        "--buckets",
+        "2",
+        "--trigger",
+        "1s",
+    )
     try:
         yield stream, url, f"http://127.0.0.1:{port}/metrics", logs
     finally:
@@ -182,13 +197,19 @@ def test_insight_gauges_equal_kafkas_answers_through_metrics_and_rest(real_kafka
         store = StatusStore(url)
         try:
             with TestClient(create_app(Settings(store=url), store=store)) as client:
+
                 def rest_brokers() -> list[dict] | None:
                     brokers = client.get("/v1/brokers").json()
-                    return brokers if all(
-                        b["restartBlockingPartitions"]
-                        == want.get(f'elrwatch_broker_restart_blocking_partitions{{broker="{b["brokerId"]}"}}')
-                        for b in brokers if b["state"] != "unregistered"
-                    ) else None
+                    return (
+                        brokers
+                        if all(
+                            b["restartBlockingPartitions"]
+                            == want.get(f'elrwatch_broker_restart_blocking_partitions{{broker="{b["brokerId"]}"}}')
+                            for b in brokers
+                            if b["state"] != "unregistered"
+                        )
+                        else None
+                    )
 
                 brokers = _poll(rest_brokers, 60, f"{label}: /v1/brokers of the same batch", stream)
                 for b in brokers:

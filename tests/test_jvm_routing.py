@@ -57,7 +57,8 @@ def _lines() -> list[str]:
 
 def _routed(spark, lines: list[str]) -> pd.DataFrame:
     frame = spark.createDataFrame(
-        [(line.encode(), "ev", 0, i) for i, line in enumerate(lines)], "value binary, topic string, partition int, offset long"
+        [(line.encode(), "ev", 0, i) for i, line in enumerate(lines)],
+        "value binary, topic string, partition int, offset long",
     )
     return route.route_in_jvm(frame, BUCKETS).toPandas()
 

@@ -28,11 +28,17 @@ TOPICS = ["orders", "solo"]
 #: followed by the store (and the log bridge's replay) matching the cluster.
 STEPS: list[tuple[str, Callable[[Any], Any], tuple[int, int]]] = [
     ("start", lambda c: None, (2, 0)),
-    ("broker 3 killed", lambda c: (c.kill_broker(3), c.wait_for(lambda: 3 in c.down_brokers(), "broker 3 down")),
-     (2, 0)),
+    (
+        "broker 3 killed",
+        lambda c: (c.kill_broker(3), c.wait_for(lambda: 3 in c.down_brokers(), "broker 3 down")),
+        (2, 0),
+    ),
     # orders' ISR is broker 1 alone with min ISR 2 and no ELR: both its partitions have their last replica standing
-    ("broker 2 stopped cleanly", lambda c: (c.stop_broker(2),
-                                            c.wait_for(lambda: 2 in c.down_brokers(), "broker 2 down")), (2, 2)),
+    (
+        "broker 2 stopped cleanly",
+        lambda c: (c.stop_broker(2), c.wait_for(lambda: 2 in c.down_brokers(), "broker 2 down")),
+        (2, 2),
+    ),
     ("min ISR of orders 2 -> 1", lambda c: c.set_topic_config("orders", "min.insync.replicas", "1"), (1, 0)),
 ]
 
@@ -40,15 +46,20 @@ STEPS: list[tuple[str, Callable[[Any], Any], tuple[int, int]]] = [
 def cluster_answer(cluster: Any) -> tuple[dict[tuple[str, int], tuple], set[int]]:
     """Partition → (leader, leader epoch, replicas, ISR) and the down brokers, as the cluster answers now."""
     described = cluster.describe_topic_partitions(TOPICS)
-    return ({k: (d["leader"], d["leader_epoch"], d["replicas"], d["isr"]) for k, d in described.items()},
-            cluster.down_brokers())
+    return (
+        {k: (d["leader"], d["leader_epoch"], d["replicas"], d["isr"]) for k, d in described.items()},
+        cluster.down_brokers(),
+    )
 
 
 def store_answer(doc: dict, brokers: set[int], mode: str) -> tuple[dict[tuple[str, int], tuple], set[int]]:
     """The same from a status document; a down broker is fenced in KRaft mode and unregistered in ZooKeeper mode
     (anything else, e.g. a fenced broker on a ZooKeeper-mode cluster, counts as not down and fails the comparison)."""
-    partitions = {(p["topic"], p["partitionId"]): (p["leader"], p["leaderEpoch"], p["replicas"], p["isr"])
-                  for p in doc["partitions"] if p["topic"] in TOPICS}
+    partitions = {
+        (p["topic"], p["partitionId"]): (p["leader"], p["leaderEpoch"], p["replicas"], p["isr"])
+        for p in doc["partitions"]
+        if p["topic"] in TOPICS
+    }
     shown = {b["brokerId"]: b for b in doc["brokers"]}
     down = set()
     for broker in brokers:
@@ -65,7 +76,7 @@ def state_answer(state: Any, brokers: set[int]) -> tuple[dict[tuple[str, int], t
     partitions = {}
     for name in TOPICS:
         topic = state.topic_by_name(name)
-        for pid, p in (topic.partitions.items() if topic is not None else ()):
+        for pid, p in topic.partitions.items() if topic is not None else ():
             partitions[(name, pid)] = (p.leader, p.leader_epoch, list(p.replicas), list(p.isr))
     return partitions, {b for b in brokers if (s := state.brokers.get(b)) is not None and s.registered and s.fenced}
 
@@ -90,18 +101,40 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
         cluster.create_topic("solo", replica_assignment={0: [2, 3]})
         options = {"bootstrap.servers": cluster.bootstrap}
         metrics = Metrics()
-        admin = AdminBridge(KafkaClusterReader(kafka_python_config(options)), KafkaPublisher(options, "ev-admin"),
-                            StateFile(tmp_path / "admin.json"), metrics)
+        admin = AdminBridge(
+            KafkaClusterReader(kafka_python_config(options)),
+            KafkaPublisher(options, "ev-admin"),
+            StateFile(tmp_path / "admin.json"),
+            metrics,
+        )
         threads.append(BridgeThread(admin, 0.3))
         if mode == "kraft":
-            log = LogBridge(cluster.brokers[1].metadata_dir, KafkaPublisher(options, "ev-log"),
-                            StateFile(tmp_path / "log.json"), metrics)
+            log = LogBridge(
+                cluster.brokers[1].metadata_dir,
+                KafkaPublisher(options, "ev-log"),
+                StateFile(tmp_path / "log.json"),
+                metrics,
+            )
             threads.append(BridgeThread(log, 0.2))
         url = f"sqlite:///{tmp_path}/store.db"
         try:
-            job = StreamJob(tmp_path, "--bootstrap-servers", cluster.bootstrap, "--topic", "ev-admin", "--store", url,
-                            "--checkpoint", str(tmp_path / "ck"), "--buckets", "2", "--trigger", "1s",
-                            "--starting-offsets", "earliest")
+            job = StreamJob(
+                tmp_path,
+                "--bootstrap-servers",
+                cluster.bootstrap,
+                "--topic",
+                "ev-admin",
+                "--store",
+                url,
+                "--checkpoint",
+                str(tmp_path / "ck"),
+                "--buckets",
+                "2",
+                "--trigger",
+                "1s",
+                "--starting-offsets",
+                "earliest",
+            )
             brokers = set(cluster.brokers)
             last: dict[str, Any] = {}
 
@@ -111,7 +144,8 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
                 last["cluster"], last["store"] = want, doc and store_answer(doc, brokers, mode)
                 last["exposure"] = doc and (
                     {p["effectiveMinIsr"] for p in doc["partitions"] if p["topic"] == "orders"},
-                    doc["gauges"].get("elrwatch_last_replica_standing_partitions"))
+                    doc["gauges"].get("elrwatch_last_replica_standing_partitions"),
+                )
                 if last["exposure"] != ({exposure[0]}, exposure[1]):
                     return False
                 if mode == "kraft":
@@ -169,8 +203,12 @@ def check_metadata_log(cluster: Any, tmp_path: Path, want: tuple[dict, set[int]]
     assert compared >= 20, compared
     dump_file = tmp_path / "controller.dump"
     dump_file.write_text("".join(dumps))
-    done = subprocess.run([sys.executable, "-P", "-m", "elrwatch.cli", "replay", "--compact", str(dump_file)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "elrwatch.cli", "replay", "--compact", str(dump_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(done.stdout)
     assert doc["cluster"]["derivedFrom"] is None and doc["cluster"]["unknown"] == []

@@ -151,15 +151,19 @@ def test_older_kafka_starts_from_its_own_jars_and_stops_clean(version: str, mode
         for pid in pids:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             assert str(kafka_libs(version=version)).encode() + b"/*" in args, args
-        zookeeper = [b"org.apache.zookeeper.server.quorum.QuorumPeerMain" in Path(f"/proc/{p}/cmdline").read_bytes()
-                     for p in pids]
+        zookeeper = [
+            b"org.apache.zookeeper.server.quorum.QuorumPeerMain" in Path(f"/proc/{p}/cmdline").read_bytes()
+            for p in pids
+        ]
         assert sum(zookeeper) == (1 if mode == "zookeeper" else 0)
         assert cluster.describe_cluster() == {1: False}
         assert cluster.has_api(75) is (version == "3.9.1" and mode == "kraft")  # DescribeTopicPartitions
         cluster.create_topic("harness", partitions=2, configs={"min.insync.replicas": "1"})
         described = cluster.describe_topic_partitions(["harness"])
         assert {k: (d["leader"], d["replicas"], d["isr"], d["elr"]) for k, d in described.items()} == {
-            ("harness", 0): (1, [1], [1], []), ("harness", 1): (1, [1], [1], [])}
+            ("harness", 0): (1, [1], [1], []),
+            ("harness", 1): (1, [1], [1], []),
+        }
         assert bool(cluster.metadata_log_files()) is (mode == "kraft")
     finally:
         cluster.stop()
@@ -173,6 +177,9 @@ def test_a_version_or_mode_the_harness_does_not_run_fails_at_once(tmp_path):
         KafkaCluster(brokers=1, version="3.9.1", mode="zk")
     with pytest.raises(ClusterError, match=r"Kafka 2\.8\.0 is not one the harness runs"):
         KafkaCluster(brokers=1, version="2.8.0")
-    with pytest.raises(ClusterError, match=r"kafka_2.13-3.9.1.jar is missing: run `make kafka-jars` .*"
-                                           r"tools/kafka-3.9.1/pom.xml"):
+    with pytest.raises(
+        ClusterError,
+        match=r"kafka_2.13-3.9.1.jar is missing: run `make kafka-jars` .*"
+        r"tools/kafka-3.9.1/pom.xml",
+    ):
         KafkaCluster(brokers=1, version="3.9.1", libs=tmp_path)

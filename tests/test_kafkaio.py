@@ -94,8 +94,9 @@ def test_a_failed_connection_logs_and_reports_no_secret(tmp_path, monkeypatch, c
     """Every logger at DEBUG while a SASL client fails to reach a closed port: neither the logs nor the one-line
     error show the password."""
     monkeypatch.setenv("ELRWATCH_SASL_PASSWORD", "s3cret-never-shown")
-    settings = KafkaSettings("127.0.0.1:1", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                             sasl_username="monitor")
+    settings = KafkaSettings(
+        "127.0.0.1:1", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username="monitor"
+    )
     caplog.set_level(logging.DEBUG)
     with pytest.raises(SourceError) as failure:
         make_producer(settings.options(**{"timeout.ms": "300"}))

@@ -72,17 +72,21 @@ def test_elr_on_the_gauge_is_zero_and_the_advice_says_so() -> None:
     assert gauge(f) == 0
     entry = next(e for e in f.replayer.document(advice=True)["partitions"] if e["topic"] == "t")
     assert entry["outlook"]["lastReplicaStanding"] is False
-    assert "ELR on: 0 is the last ISR member, but an unclean shutdown of it costs its ELR seat" in \
-        entry["outlook"]["summary"]
+    assert (
+        "ELR on: 0 is the last ISR member, but an unclean shutdown of it costs its ELR seat"
+        in entry["outlook"]["summary"]
+    )
     assert "Last replica standing" not in entry["recommendation"]["summary"]
 
 
 @pytest.mark.parametrize("elr", [False, True])
 def test_min_isr_one_or_a_larger_isr_is_not_exposed(elr: bool) -> None:
     f = Feeder()
-    f.feed(*base_cluster(elr=elr), topic("t"), topic_min_isr("t", "1"), partition(replicas=(0, 1, 2)),
-           change(isr=[0]))
+    f.feed(*base_cluster(elr=elr), topic("t"), topic_min_isr("t", "1"), partition(replicas=(0, 1, 2)), change(isr=[0]))
     assert gauge(f) == 0
     f.feed(topic_min_isr("t", "3"), change(TOPIC_ID, isr=[0, 1]))
-    assert gauge(f) == 0 and "lastReplicaStanding" not in next(
-        e for e in f.replayer.document(advice=True)["partitions"] if e["topic"] == "t")["outlook"]
+    assert (
+        gauge(f) == 0
+        and "lastReplicaStanding"
+        not in next(e for e in f.replayer.document(advice=True)["partitions"] if e["topic"] == "t")["outlook"]
+    )

@@ -17,7 +17,11 @@ from elrwatch.state.eventgen import simulated_lines
 
 def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.cli", *args], input=stdin, capture_output=True, timeout=timeout, check=False
+        [sys.executable, "-P", "-m", "elrwatch.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -45,7 +49,9 @@ def _consume(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.
 def test_keys_keep_partition_and_broker_order():
     pcr = '{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":3,"topicId":"FbrrdcfiR-KC2CPSTHaJrg"}}'
     assert key_of(pcr) == b"topic:FbrrdcfiR-KC2CPSTHaJrg"
-    assert key_of(f"| offset: 4 CreateTime: 1 keySize: -1 valueSize: 9 payload: {pcr}") == b"topic:FbrrdcfiR-KC2CPSTHaJrg"
+    assert (
+        key_of(f"| offset: 4 CreateTime: 1 keySize: -1 valueSize: 9 payload: {pcr}") == b"topic:FbrrdcfiR-KC2CPSTHaJrg"
+    )
     assert key_of('{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":0,"data":{"brokerId":2}}') == b"broker:2"
     assert key_of('{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":5,"epoch":1}}') == b"broker:5"
     # a topic's creation and its partitions share one key, so they stay in order across event-topic partitions
@@ -60,7 +66,9 @@ def test_a_topics_config_and_elr_clearing_share_its_key_once_its_name_is_known()
     applied after a later partition change (which would skip the clearing there as already applied)."""
     clear = '{"type":"CLEAR_ELR_RECORD","version":0,"data":{"topicName":"a"}}'
     config = '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":2,"resourceName":"a","name":"min.insync.replicas","value":"2"}}'
-    cluster_config = '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":4,"resourceName":"","name":"x","value":"1"}}'
+    cluster_config = (
+        '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":4,"resourceName":"","name":"x","value":"1"}}'
+    )
     keys = EventKeys()
     assert keys(clear) == b"CLEAR_ELR_RECORD" and keys(config) == b"CONFIG_RECORD"  # name not known yet
     assert keys('{"type":"TOPIC_RECORD","version":0,"data":{"name":"a","topicId":"x"}}') == b"topic:x"
@@ -85,9 +93,24 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n\n")
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "produce", str(path), "--bootstrap-servers", kafka_server.bootstrap,
-         "--topic", topic, "--create-topic", "--partitions", "3"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.cli",
+            "produce",
+            str(path),
+            "--bootstrap-servers",
+            kafka_server.bootstrap,
+            "--topic",
+            topic,
+            "--create-topic",
+            "--partitions",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert f"done, {len(lines)} events sent" in done.stderr
@@ -117,7 +140,9 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
         assert seq == sorted(seq)
     missing = subprocess.run(
         [sys.executable, "-P", "-m", "elrwatch.cli", "produce", "--simulate", str(path), "--topic", "x"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert missing.returncode == 2 and missing.stderr.startswith("elrwatch: error:")
 
@@ -182,9 +207,29 @@ def _check_simulated_records(got: list, expected: list[bytes]) -> dict:
 @pytest.mark.e2e
 def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_server, fresh_topic):
     topic = fresh_topic("produce-sim")
-    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", topic, "--simulate",
-                "--sim-topics", "2", "--sim-partitions", "4", "--sim-brokers", "3", "--sim-steps", "12",
-                "--sim-churn", "40", "--seed", "11", "--create-topic", "--partitions", "3")
+    done = _cli(
+        "produce",
+        "--bootstrap-servers",
+        kafka_server.bootstrap,
+        "--topic",
+        topic,
+        "--simulate",
+        "--sim-topics",
+        "2",
+        "--sim-partitions",
+        "4",
+        "--sim-brokers",
+        "3",
+        "--sim-steps",
+        "12",
+        "--sim-churn",
+        "40",
+        "--seed",
+        "11",
+        "--create-topic",
+        "--partitions",
+        "3",
+    )
     assert done.returncode == 0, done.stderr.decode()
     expected = list(simulated_lines(2, 4, 3, 12, 40, 11))
     assert f"done, {len(expected)} events sent to {topic}" in done.stderr.decode()
@@ -199,10 +244,32 @@ def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_serv
 def test_produce_simulate_loop_stops_after_duration(kafka_server, fresh_topic):
     topic = fresh_topic("produce-sim-loop")
     started = time.monotonic()
-    done = _cli("produce", "--bootstrap-servers", kafka_server.bootstrap, "--topic", topic, "--simulate",
-                "--sim-topics", "1", "--sim-partitions", "3", "--sim-brokers", "3", "--sim-steps", "4",
-                "--sim-churn", "10", "--sim-loop", "--duration", "2", "--rate", "300", "--create-topic",
-                "--partitions", "2")
+    done = _cli(
+        "produce",
+        "--bootstrap-servers",
+        kafka_server.bootstrap,
+        "--topic",
+        topic,
+        "--simulate",
+        "--sim-topics",
+        "1",
+        "--sim-partitions",
+        "3",
+        "--sim-brokers",
+        "3",
+        "--sim-steps",
+        "4",
+        "--sim-churn",
+        "10",
+        "--sim-loop",
+        "--duration",
+        "2",
+        "--rate",
+        "300",
+        "--create-topic",
+        "--partitions",
+        "2",
+    )
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr.decode()
     assert elapsed < 20  # --sim-loop alone never ends: --duration stopped it

@@ -84,12 +84,14 @@ class Scenario:
         else:  # pragma: no cover - the log kept moving under the dump
             pytest.fail(f"{self.name}/{label}: the metadata log kept growing while it was dumped")
         rows = [{"topic": t, "partition": p, **answer} for (t, p), answer in sorted(dtp.items())]
-        self.checkpoints.append({
-            "label": label,
-            "endOffset": dump_end_offset(dump),
-            "describeTopicPartitions": rows,
-            "describeCluster": {str(b): fenced for b, fenced in sorted(described.items())},
-        })
+        self.checkpoints.append(
+            {
+                "label": label,
+                "endOffset": dump_end_offset(dump),
+                "describeTopicPartitions": rows,
+                "describeCluster": {str(b): fenced for b, fenced in sorted(described.items())},
+            }
+        )
         self.dump = dump
         replayer = replay_dump(dump, f"{self.name}/{label}")
         document = replayer.document(advice=False)
@@ -102,20 +104,27 @@ class Scenario:
             saved = Path(os.environ.get("ELRWATCH_REAL_KAFKA_FAILED", "/tmp/elrwatch-real-kafka-failed"))
             saved.mkdir(parents=True, exist_ok=True)
             (saved / f"{self.name}-{label}.dump").write_text(dump)
-            pytest.fail(f"{self.name}/{label}: elrwatch differs from Kafka (dump saved in {saved}):\n"
-                        + "\n".join(problems))
+            pytest.fail(
+                f"{self.name}/{label}: elrwatch differs from Kafka (dump saved in {saved}):\n" + "\n".join(problems)
+            )
         return document
 
     def save(self) -> None:
         folder = DATA / self.name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "metadata.dump").write_text(self.dump)
-        (folder / "answers.json").write_text(json.dumps({
-            "kafkaVersion": KAFKA_VERSION,
-            "scenario": self.name,
-            "description": self.description,
-            "checkpoints": self.checkpoints,
-        }, indent=1) + "\n")
+        (folder / "answers.json").write_text(
+            json.dumps(
+                {
+                    "kafkaVersion": KAFKA_VERSION,
+                    "scenario": self.name,
+                    "description": self.description,
+                    "checkpoints": self.checkpoints,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 def restore(scenario: Scenario) -> None:
@@ -127,8 +136,11 @@ def restore(scenario: Scenario) -> None:
             cluster.resume_broker(broker_id)
         if not node.running:
             cluster.start_broker(broker_id)
-    cluster.wait_for(lambda: not cluster.fenced_brokers() and len(cluster.describe_cluster()) == len(cluster.brokers),
-                     "every broker unfenced", timeout=60)
+    cluster.wait_for(
+        lambda: not cluster.fenced_brokers() and len(cluster.describe_cluster()) == len(cluster.brokers),
+        "every broker unfenced",
+        timeout=60,
+    )
     if scenario.cluster_min_isr != CLUSTER_MIN_ISR:
         scenario.set_cluster_min_isr(CLUSTER_MIN_ISR)
     cluster.wait_metadata_quiet(quiet_for=1.0)
@@ -153,10 +165,19 @@ def wait_fenced(cluster: Any, broker_id: int) -> None:
     cluster.wait_for(lambda: broker_id in cluster.fenced_brokers(), f"broker {broker_id} fenced")
 
 
-def wait_partition(cluster: Any, topic: str, partition: int, what: str, predicate: Callable[[dict[str, Any]], bool],
-                   timeout: float = 30) -> None:
-    cluster.wait_for(lambda: predicate(cluster.describe_topic_partitions([topic])[(topic, partition)]),
-                     f"{topic}-{partition}: {what}", timeout=timeout)
+def wait_partition(
+    cluster: Any,
+    topic: str,
+    partition: int,
+    what: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    timeout: float = 30,
+) -> None:
+    cluster.wait_for(
+        lambda: predicate(cluster.describe_topic_partitions([topic])[(topic, partition)]),
+        f"{topic}-{partition}: {what}",
+        timeout=timeout,
+    )
 
 
 # -------------------------------------------------------------------------------------------------------------

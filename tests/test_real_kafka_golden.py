@@ -45,16 +45,29 @@ def load(scenario: str) -> tuple[str, dict[str, Any]]:
 
 
 def test_every_conformance_scenario_has_a_fixture() -> None:
-    expected = {"one_broker_killed", "killed_until_leaderless", "elr_member_unclean_restart",
-                "last_replica_standing_returns", "min_isr_raised_and_lowered", "unclean_election_admin",
-                "reassignment", "controlled_shutdown", "paused_broker", "last_isr_member_controlled_shutdown",
-                "stale_elr_index_after_min_isr_change", "unclean_enabled_topic", "unregistered_broker"}
+    expected = {
+        "one_broker_killed",
+        "killed_until_leaderless",
+        "elr_member_unclean_restart",
+        "last_replica_standing_returns",
+        "min_isr_raised_and_lowered",
+        "unclean_election_admin",
+        "reassignment",
+        "controlled_shutdown",
+        "paused_broker",
+        "last_isr_member_controlled_shutdown",
+        "stale_elr_index_after_min_isr_change",
+        "unclean_enabled_topic",
+        "unregistered_broker",
+    }
     assert expected <= set(SCENARIOS)
 
 
 def test_dump_prefix_cuts_at_a_batch() -> None:
-    dump = ("Dumping x\nbaseOffset: 0 lastOffset: 1 count: 2\n| offset: 0 a\n| offset: 1 b\n"
-            "baseOffset: 2 lastOffset: 2 count: 1\n| offset: 2 c\n")
+    dump = (
+        "Dumping x\nbaseOffset: 0 lastOffset: 1 count: 2\n| offset: 0 a\n| offset: 1 b\n"
+        "baseOffset: 2 lastOffset: 2 count: 1\n| offset: 2 c\n"
+    )
     assert dump_prefix(dump, 2) == "Dumping x\nbaseOffset: 0 lastOffset: 1 count: 2\n| offset: 0 a\n| offset: 1 b\n"
     assert dump_prefix(dump, 3) == dump
 

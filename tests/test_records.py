@@ -90,25 +90,55 @@ ENDPOINTS = [{"name": "PLAINTEXT", "host": "localhost", "port": 9093, "securityP
 FEATURES = [{"name": "metadata.version", "minSupportedVersion": 7, "maxSupportedVersion": 33}]
 SAMPLES: dict[str, dict[str, Any]] = {
     "PARTITION_RECORD": {
-        "partitionId": 0, "topicId": TOPIC_ID, "replicas": [0, 1, 2], "isr": [0, 1], "removingReplicas": [],
-        "addingReplicas": [], "leader": 0, "leaderRecoveryState": 1, "leaderEpoch": 4, "partitionEpoch": 7,
-        "directories": [DIR, DIR, DIR], "eligibleLeaderReplicas": [2], "lastKnownElr": [],
+        "partitionId": 0,
+        "topicId": TOPIC_ID,
+        "replicas": [0, 1, 2],
+        "isr": [0, 1],
+        "removingReplicas": [],
+        "addingReplicas": [],
+        "leader": 0,
+        "leaderRecoveryState": 1,
+        "leaderEpoch": 4,
+        "partitionEpoch": 7,
+        "directories": [DIR, DIR, DIR],
+        "eligibleLeaderReplicas": [2],
+        "lastKnownElr": [],
     },
     "PARTITION_CHANGE_RECORD": {
-        "partitionId": 3, "topicId": TOPIC_ID, "isr": [0, 1], "leader": 1, "replicas": [0, 1, 2],
-        "removingReplicas": [], "addingReplicas": [], "leaderRecoveryState": 0, "directories": [DIR, DIR, DIR],
-        "eligibleLeaderReplicas": [2], "lastKnownElr": [],
+        "partitionId": 3,
+        "topicId": TOPIC_ID,
+        "isr": [0, 1],
+        "leader": 1,
+        "replicas": [0, 1, 2],
+        "removingReplicas": [],
+        "addingReplicas": [],
+        "leaderRecoveryState": 0,
+        "directories": [DIR, DIR, DIR],
+        "eligibleLeaderReplicas": [2],
+        "lastKnownElr": [],
     },
     "CLEAR_ELR_RECORD": {"topicName": "foo"},
     "TOPIC_RECORD": {"name": "foo", "topicId": TOPIC_ID},
     "REMOVE_TOPIC_RECORD": {"topicId": TOPIC_ID},
     "REGISTER_BROKER_RECORD": {
-        "brokerId": 1, "isMigratingZkBroker": False, "incarnationId": "nJ-GQl6-TAS1YX06s1WjLg", "brokerEpoch": 101,
-        "endPoints": ENDPOINTS, "features": FEATURES, "rack": "rack-a", "fenced": True,
-        "inControlledShutdown": False, "logDirs": [DIR], "cordonedLogDirs": [],
+        "brokerId": 1,
+        "isMigratingZkBroker": False,
+        "incarnationId": "nJ-GQl6-TAS1YX06s1WjLg",
+        "brokerEpoch": 101,
+        "endPoints": ENDPOINTS,
+        "features": FEATURES,
+        "rack": "rack-a",
+        "fenced": True,
+        "inControlledShutdown": False,
+        "logDirs": [DIR],
+        "cordonedLogDirs": [],
     },
     "BROKER_REGISTRATION_CHANGE_RECORD": {
-        "brokerId": 1, "brokerEpoch": 101, "fenced": 1, "inControlledShutdown": 1, "logDirs": [DIR],
+        "brokerId": 1,
+        "brokerEpoch": 101,
+        "fenced": 1,
+        "inControlledShutdown": 1,
+        "logDirs": [DIR],
         "cordonedLogDirs": [],
     },
     "UNREGISTER_BROKER_RECORD": {"brokerId": 1, "brokerEpoch": 101},
@@ -121,8 +151,9 @@ SAMPLES: dict[str, dict[str, Any]] = {
 
 def example(type_name: str, version: int) -> dict[str, Any]:
     """A valid data object with every field of ``version`` present."""
-    return {camel(f["name"]): copy.deepcopy(SAMPLES[type_name][camel(f["name"])])
-            for f in fields_at(type_name, version)}
+    return {
+        camel(f["name"]): copy.deepcopy(SAMPLES[type_name][camel(f["name"])]) for f in fields_at(type_name, version)
+    }
 
 
 def tuples(data: dict[str, Any]) -> dict[str, Any]:
@@ -135,10 +166,12 @@ def same_data(got: dict[str, Any], sent: dict[str, Any]) -> bool:
     for key, value in sent.items():
         if isinstance(value, list) and value and all(type(x) is int for x in value):
             assert type(got.get(key)) is tuple, (key, got.get(key))
-    norm = {k: tuple(v) if isinstance(v, list) and all(not isinstance(x, dict) for x in v) else v
-            for k, v in got.items()}
-    want = {k: tuple(v) if isinstance(v, list) and all(not isinstance(x, dict) for x in v) else v
-            for k, v in sent.items()}
+    norm = {
+        k: tuple(v) if isinstance(v, list) and all(not isinstance(x, dict) for x in v) else v for k, v in got.items()
+    }
+    want = {
+        k: tuple(v) if isinstance(v, list) and all(not isinstance(x, dict) for x in v) else v for k, v in sent.items()
+    }
     return norm == want
 
 
@@ -162,9 +195,18 @@ def assert_error(result: Any, reason: str, field: str | None = "__any__", positi
 
 def test_inventory_covers_monitor_spec_types() -> None:
     spec_types = {
-        "PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "CLEAR_ELR_RECORD", "TOPIC_RECORD", "REMOVE_TOPIC_RECORD",
-        "REGISTER_BROKER_RECORD", "BROKER_REGISTRATION_CHANGE_RECORD", "UNREGISTER_BROKER_RECORD",
-        "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD", "CONFIG_RECORD", "FEATURE_LEVEL_RECORD",
+        "PARTITION_RECORD",
+        "PARTITION_CHANGE_RECORD",
+        "CLEAR_ELR_RECORD",
+        "TOPIC_RECORD",
+        "REMOVE_TOPIC_RECORD",
+        "REGISTER_BROKER_RECORD",
+        "BROKER_REGISTRATION_CHANGE_RECORD",
+        "UNREGISTER_BROKER_RECORD",
+        "FENCE_BROKER_RECORD",
+        "UNFENCE_BROKER_RECORD",
+        "CONFIG_RECORD",
+        "FEATURE_LEVEL_RECORD",
     }
     assert spec_types <= set(SCHEMAS)
     assert ("PARTITION_CHANGE_RECORD", 2) in TYPE_VERSIONS
@@ -247,8 +289,14 @@ def test_absent_tagged_field_is_absent_from_data(type_name: str, version: int, f
 
 
 def test_empty_list_is_cleared_not_absent() -> None:
-    data = {"partitionId": 0, "topicId": TOPIC_ID, "isr": [], "leader": -1, "eligibleLeaderReplicas": [],
-            "lastKnownElr": []}
+    data = {
+        "partitionId": 0,
+        "topicId": TOPIC_ID,
+        "isr": [],
+        "leader": -1,
+        "eligibleLeaderReplicas": [],
+        "lastKnownElr": [],
+    }
     result = parse(envelope("PARTITION_CHANGE_RECORD", 2, data))
     assert isinstance(result, Record)
     assert result.data["isr"] == ()
@@ -270,8 +318,13 @@ def test_tagged_null_means_unchanged() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['{"type":"TOPIC_RECORD","version":0,"data":{', "{not json}", '{"type": TOPIC_RECORD}', "{'a': 1}",
-     '{"type":"TOPIC_RECORD","version":0,"data":{"name":"foo","topicId":"' + TOPIC_ID + '"}} trailing'],
+    [
+        '{"type":"TOPIC_RECORD","version":0,"data":{',
+        "{not json}",
+        '{"type": TOPIC_RECORD}',
+        "{'a': 1}",
+        '{"type":"TOPIC_RECORD","version":0,"data":{"name":"foo","topicId":"' + TOPIC_ID + '"}} trailing',
+    ],
 )
 def test_invalid_json(text: str) -> None:
     assert_error(parse(text), "invalid_json")
@@ -297,9 +350,21 @@ def test_missing_envelope_key(missing: str) -> None:
     assert_error(parse(env), "invalid_envelope", missing)
 
 
-@pytest.mark.parametrize("bad", [{"type": 5}, {"type": None}, {"type": "topic_record"}, {"version": "0"},
-                                 {"version": -1}, {"version": 1.0}, {"version": True}, {"data": [1]},
-                                 {"data": "x"}, {"data": None}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": 5},
+        {"type": None},
+        {"type": "topic_record"},
+        {"version": "0"},
+        {"version": -1},
+        {"version": 1.0},
+        {"version": True},
+        {"data": [1]},
+        {"data": "x"},
+        {"data": None},
+    ],
+)
 def test_malformed_envelope_keys(bad: dict[str, Any]) -> None:
     env = envelope("TOPIC_RECORD", 0, {"name": "foo", "topicId": TOPIC_ID})
     env.update(bad)
@@ -329,8 +394,13 @@ OUT_OF_RANGE = {"int8": 128, "int16": 2**15, "int32": 2**31, "int64": 2**63}
 def test_mistyped_int_field(type_name: str, version: int, field: str, kind: str, wrong: str) -> None:
     data = example(type_name, version)
     good = data[field]
-    data[field] = {"string": str(good), "bool": True, "float": float(good) + 0.5, "list": [good],
-                   "out_of_range": OUT_OF_RANGE[kind]}[wrong]
+    data[field] = {
+        "string": str(good),
+        "bool": True,
+        "float": float(good) + 0.5,
+        "list": [good],
+        "out_of_range": OUT_OF_RANGE[kind],
+    }[wrong]
     assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
 
 
@@ -345,8 +415,13 @@ def test_negative_out_of_range_int8() -> None:
     assert_error(parse(envelope("PARTITION_CHANGE_RECORD", 2, data)), "invalid_field", "leaderRecoveryState")
 
 
-STRING_FIELDS = [(t, v, camel(f["name"])) for t, v in TYPE_VERSIONS if v == max_version(t)
-                 for f in fields_at(t, v) if f["type"] == "string"]
+STRING_FIELDS = [
+    (t, v, camel(f["name"]))
+    for t, v in TYPE_VERSIONS
+    if v == max_version(t)
+    for f in fields_at(t, v)
+    if f["type"] == "string"
+]
 
 
 @pytest.mark.parametrize(("type_name", "version", "field"), STRING_FIELDS)
@@ -356,8 +431,13 @@ def test_mistyped_string_field(type_name: str, version: int, field: str) -> None
     assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
 
 
-BOOL_FIELDS = [(t, v, camel(f["name"])) for t, v in TYPE_VERSIONS if v == max_version(t)
-               for f in fields_at(t, v) if f["type"] == "bool"]
+BOOL_FIELDS = [
+    (t, v, camel(f["name"]))
+    for t, v in TYPE_VERSIONS
+    if v == max_version(t)
+    for f in fields_at(t, v)
+    if f["type"] == "bool"
+]
 
 
 @pytest.mark.parametrize(("type_name", "version", "field"), BOOL_FIELDS)
@@ -368,8 +448,13 @@ def test_mistyped_bool_field(type_name: str, version: int, field: str, wrong: An
     assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
 
 
-INT_LIST_FIELDS = [(t, v, camel(f["name"])) for t, v in TYPE_VERSIONS if v == max_version(t)
-                   for f in fields_at(t, v) if f["type"] == "[]int32"]
+INT_LIST_FIELDS = [
+    (t, v, camel(f["name"]))
+    for t, v in TYPE_VERSIONS
+    if v == max_version(t)
+    for f in fields_at(t, v)
+    if f["type"] == "[]int32"
+]
 
 
 @pytest.mark.parametrize(("type_name", "version", "field"), INT_LIST_FIELDS)
@@ -395,14 +480,32 @@ def test_impossible_broker_ids_in_replica_list(type_name: str, version: int, fie
     assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
 
 
-UUID_FIELDS = [(t, v, camel(f["name"])) for t, v in TYPE_VERSIONS if v == max_version(t)
-               for f in fields_at(t, v) if f["type"] == "uuid"]
+UUID_FIELDS = [
+    (t, v, camel(f["name"]))
+    for t, v in TYPE_VERSIONS
+    if v == max_version(t)
+    for f in fields_at(t, v)
+    if f["type"] == "uuid"
+]
 
 
 @pytest.mark.parametrize(("type_name", "version", "field"), UUID_FIELDS)
-@pytest.mark.parametrize("wrong", ["FbrrdcfiR-KC2CPSTHaJr", "FbrrdcfiR-KC2CPSTHaJrgA", "FbrrdcfiR+KC2CPSTHaJr/",
-                                   "!!!!!!!!!!!!!!!!!!!!!!", "", 12, None, [], [TOPIC_ID], {"a": 1},
-                                   "00000000-0000-0000-0000-000000000001"])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "FbrrdcfiR-KC2CPSTHaJr",
+        "FbrrdcfiR-KC2CPSTHaJrgA",
+        "FbrrdcfiR+KC2CPSTHaJr/",
+        "!!!!!!!!!!!!!!!!!!!!!!",
+        "",
+        12,
+        None,
+        [],
+        [TOPIC_ID],
+        {"a": 1},
+        "00000000-0000-0000-0000-000000000001",
+    ],
+)
 def test_malformed_uuid(type_name: str, version: int, field: str, wrong: Any) -> None:
     data = example(type_name, version)
     data[field] = wrong
@@ -502,9 +605,19 @@ def test_dump_line_with_bad_payload_is_quarantined_with_its_offset() -> None:
     [
         ("PRODUCER_IDS_RECORD", {"brokerId": 1, "brokerEpoch": 101, "nextProducerId": 5000}),
         ("NO_OP_RECORD", {}),
-        ("ACCESS_CONTROL_ENTRY_RECORD", {"id": uuid_of(9), "resourceType": 2, "resourceName": "foo",
-                                         "patternType": 3, "principal": "User:a", "host": "*", "operation": 3,
-                                         "permissionType": 3}),
+        (
+            "ACCESS_CONTROL_ENTRY_RECORD",
+            {
+                "id": uuid_of(9),
+                "resourceType": 2,
+                "resourceName": "foo",
+                "patternType": 3,
+                "principal": "User:a",
+                "host": "*",
+                "operation": 3,
+                "permissionType": 3,
+            },
+        ),
         ("CLIENT_QUOTA_RECORD", {"entity": [], "key": "producer_byte_rate", "value": 1024.0, "remove": False}),
     ],
 )
@@ -529,7 +642,7 @@ def test_unused_types_are_skipped(type_name: str, data: dict[str, Any]) -> None:
         "position: 0 CreateTime: 1732100000000 size: 312 magic: 2 compresscodec: none crc: 1234567 isvalid: true",
         "| offset: 0 CreateTime: 1732100000000 keySize: 4 valueSize: 19 sequence: -1 headerKeys: [] "
         'SnapshotHeader {"version":0,"lastContainedLogTimestamp":0}',
-        '| offset: 5 CreateTime: 1732100000000 keySize: 4 valueSize: 10 sequence: -1 headerKeys: [] '
+        "| offset: 5 CreateTime: 1732100000000 keySize: 4 valueSize: 10 sequence: -1 headerKeys: [] "
         'LeaderChange: {"version":0,"leaderId":1,"voters":[{"voterId":1}],"grantingVoters":[{"voterId":1}]}',
     ],
 )
@@ -545,8 +658,9 @@ def test_dump_log_error_line_is_quarantined() -> None:
     assert "unknown apiKey 99" in result.message and result.raw == text
 
 
-@pytest.mark.parametrize("raw", [b"\xff\xfe\xfd", b'{"type":"TOPIC_RECORD","version":0,"data":{"name":"f\xc3"}}',
-                                 b"\x80abc"])
+@pytest.mark.parametrize(
+    "raw", [b"\xff\xfe\xfd", b'{"type":"TOPIC_RECORD","version":0,"data":{"name":"f\xc3"}}', b"\x80abc"]
+)
 def test_non_utf8_bytes_are_quarantined(raw: bytes) -> None:
     assert_error(parse(raw), "invalid_json")
 
@@ -586,14 +700,22 @@ def test_reference_payload_parses(payload: str) -> None:
 
 
 def test_reference_full_dump_line() -> None:
-    text = ('| offset: 412 CreateTime: 1732100000000 keySize: -1 valueSize: 55 sequence: -1 headerKeys: [] payload: '
-            '{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":0,"topicId":"FbrrdcfiR-KC2CPSTHaJrg",'
-            '"isr":[],"leader":-1,"eligibleLeaderReplicas":[0,1,2],"lastKnownElr":[0]}}')
+    text = (
+        "| offset: 412 CreateTime: 1732100000000 keySize: -1 valueSize: 55 sequence: -1 headerKeys: [] payload: "
+        '{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":0,"topicId":"FbrrdcfiR-KC2CPSTHaJrg",'
+        '"isr":[],"leader":-1,"eligibleLeaderReplicas":[0,1,2],"lastKnownElr":[0]}}'
+    )
     result = parse(text)
     assert isinstance(result, Record)
     assert result.offset == 412 and result.timestamp_ms == 1732100000000
-    assert result.data == {"partitionId": 0, "topicId": TOPIC_ID, "isr": (), "leader": -1,
-                           "eligibleLeaderReplicas": (0, 1, 2), "lastKnownElr": (0,)}
+    assert result.data == {
+        "partitionId": 0,
+        "topicId": TOPIC_ID,
+        "isr": (),
+        "leader": -1,
+        "eligibleLeaderReplicas": (0, 1, 2),
+        "lastKnownElr": (0,),
+    }
 
 
 def test_nullable_rack_and_config_delete() -> None:
@@ -601,15 +723,28 @@ def test_nullable_rack_and_config_delete() -> None:
     data["rack"] = None
     result = parse(envelope("REGISTER_BROKER_RECORD", 3, data))
     assert isinstance(result, Record) and result.data["rack"] is None
-    result = parse(envelope("CONFIG_RECORD", 0, {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas",
-                                                 "value": None}))
+    result = parse(
+        envelope(
+            "CONFIG_RECORD", 0, {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas", "value": None}
+        )
+    )
     assert isinstance(result, Record) and result.data["value"] is None
 
 
 def test_parse_line_never_raises_on_odd_input() -> None:
-    for text in ["|", "| payload:", "| payload: ", "| offset: x payload: {}", "{", "}", "[", "\x00", "\ud800",
-                 '{"type":"PARTITION_RECORD","version":99999999999999999999999,"data":{}}',
-                 '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":1e400}}']:
+    for text in [
+        "|",
+        "| payload:",
+        "| payload: ",
+        "| offset: x payload: {}",
+        "{",
+        "}",
+        "[",
+        "\x00",
+        "\ud800",
+        '{"type":"PARTITION_RECORD","version":99999999999999999999999,"data":{}}',
+        '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":1e400}}',
+    ]:
         result = parse(text)
         assert isinstance(result, RecordError | Ignored), (text, result)
 

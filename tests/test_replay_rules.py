@@ -38,16 +38,30 @@ from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import Replayer
 from elrwatch.state.simulator import SCENARIOS
 
-STATUSES = ("MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "LEADERLESS_ELECTING", "UNDER_MIN_ISR",
-            "AT_MIN_ISR", "UNDER_REPLICATED", "HEALTHY")
+STATUSES = (
+    "MANUAL_ELECTION_REQUIRED",
+    "RECOVERING",
+    "LEADERLESS_WAITING",
+    "LEADERLESS_ELECTING",
+    "UNDER_MIN_ISR",
+    "AT_MIN_ISR",
+    "UNDER_REPLICATED",
+    "HEALTHY",
+)
 
 
 def reg(p) -> dict[str, Any]:
     """Kafka's registration fields of a PartitionState, ELR/LastKnownElr as sets."""
     return {
-        "replicas": list(p.replicas), "isr": list(p.isr), "elr": set(p.elr), "lastKnownElr": set(p.last_known_elr),
-        "leader": p.leader, "leaderEpoch": p.leader_epoch, "partitionEpoch": p.partition_epoch,
-        "leaderRecoveryState": p.leader_recovery_state, "addingReplicas": list(p.adding_replicas),
+        "replicas": list(p.replicas),
+        "isr": list(p.isr),
+        "elr": set(p.elr),
+        "lastKnownElr": set(p.last_known_elr),
+        "leader": p.leader,
+        "leaderEpoch": p.leader_epoch,
+        "partitionEpoch": p.partition_epoch,
+        "leaderRecoveryState": p.leader_recovery_state,
+        "addingReplicas": list(p.adding_replicas),
         "removingReplicas": list(p.removing_replicas),
     }
 
@@ -57,16 +71,35 @@ def state_doc(feeder: Feeder) -> dict[str, Any]:
     doc = feeder.replayer.document(advice=False)
     for key in ("counts", "quarantined"):
         doc.pop(key)
-    doc["gauges"] = {k: v for k, v in doc["gauges"].items()
-                     if not k.startswith(("elrwatch_events_total", "elrwatch_quarantined_records_total",
-                                          "elrwatch_duplicate_records_total", "elrwatch_skipped_records_total",
-                                          "elrwatch_last_event_timestamp_seconds"))}
+    doc["gauges"] = {
+        k: v
+        for k, v in doc["gauges"].items()
+        if not k.startswith(
+            (
+                "elrwatch_events_total",
+                "elrwatch_quarantined_records_total",
+                "elrwatch_duplicate_records_total",
+                "elrwatch_skipped_records_total",
+                "elrwatch_last_event_timestamp_seconds",
+            )
+        )
+    }
     return doc
 
 
 def setup(
-    *, replicas=(0, 1, 2), isr=None, leader=None, elr=None, lke=None, lrs=None, min_isr: int | None = 2,
-    elr_enabled: bool = True, fenced: tuple[int, ...] = (), brokers=(0, 1, 2, 3), leader_epoch: int = 0,
+    *,
+    replicas=(0, 1, 2),
+    isr=None,
+    leader=None,
+    elr=None,
+    lke=None,
+    lrs=None,
+    min_isr: int | None = 2,
+    elr_enabled: bool = True,
+    fenced: tuple[int, ...] = (),
+    brokers=(0, 1, 2, 3),
+    leader_epoch: int = 0,
     partition_epoch: int = 0,
 ) -> Feeder:
     f = Feeder()
@@ -74,8 +107,18 @@ def setup(
     f.feed(topic("foo"))
     if min_isr is not None:
         f.feed(topic_min_isr("foo", str(min_isr)))
-    f.feed(partition(replicas=replicas, isr=isr, leader=leader, elr=elr, last_known_elr=lke,
-                     leader_recovery_state=lrs, leader_epoch=leader_epoch, partition_epoch=partition_epoch))
+    f.feed(
+        partition(
+            replicas=replicas,
+            isr=isr,
+            leader=leader,
+            elr=elr,
+            last_known_elr=lke,
+            leader_recovery_state=lrs,
+            leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch,
+        )
+    )
     for b in fenced:
         assert f.feed(broker_change(b, fenced=1)) is Outcome.APPLIED
     return f
@@ -87,15 +130,37 @@ def setup(
 def test_partition_record_replaces_whole_registration() -> None:
     f = setup(replicas=(0, 1, 2, 3), isr=(0,), leader=0, elr=[1, 3], lke=[2], leader_epoch=5, partition_epoch=9)
     p = f.part()
-    assert reg(p) == {"replicas": [0, 1, 2, 3], "isr": [0], "elr": {1, 3}, "lastKnownElr": {2}, "leader": 0,
-                      "leaderEpoch": 5, "partitionEpoch": 9, "leaderRecoveryState": 0, "addingReplicas": [],
-                      "removingReplicas": []}
+    assert reg(p) == {
+        "replicas": [0, 1, 2, 3],
+        "isr": [0],
+        "elr": {1, 3},
+        "lastKnownElr": {2},
+        "leader": 0,
+        "leaderEpoch": 5,
+        "partitionEpoch": 9,
+        "leaderRecoveryState": 0,
+        "addingReplicas": [],
+        "removingReplicas": [],
+    }
     # a new PartitionRecord without ELR fields: ELR and LastKnownElr become [] (not kept)
-    assert f.feed(partition(replicas=(2, 1), isr=(1,), leader=1, leader_epoch=6, partition_epoch=10,
-                            adding=(2,), removing=())) is Outcome.APPLIED
-    assert reg(f.part()) == {"replicas": [2, 1], "isr": [1], "elr": set(), "lastKnownElr": set(), "leader": 1,
-                             "leaderEpoch": 6, "partitionEpoch": 10, "leaderRecoveryState": 0,
-                             "addingReplicas": [2], "removingReplicas": []}
+    assert (
+        f.feed(
+            partition(replicas=(2, 1), isr=(1,), leader=1, leader_epoch=6, partition_epoch=10, adding=(2,), removing=())
+        )
+        is Outcome.APPLIED
+    )
+    assert reg(f.part()) == {
+        "replicas": [2, 1],
+        "isr": [1],
+        "elr": set(),
+        "lastKnownElr": set(),
+        "leader": 1,
+        "leaderEpoch": 6,
+        "partitionEpoch": 10,
+        "leaderRecoveryState": 0,
+        "addingReplicas": [2],
+        "removingReplicas": [],
+    }
 
 
 @pytest.mark.parametrize("version", [0, 1])
@@ -268,7 +333,13 @@ def test_register_broker() -> None:
     assert f.feed(register(1, 101, fenced=True, rack="r1")) is Outcome.APPLIED
     b = broker_docs(f)[1]
     assert (b["epoch"], b["fenced"], b["inControlledShutdown"], b["registered"], b["rack"], b["state"]) == (
-        101, True, False, True, "r1", "fenced")
+        101,
+        True,
+        False,
+        True,
+        "r1",
+        "fenced",
+    )
     assert f.feed(register(2, 7, fenced=False, version=0)) is Outcome.APPLIED
     assert broker_docs(f)[2]["state"] == "active"
 
@@ -318,8 +389,13 @@ def test_unregister_broker() -> None:
 
 @pytest.mark.parametrize(
     "rec",
-    [broker_change(1, 99, fenced=1), broker_change(1, 101, in_controlled_shutdown=1), fence(1, 5), unfence(1, 5),
-     unregister(1, 42)],
+    [
+        broker_change(1, 99, fenced=1),
+        broker_change(1, 101, in_controlled_shutdown=1),
+        fence(1, 5),
+        unfence(1, 5),
+        unregister(1, 42),
+    ],
     ids=["brc-fence", "brc-cs", "legacy-fence", "legacy-unfence", "unregister"],
 )
 def test_broker_epoch_mismatch_is_a_conflict(rec) -> None:
@@ -386,7 +462,9 @@ def test_effective_min_isr_capped_by_partition_zero_replicas() -> None:
     # the new status of partition 1 entered with that record (monitor-spec §2: when it entered its status)
     assert f.doc("foo", 1)["statusSinceOffset"] == offset
     assert f.doc("foo", 1)["statusSinceMs"] == f.timestamp0 + offset * 1000
-    transitions = [(t.partition_id, t.from_status, t.to_status, t.offset) for t in f.cluster.drain_changes().transitions]
+    transitions = [
+        (t.partition_id, t.from_status, t.to_status, t.offset) for t in f.cluster.drain_changes().transitions
+    ]
     assert (1, "AT_MIN_ISR", "UNDER_MIN_ISR", offset) in transitions
 
 
@@ -593,8 +671,17 @@ def test_status_last_replica_standing_without_elr() -> None:
 
 def test_status_manual_election_required_after_clear_elr() -> None:
     # conformance scenario-clear-elr-strands-leaderless-partition, as events
-    f = setup(replicas=(0, 1, 2, 3), isr=(), leader=-1, elr=[0, 1, 2], lke=[0], min_isr=3, leader_epoch=1,
-              partition_epoch=4, fenced=(0, 1, 2, 3))
+    f = setup(
+        replicas=(0, 1, 2, 3),
+        isr=(),
+        leader=-1,
+        elr=[0, 1, 2],
+        lke=[0],
+        min_isr=3,
+        leader_epoch=1,
+        partition_epoch=4,
+        fenced=(0, 1, 2, 3),
+    )
     assert f.doc("foo")["status"] == "LEADERLESS_WAITING"
     f.feed(topic_min_isr("foo", "2"), clear_elr("foo"))
     d = f.doc("foo")
@@ -657,8 +744,11 @@ def test_status_last_known_leader_live_is_electing_with_unclean_recovery() -> No
 
 def _counters(f: Feeder) -> tuple[int, int, int]:
     g = f.replayer.document(advice=False)["gauges"]
-    return (g["elrwatch_elr_elections_total"], g["elrwatch_unclean_elections_total"],
-            g["elrwatch_last_known_leader_elections_total"])
+    return (
+        g["elrwatch_elr_elections_total"],
+        g["elrwatch_unclean_elections_total"],
+        g["elrwatch_last_known_leader_elections_total"],
+    )
 
 
 def test_elr_election_counted() -> None:
@@ -706,10 +796,16 @@ def _mixed() -> Feeder:
     f = Feeder()
     f.feed(*base_cluster((0, 1, 2, 3)), topic("foo"), topic_min_isr("foo", "2"))
     specs = [
-        dict(isr=(0, 1, 2)), dict(isr=(0, 1)), dict(isr=(0,), elr=[1]), dict(isr=(), leader=-1, elr=[1, 2]),
-        dict(isr=(), leader=-1, elr=[3]), dict(isr=(1,), leader=1, leader_recovery_state=1),
-        dict(isr=(), leader=-1, elr=[], last_known_elr=[]), dict(isr=(), leader=-1, elr=[], last_known_elr=[0]),
-        dict(replicas=(1, 2, 3), isr=(1, 2, 3)), dict(replicas=(0, 1, 2, 3), isr=(0, 1, 2)),
+        dict(isr=(0, 1, 2)),
+        dict(isr=(0, 1)),
+        dict(isr=(0,), elr=[1]),
+        dict(isr=(), leader=-1, elr=[1, 2]),
+        dict(isr=(), leader=-1, elr=[3]),
+        dict(isr=(1,), leader=1, leader_recovery_state=1),
+        dict(isr=(), leader=-1, elr=[], last_known_elr=[]),
+        dict(isr=(), leader=-1, elr=[], last_known_elr=[0]),
+        dict(replicas=(1, 2, 3), isr=(1, 2, 3)),
+        dict(replicas=(0, 1, 2, 3), isr=(0, 1, 2)),
     ]
     for pid, spec in enumerate(specs):
         spec.setdefault("replicas", (0, 1, 2, 3) if pid == 4 else (0, 1, 2))
@@ -723,18 +819,30 @@ def test_gauges_match_partition_statuses() -> None:
     parts, gauges = doc["partitions"], doc["gauges"]
     for status in STATUSES:
         assert gauges[f'elrwatch_partitions{{status="{status}"}}'] == sum(p["status"] == status for p in parts)
-    assert {p["status"] for p in parts} >= {"HEALTHY", "AT_MIN_ISR", "UNDER_MIN_ISR", "LEADERLESS_ELECTING",
-                                            "LEADERLESS_WAITING", "RECOVERING", "MANUAL_ELECTION_REQUIRED"}
+    assert {p["status"] for p in parts} >= {
+        "HEALTHY",
+        "AT_MIN_ISR",
+        "UNDER_MIN_ISR",
+        "LEADERLESS_ELECTING",
+        "LEADERLESS_WAITING",
+        "RECOVERING",
+        "MANUAL_ELECTION_REQUIRED",
+    }
     assert gauges["elrwatch_global_under_min_isr_partitions"] == sum(p["underMinIsr"] for p in parts)
     assert gauges["elrwatch_at_min_isr_partitions"] == sum(p["atMinIsr"] for p in parts)
     assert gauges["elrwatch_offline_partitions"] == sum(p["leaderless"] for p in parts)
     assert gauges["elrwatch_manual_leader_election_required_partitions"] == sum(
-        p["status"] == "MANUAL_ELECTION_REQUIRED" for p in parts)
+        p["status"] == "MANUAL_ELECTION_REQUIRED" for p in parts
+    )
     assert gauges["elrwatch_recovering_partitions"] == sum(p["leaderRecoveryState"] == 1 for p in parts)
     assert gauges["elrwatch_partition_count"] == len(parts) == 10
     assert gauges["elrwatch_topic_count"] == 1
-    for label, test in (("0", lambda n: n == 0), ("1", lambda n: n == 1), ("2", lambda n: n == 2),
-                        ("3+", lambda n: n >= 3)):
+    for label, test in (
+        ("0", lambda n: n == 0),
+        ("1", lambda n: n == 1),
+        ("2", lambda n: n == 2),
+        ("3+", lambda n: n >= 3),
+    ):
         want = sum(test(len(p["liveElectable"])) for p in parts)
         assert gauges[f'elrwatch_electable_leaders_partitions{{live_electable="{label}"}}'] == want, label
     assert gauges['elrwatch_brokers{state="active"}'] == 2
@@ -759,14 +867,18 @@ def _violation(f: Feeder, kind: str) -> dict[str, Any]:
 
 AUDIT_CASES = {
     "isr_elr_overlap": (dict(min_isr=3, isr=(0, 1, 2)), change(isr=[0, 1], eligibleLeaderReplicas=[1])),
-    "elr_not_under_min_isr": (dict(replicas=(0, 1, 2, 3), isr=(0, 1, 2), min_isr=2),
-                              change(eligibleLeaderReplicas=[3])),
+    "elr_not_under_min_isr": (
+        dict(replicas=(0, 1, 2, 3), isr=(0, 1, 2), min_isr=2),
+        change(eligibleLeaderReplicas=[3]),
+    ),
     "isr_not_in_replicas": (dict(isr=(0, 1, 2), min_isr=2), change(isr=[0, 1, 3])),
     "elr_not_in_replicas": (dict(isr=(0, 1, 2), min_isr=2), change(isr=[0], eligibleLeaderReplicas=[3])),
     "leader_not_in_isr": (dict(isr=(0, 1), min_isr=2), change(leader=2)),
     "ineligible_broker_in_isr": (dict(isr=(0, 1, 2), min_isr=2), broker_change(1, fenced=1)),
-    "epoch_decreased": (dict(isr=(0, 1, 2), min_isr=2, leader_epoch=5, partition_epoch=5),
-                        partition(isr=(0, 1, 2), leader=0, leader_epoch=3, partition_epoch=4)),
+    "epoch_decreased": (
+        dict(isr=(0, 1, 2), min_isr=2, leader_epoch=5, partition_epoch=5),
+        partition(isr=(0, 1, 2), leader=0, leader_epoch=3, partition_epoch=4),
+    ),
     "durability_margin_lost": (dict(isr=(0, 1, 2), min_isr=2, elr_enabled=False), change(isr=[0])),
 }
 
@@ -826,8 +938,7 @@ def _docs(cluster: ClusterState) -> list[dict[str, Any]]:
 def test_buckets_sum_to_the_whole(seed: int, n: int) -> None:
     lines = random_stream(seed, steps=120)
     whole, buckets = _bucketed(lines, n)
-    assert sum_gauges(partition_gauges(b) for b in buckets) == {
-        k: v for k, v in partition_gauges(whole).items()}
+    assert sum_gauges(partition_gauges(b) for b in buckets) == {k: v for k, v in partition_gauges(whole).items()}
     docs = sorted((d for b in buckets for d in _docs(b)), key=lambda d: (d["topic"], d["partitionId"]))
     assert docs == _docs(whole)
     assert shared_gauges(buckets[0]) == shared_gauges(whole)
@@ -837,9 +948,11 @@ def test_buckets_sum_to_the_whole(seed: int, n: int) -> None:
 
 def test_buckets_with_quarantined_records() -> None:
     lines = random_stream(3, steps=40)
-    lines += [line(envelope(*change("AAAAAAAAAAAAAAAAAAAAEg", 0, leader=1), offset=10_000)),
-              line(envelope(*change("AAAAAAAAAAAAAAAAAAAAEg", 5, leader=1), offset=10_001)),
-              line(envelope(*broker_change(42, fenced=1), offset=10_002))]
+    lines += [
+        line(envelope(*change("AAAAAAAAAAAAAAAAAAAAEg", 0, leader=1), offset=10_000)),
+        line(envelope(*change("AAAAAAAAAAAAAAAAAAAAEg", 5, leader=1), offset=10_001)),
+        line(envelope(*broker_change(42, fenced=1), offset=10_002)),
+    ]
     whole, buckets = _bucketed(lines, 4)
     assert len(whole.drain_changes().quarantined) == 3
     assert sum(len(b.drain_changes().quarantined) for b in buckets) == 3

@@ -29,8 +29,18 @@ def kafka_tool(cluster: Any, main: str, *args: str) -> str:
 
 def latest_offset(cluster: Any, topic: str, partition: int) -> int:
     """GetOffsetShell --time -1 (the high watermark, the log end offset once every replica caught up)."""
-    out = kafka_tool(cluster, "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server", cluster.bootstrap,
-                     "--topic", topic, "--partitions", str(partition), "--time", "-1")
+    out = kafka_tool(
+        cluster,
+        "org.apache.kafka.tools.GetOffsetShell",
+        "--bootstrap-server",
+        cluster.bootstrap,
+        "--topic",
+        topic,
+        "--partitions",
+        str(partition),
+        "--time",
+        "-1",
+    )
     return int(out.strip().rsplit(":", 1)[1])
 
 
@@ -49,8 +59,13 @@ def dump_batches(cluster: Any, files: list[Path]) -> tuple[list[tuple[int, int, 
 def produce(cluster: Any, topic: str, count: int, batches: int, compression: str | None = None) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks="all", linger_ms=50,
-                             compression_type=compression, request_timeout_ms=10000)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap.split(","),
+        acks="all",
+        linger_ms=50,
+        compression_type=compression,
+        request_timeout_ms=10000,
+    )
     try:
         for _ in range(batches):
             for i in range(count):
@@ -89,8 +104,10 @@ def test_replicas_match_kafka_tools(cluster: Any, tmp_path: Path) -> None:
     cluster.start_broker(1)
     end = latest_offset(cluster, TOPIC, 0)
     assert end == 50 * 3 + 40 * 2 + 30 * 2
-    cluster.wait_for(lambda: all(i.log_end_offset == end for i in infos(cluster, TOPIC).values()),
-                     "every replica's files at the log end offset")
+    cluster.wait_for(
+        lambda: all(i.log_end_offset == end for i in infos(cluster, TOPIC).values()),
+        "every replica's files at the log end offset",
+    )
     found = infos(cluster, TOPIC)
     for bid, info in found.items():
         files = [p for _, p in rl.segments(cluster.brokers[bid].data_dir / f"{TOPIC}-0")]

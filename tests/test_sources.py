@@ -105,7 +105,9 @@ def test_kafka_reader_clear_errors_within_bound(kafka_server):
         missing.initialOffset()
     missing.stop()
     unreachable = KafkaStreamReader({"bootstrap.servers": "127.0.0.1:1", "topic": "t", "timeout.ms": "2000"})
-    with pytest.raises(SourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:1 within 2s: .*; last connection error: "):
+    with pytest.raises(
+        SourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:1 within 2s: .*; last connection error: "
+    ):
         unreachable.initialOffset()
     assert time.monotonic() - t0 < 20
     with pytest.raises(SourceError, match=r"bootstrap\.servers"):
@@ -141,8 +143,10 @@ def test_kafka_reader_and_producer_over_sasl_ssl_and_their_connection_errors(
     wrong = tmp_path / "wrong.password"
     wrong.write_text("not-the-password\n")
     started = time.monotonic()
-    for attempt in (lambda: KafkaStreamReader({**opts, "sasl.password.file": str(wrong)}).initialOffset(),
-                    lambda: produce_lines({**opts, "sasl.password.file": str(wrong)}, topic, ["x"], out=None)):
+    for attempt in (
+        lambda: KafkaStreamReader({**opts, "sasl.password.file": str(wrong)}).initialOffset(),
+        lambda: produce_lines({**opts, "sasl.password.file": str(wrong)}, topic, ["x"], out=None),
+    ):
         with pytest.raises(SourceError) as failure:
             attempt()
         message = str(failure.value)
@@ -215,7 +219,11 @@ def test_native_mutual_tls_needs_key_and_chain_in_one_pem_file(tmp_path):
         native_kafka_options({**base, "ssl.keyfile": str(tmp_path / "missing.pem")})
     both = _pem(tmp_path / "client.pem", "RSA PRIVATE KEY", "CERTIFICATE")
     for certfile, keyfile in ((crt, both), (both, key), (both, None), (None, both)):
-        opts = {**base, **({"ssl.certfile": certfile} if certfile else {}), **({"ssl.keyfile": keyfile} if keyfile else {})}
+        opts = {
+            **base,
+            **({"ssl.certfile": certfile} if certfile else {}),
+            **({"ssl.keyfile": keyfile} if keyfile else {}),
+        }
         assert native_kafka_options(opts)["kafka.ssl.keystore.location"] == both
     assert "kafka.ssl.keystore.location" not in native_kafka_options(base)
 
@@ -258,6 +266,7 @@ def test_files_reader_routes_in_its_read_task_when_asked(tmp_path):
     start = plain.initialOffset()
     end = plain.latestOffset(start, ReadAllAvailable())
     (split,) = plain.partitions(start, end)
+
     def decoded(batches) -> list[tuple]:
         out = []
         for batch in batches:
@@ -330,12 +339,15 @@ def test_connection_failure_tap_works_when_kafka_python_was_silenced():
     try:
         with connection_failures() as tap:
             logging.getLogger("kafka.conn").warning(
-                "Bootstrap connection to 127.0.0.1:1 failed: [Errno 111] Connection refused (backoff 50 ms)")
+                "Bootstrap connection to 127.0.0.1:1 failed: [Errno 111] Connection refused (backoff 50 ms)"
+            )
         assert tap.last == "[Errno 111] Connection refused"
         assert (logger.level, logger.propagate) == (logging.CRITICAL, saved[1])
         sasl = unreachable_error("h:1", 3, TimeoutError(), "[Error 7] RequestTimedOutError", "SASL_SSL")
         assert "rejected the credentials" in str(sasl)
-        named = unreachable_error("h:1", 3, TimeoutError(), "SSLCertVerificationError CERTIFICATE_VERIFY_FAILED", "SASL_SSL")
+        named = unreachable_error(
+            "h:1", 3, TimeoutError(), "SSLCertVerificationError CERTIFICATE_VERIFY_FAILED", "SASL_SSL"
+        )
         assert "rejected the credentials" not in str(named)
     finally:
         logger.setLevel(saved[0])

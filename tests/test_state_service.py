@@ -60,7 +60,9 @@ def _batches(buckets: int, size: int = 15):
 
 def _payload(bodies: list[bytes]) -> tuple[dict, str]:
     (head,), chunks = payload_module.decode_payloads(list(bodies))
-    head["partitions"] = [{"topicId": r[0], "partitionId": r[1], "row": r} for r in payload_module.iter_partition_rows(chunks)]
+    head["partitions"] = [
+        {"topicId": r[0], "partitionId": r[1], "row": r} for r in payload_module.iter_partition_rows(chunks)
+    ]
     timing = head.pop("timing")
     for key in ("partitions", "transitions", "violations"):
         head[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))

@@ -471,9 +471,7 @@ def test_the_store_records_its_layout_and_refuses_another(tmp_path: Path) -> Non
     store.create_schema()
     store.create_schema()  # idempotent
     with store.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar() == str(
-            STORE_SCHEMA
-        )
+        assert conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar() == str(STORE_SCHEMA)
         conn.exec_driver_sql("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
         conn.commit()
     with pytest.raises(StoreSchemaError, match="has table layout 3, this elrwatch uses 2"):

@@ -34,8 +34,13 @@ class _Batch:
 def _micro_batches(lines: list[str], n: int) -> list[list[bytes]]:
     """The payload bodies of ``n`` consecutive micro-batches of ``lines`` through one bucket."""
     batch = pa.RecordBatch.from_arrays(
-        [pa.array(lines), pa.array(["ev"] * len(lines)), pa.array([0] * len(lines), pa.int32()),
-         pa.array(range(len(lines)), pa.int64()), pa.array([None] * len(lines), pa.timestamp("us", tz="UTC"))],
+        [
+            pa.array(lines),
+            pa.array(["ev"] * len(lines)),
+            pa.array([0] * len(lines), pa.int32()),
+            pa.array(range(len(lines)), pa.int64()),
+            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
+        ],
         names=["value", "topic", "partition", "offset", "timestamp"],
     )
     routed = pa.Table.from_batches(list(route.route_batches(iter([batch]), 1))).to_pandas()
@@ -199,8 +204,12 @@ def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_st
     wal.mkdir(parents=True)
     bad = wal / wal_name(3)
     bad.write_bytes(b"torn")
-    config = JobConfig(source="files", path=str(events), store=StoreSettings(f"sqlite:///{tmp_path}/s.db"),
-                       checkpoint=str(tmp_path / "ck"))
+    config = JobConfig(
+        source="files",
+        path=str(events),
+        store=StoreSettings(f"sqlite:///{tmp_path}/s.db"),
+        checkpoint=str(tmp_path / "ck"),
+    )
     with pytest.raises(query.JobError, match=str(bad)) as caught:
         query.run(config)
     assert "\n" not in str(caught.value)

@@ -53,17 +53,45 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     api_port = free_port()
     began_ms = time.time() * 1000
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", "--simulated", "--duration", "10", "--workdir",
-         str(tmp_path), "--metrics-port", "0", "--api-port", str(api_port), "--rate", "300"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.devtools.demo",
+            "--simulated",
+            "--duration",
+            "10",
+            "--workdir",
+            str(tmp_path),
+            "--metrics-port",
+            "0",
+            "--api-port",
+            str(api_port),
+            "--rate",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     err = done.stderr
     assert "streaming job running" in err and "stopped." in err
     assert f"http://127.0.0.1:{api_port}/" in err and "/metrics" in err and "elrwatch.db" in err
     status = subprocess.run(
-        [sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", f"sqlite:///{tmp_path}/elrwatch.db", "--compact"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.cli",
+            "status",
+            "--store",
+            f"sqlite:///{tmp_path}/elrwatch.db",
+            "--compact",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     doc = json.loads(status.stdout)
     assert doc["counts"]["events"] > 0 and doc["partitions"]
@@ -106,8 +134,19 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
 
     api = f"http://127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", "--metrics-port", "0", "--api-port", api.rsplit(":")[-1]],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.devtools.demo",
+            "--metrics-port",
+            "0",
+            "--api-port",
+            api.rsplit(":")[-1],
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
@@ -136,7 +175,9 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 0, "".join(lines)[-3000:]
     finally:
-        if proc.poll() is None:  # a failed assertion: let the demo stop its Kafka JVMs and API (a kill would orphan them)
+        if (
+            proc.poll() is None
+        ):  # a failed assertion: let the demo stop its Kafka JVMs and API (a kill would orphan them)
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(timeout=120)
@@ -167,9 +208,21 @@ def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly()
     api = f"http://127.0.0.1:{free_port()}"
     metrics_port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", "--kafka", "3.9", "--metrics-port", str(metrics_port),
-         "--api-port", api.rsplit(":")[-1]],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "elrwatch.devtools.demo",
+            "--kafka",
+            "3.9",
+            "--metrics-port",
+            str(metrics_port),
+            "--api-port",
+            api.rsplit(":")[-1],
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
@@ -177,8 +230,13 @@ def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly()
     try:
         _poll(lambda: any("Ctrl-C stops everything." in line for line in lines), "start", 150, lines, proc)
         gauge = "elrwatch_last_replica_standing_partitions"
-        _poll(lambda: scrape(f"http://127.0.0.1:{metrics_port}/metrics").get(gauge, 0) >= 1,
-              f"{gauge} >= 1 after the fault injector acted", 120, lines, proc)
+        _poll(
+            lambda: scrape(f"http://127.0.0.1:{metrics_port}/metrics").get(gauge, 0) >= 1,
+            f"{gauge} >= 1 after the fault injector acted",
+            120,
+            lines,
+            proc,
+        )
 
         def exposed() -> dict | None:
             items = _get_json(f"{api}/v1/partitions?limit=100")["items"]
@@ -217,13 +275,17 @@ def test_demo_stamps_events_with_the_time_they_are_published():
 
     from elrwatch.devtools.demo import stamped_now
 
-    lines = [b'{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":7,"timestamp":1732100000000}',
-             b"not json", b'{"type":"X","version":0,"data":{}}',
-             b'{"type":"UNFENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":8,"timestamp":1732100000001}']
+    lines = [
+        b'{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":7,"timestamp":1732100000000}',
+        b"not json",
+        b'{"type":"X","version":0,"data":{}}',
+        b'{"type":"UNFENCE_BROKER_RECORD","version":0,"data":{"id":1,"epoch":5},"offset":8,"timestamp":1732100000001}',
+    ]
     clock = iter([1_800_000_000.0, 1_799_999_999.0])  # the wall clock steps back between the two events
     out = list(stamped_now(lines, clock=lambda: next(clock)))
     assert out[1:3] == lines[1:3]  # not an envelope with a timestamp: unchanged
     first, second = orjson.loads(out[0]), orjson.loads(out[3])
     assert (first["timestamp"], second["timestamp"]) == (1_800_000_000_000, 1_800_000_000_000)
     assert {k: v for k, v in first.items() if k != "timestamp"} == {
-        k: v for k, v in orjson.loads(lines[0]).items() if k != "timestamp"}
+        k: v for k, v in orjson.loads(lines[0]).items() if k != "timestamp"
+    }

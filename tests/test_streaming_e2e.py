@@ -425,7 +425,8 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
         "--source-timeout-ms",
         "3000",
         timeout=180,
-        env={k: v for k, v in os.environ.items() if k != "ELRWATCH_SASL_PASSWORD"} | {"ELRWATCH_SASL_PASSWORD": "wrong"},
+        env={k: v for k, v in os.environ.items() if k != "ELRWATCH_SASL_PASSWORD"}
+        | {"ELRWATCH_SASL_PASSWORD": "wrong"},
     )
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]

@@ -48,14 +48,20 @@ def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     lines.insert(50, lines[40])  # a duplicate
     lines.insert(7, "Log starting offset: 0")  # not an event
     routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
-    states = [snapshot_module.BucketState(ClusterState(bucket=(b, buckets)), PipelineCounts(), {}) for b in range(buckets)]
+    states = [
+        snapshot_module.BucketState(ClusterState(bucket=(b, buckets)), PipelineCounts(), {}) for b in range(buckets)
+    ]
     payloads = []
     for b in range(buckets):  # two micro-batches per bucket, the state going through its blob in between
         part = routed[routed.bucket == b]
         half = len(part) // 2
-        payloads.append(bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[:half]), states[b]))
+        payloads.append(
+            bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[:half]), states[b])
+        )
         states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob())
-        payloads.append(bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[half:]), states[b]))
+        payloads.append(
+            bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[half:]), states[b])
+        )
     aggregator = sink.Aggregator(buckets)
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
@@ -74,8 +80,13 @@ def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     assert second["gauges"] == oracle["gauges"]
     # ... the per-broker, per-topic and by-cause ones included (summed over the buckets)
     insight = {k: v for k, v in oracle["gauges"].items() if k.startswith(("elrwatch_broker_", "elrwatch_topic_"))}
-    assert any(v for k, v in insight.items() if "restart_blocking" in k) and any(v for k, v in insight.items() if "isr_missing" in k)
-    assert sum(v for k, v in oracle["gauges"].items() if "by_cause" in k) == oracle["gauges"]["elrwatch_global_under_min_isr_partitions"]
+    assert any(v for k, v in insight.items() if "restart_blocking" in k) and any(
+        v for k, v in insight.items() if "isr_missing" in k
+    )
+    assert (
+        sum(v for k, v in oracle["gauges"].items() if "by_cause" in k)
+        == oracle["gauges"]["elrwatch_global_under_min_isr_partitions"]
+    )
     assert second["meta"]["counts"] == oracle["counts"]
     assert second["meta"]["cluster"] == oracle["cluster"]
     topics = {t["topicId"]: t for t in first["topics"] + second["topics"]}
@@ -229,7 +240,9 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines.insert(9, "not json")
     lines.insert(60, lines[44])  # a duplicate
     routed = _routed(lines, 2)
-    fn = bucket_module.make_state_function(bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40))
+    fn = bucket_module.make_state_function(
+        bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40)
+    )
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     for b in range(2):
         part = routed[routed.bucket == b]
@@ -254,7 +267,9 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     outputs = {}
     loads = []
     for mode in ("blob", "snapshot"):
-        fn = bucket_module.make_state_function(bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60))
+        fn = bucket_module.make_state_function(
+            bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60)
+        )
         workers = [{}, {}]
         got = []
         for b in range(3):
@@ -279,7 +294,9 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
 def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=40, churn=200, seed=2)]
     routed = _routed(lines, 1)
-    fn = bucket_module.make_state_function(bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=20))
+    fn = bucket_module.make_state_function(
+        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=20)
+    )
     state = _State()
     referenced = []
     for i in range(0, len(routed), 15):
@@ -297,7 +314,9 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     bucket_module._CACHE.clear()
     retry = _State()
     retry.row = committed
-    for _ in range(snapshot_module.SNAPSHOTS_KEPT + 1):  # abandoned attempts (a zombie task): none of their rows is committed
+    for _ in range(
+        snapshot_module.SNAPSHOTS_KEPT + 1
+    ):  # abandoned attempts (a zombie task): none of their rows is committed
         retry.row = committed
         bucket_module._CACHE.clear()
         _run(fn, 0, routed.iloc[:25], retry)  # an old, already applied range: duplicates, still journaled
@@ -308,7 +327,9 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
-    fn = bucket_module.make_state_function(bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10))
+    fn = bucket_module.make_state_function(
+        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10)
+    )
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
@@ -364,7 +385,9 @@ def test_state_servers_by_default_in_local_mode_only(monkeypatch):
     assert not accelerators.use_state_service(JobConfig(local=LocalTuning(state_service=False)))
     assert not accelerators.use_state_service(JobConfig(spark_master="k8s://https://kubernetes.default.svc"))
     with pytest.raises(ValueError, match="needs a local Spark master"):
-        accelerators.use_state_service(JobConfig(spark_master="spark://host:7077", local=LocalTuning(state_service=True)))
+        accelerators.use_state_service(
+            JobConfig(spark_master="spark://host:7077", local=LocalTuning(state_service=True))
+        )
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1234")  # launched by spark-submit: its master, no servers
     assert not accelerators.use_state_service(JobConfig())
 
@@ -398,7 +421,10 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=90, seed=6)]
     part = _routed(lines, 1)
     fns = {
-        m: bucket_module.make_state_function(bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)) for m in STATE_MODES
+        m: bucket_module.make_state_function(
+            bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)
+        )
+        for m in STATE_MODES
     }
     got = {}
     for plan in (["snapshot", "blob", "snapshot"], ["blob", "blob", "blob"]):
@@ -483,7 +509,9 @@ def test_driver_java_options_put_the_user_s_own_last():
     own = "-XX:TieredStopAtLevel=4 -Dcom.example=1"
     quick = accelerators.driver_java_options(JobConfig())
     assert quick.split() == [*accelerators.G1_RETURN_HEAP_OPTIONS.split(), accelerators.QUICK_START_OPTIONS]
-    assert accelerators.QUICK_START_OPTIONS not in accelerators.driver_java_options(JobConfig(local=LocalTuning(jvm_quick_start=False)))
+    assert accelerators.QUICK_START_OPTIONS not in accelerators.driver_java_options(
+        JobConfig(local=LocalTuning(jvm_quick_start=False))
+    )
     mine = accelerators.driver_java_options(JobConfig(spark_conf={"spark.driver.extraJavaOptions": own}))
     assert mine.endswith(own) and mine.startswith(quick), "later flags win in HotSpot: the user's come last"
 

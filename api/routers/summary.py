@@ -17,6 +17,7 @@ from elrwatch.store import StatusStore
 
 router = APIRouter(tags=["cluster"], responses=problem_responses(STORE_UNAVAILABLE))
 
+
 def by_label(gauges: dict[str, float], name: str) -> dict[str, float]:
     """The stored samples of metric ``name`` by the value of its one label, over the label values the metric
     table names (sorted; values without a sample are left out)."""
