@@ -133,8 +133,8 @@ class TupleTable:
 class PartitionTable:
     """One bucket's partitions as numpy columns, a row per partition (rows of removed topics are dead)."""
 
-    INT32 = ("topic", "pid", "leader", "le", "pe", "replicas", "isr", "elr", "lke", "adding", "removing")
-    INT64 = ("since_ms", "since_offset", "last_offset", "last_ts")
+    INT32 = ("topic", "pid", "leader", "replicas", "isr", "elr", "lke", "adding", "removing")
+    INT64 = ("le", "pe", "since_ms", "since_offset", "last_offset", "last_ts")
 
     def __init__(self, capacity: int = 1024) -> None:
         self.size = 0
@@ -455,41 +455,18 @@ class ColumnarState:
         else:
             last = pending.get(row)
             if last is None:
-                last = int(self.table.last_offset[row])
+                last = int(self.table.cols["last_offset"][row])
             if offset is not None and last != NONE and offset <= last:
                 return Outcome.DUPLICATE
-        intern = self.tuples.intern
-        seg = self._seg
-        seg_rows = self._seg_rows
-        seg_rows.append(row)
-        get = data.get
+        self._seg_rows.append(row)
+        self._seg_records.append(record)
         if is_pr:
             self._seg_kind.append(0)
-            for key, values in zip(_TUPLE_KEYS, seg, strict=True):
-                value = get(key)
-                values.append(intern(value) if value else 0)
-            self._seg_leader.append(get("leader", NO_LEADER))
-            self._seg_le.append(get("leaderEpoch", 0))
-            self._seg_pe.append(get("partitionEpoch", 0))
-            self._seg_lrs.append(get("leaderRecoveryState", 0))
             pending[row] = NONE if offset is None else offset
         else:
             self._seg_kind.append(1)
-            for key, values in zip(_TUPLE_KEYS, seg, strict=True):
-                value = get(key)
-                values.append(-1 if value is None else intern(value))
-            leader = get("leader", NO_LEADER_CHANGE)
-            self._seg_leader.append(NO_LEADER_CHANGE if leader is None else leader)
-            self._seg_le.append(0)
-            self._seg_pe.append(0)
-            lrs = get("leaderRecoveryState", -1)
-            self._seg_lrs.append(-1 if lrs is None else lrs)
             if offset is not None:
                 pending[row] = offset
-        self._seg_offset.append(NONE if offset is None else offset)
-        ts = record.timestamp_ms
-        self._seg_ts.append(NONE if ts is None else ts)
-        self._seg_position.append(record.position)
         if slot >= 0:
             core = self.core
             core.recent_offsets[slot] = offset
@@ -503,14 +480,7 @@ class ColumnarState:
         self._pending: dict[int, int] = {}
         self._seg_rows: list[int] = []
         self._seg_kind: list[int] = []
-        self._seg: tuple[list[int], ...] = tuple([] for _ in _TUPLE_FIELDS)
-        self._seg_leader: list[int] = []
-        self._seg_le: list[int] = []
-        self._seg_pe: list[int] = []
-        self._seg_lrs: list[int] = []
-        self._seg_offset: list[int] = []
-        self._seg_ts: list[int] = []
-        self._seg_position: list[str] = []
+        self._seg_records: list[Record] = []
 
     def _flush(self) -> None:
         """Apply the segment gathered so far as vectors."""
@@ -520,18 +490,29 @@ class ColumnarState:
         rows_in = np.array(self._seg_rows, dtype=np.int64)
         order = np.argsort(rows_in, kind="stable")
         rows = rows_in[order]
-        kind = np.array(self._seg_kind, dtype=np.int8)[order]
-        fields = {
-            name: np.array(values, dtype=np.int32)[order] for name, values in zip(_TUPLE_FIELDS, self._seg, strict=True)
-        }
-        leader = np.array(self._seg_leader, dtype=np.int32)[order]
-        le = np.array(self._seg_le, dtype=np.int32)[order]
-        pe = np.array(self._seg_pe, dtype=np.int32)[order]
-        lrs = np.array(self._seg_lrs, dtype=np.int8)[order]
-        offsets = np.array(self._seg_offset, dtype=np.int64)[order]
-        ts = np.array(self._seg_ts, dtype=np.int64)[order]
-        positions = self._seg_position
+        kind_in = np.array(self._seg_kind, dtype=np.int8)
+        kind = kind_in[order]
+        pr_in = kind_in == 0
+        batch = self._seg_records
         self._segment_reset()
+        datas = [r.data for r in batch]
+        intern = self.tuples.intern
+        fields = {}
+        for name, key in zip(_TUPLE_FIELDS, _TUPLE_KEYS, strict=True):
+            ids = np.array([-1 if v is None else intern(v) for v in [d.get(key) for d in datas]], dtype=np.int32)
+            ids[pr_in & (ids == -1)] = 0  # PartitionRecord: absent is empty
+            fields[name] = ids[order]
+        leader_in = np.array([NO_LEADER_CHANGE if v is None else v for v in [d.get("leader") for d in datas]])
+        leader_in[pr_in & (leader_in == NO_LEADER_CHANGE)] = NO_LEADER
+        leader = leader_in.astype(np.int32)[order]
+        le = np.array([d.get("leaderEpoch", 0) for d in datas], dtype=np.int64)[order]
+        pe = np.array([d.get("partitionEpoch", 0) for d in datas], dtype=np.int64)[order]
+        lrs_in = np.array([-1 if v is None else v for v in [d.get("leaderRecoveryState") for d in datas]])
+        lrs_in[pr_in & (lrs_in == -1)] = 0
+        lrs = lrs_in.astype(np.int8)[order]
+        offsets = np.array([NONE if (o := r.offset) is None else o for r in batch], dtype=np.int64)[order]
+        ts = np.array([NONE if (t := r.timestamp_ms) is None else t for r in batch], dtype=np.int64)[order]
+        positions = [r.position for r in batch]
 
         table = self.table
         cols = table.cols
