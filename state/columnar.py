@@ -31,7 +31,17 @@ import numpy as np
 import orjson
 
 from elrwatch.state import records
-from elrwatch.state.cluster import MIN_ISR, RECENT_OFFSETS, UNCLEAN_ENABLE, ClusterState, Outcome, Transition
+from elrwatch.state.cluster import (
+    ELR_FEATURE,
+    MIN_ISR,
+    RECENT_OFFSETS,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    UNCLEAN_ENABLE,
+    ClusterState,
+    Outcome,
+    Transition,
+)
 from elrwatch.state.model import EMPTY, NO_LEADER, NO_LEADER_CHANGE, PartitionState
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.routing import bucket_of
@@ -59,8 +69,6 @@ NO_STATUS: Final = -1
 _PR = records.PARTITION_RECORD
 _PCR = records.PARTITION_CHANGE_RECORD
 _RLI = records.REPLICA_LOG_INFO_RECORD
-#: Barriers after which the min ISR / unclean setting of topics may have changed.
-_TOPIC_PARAM_TYPES = frozenset({records.CONFIG_RECORD, records.FEATURE_LEVEL_RECORD, records.TOPIC_RECORD})
 _BROKER_TYPES = frozenset(
     {
         records.REGISTER_BROKER_RECORD,
@@ -117,17 +125,27 @@ class TupleTable:
         return tid
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(lengths, members): int32 vectors over the tuple ids; members padded with -1."""
+        """(lengths, members): int32 vectors over the tuple ids; members padded with -1 (extended in place as
+        tuples are added)."""
         count = len(self.tuples)
         if self._arrays is None or self._arrays[0] != count:
-            width = max(1, max((len(m) for m in self._members), default=1))
-            members = np.full((count, width), -1, dtype=np.int32)
-            for tid, row in enumerate(self._members):
-                if row:
-                    members[tid, : len(row)] = row
-            lengths = np.fromiter((len(m) for m in self._members), dtype=np.int32, count=count)
+            built, lengths, members = self._arrays if self._arrays is not None else (0, None, None)
+            width = max(1, max((len(m) for m in self._members[built:]), default=1))
+            if members is None or count > len(members) or width > members.shape[1]:
+                capacity = max(2 * count, 1024)
+                width = max(width, members.shape[1] if members is not None else 1)
+                grown = np.full((capacity, width), -1, dtype=np.int32)
+                grown_lengths = np.zeros(capacity, dtype=np.int32)
+                if members is not None and lengths is not None:
+                    grown[:built, : members.shape[1]] = members[:built]
+                    grown_lengths[:built] = lengths[:built]
+                members, lengths = grown, grown_lengths
+            for tid in range(built, count):
+                row = self._members[tid]
+                members[tid, : len(row)] = row
+                lengths[tid] = len(row)
             self._arrays = (count, lengths, members)
-        return self._arrays[1], self._arrays[2]
+        return self._arrays[1][:count], self._arrays[2][:count]
 
 
 class PartitionTable:
@@ -138,16 +156,21 @@ class PartitionTable:
 
     def __init__(self, capacity: int = 1024) -> None:
         self.size = 0
-        self.cols: dict[str, np.ndarray] = {}
-        for name in self.INT32:
-            self.cols[name] = np.zeros(capacity, dtype=np.int32)
-        for name in self.INT64:
-            self.cols[name] = np.full(capacity, NONE, dtype=np.int64)
-        self.cols["lrs"] = np.zeros(capacity, dtype=np.int8)
-        self.cols["status"] = np.full(capacity, NO_STATUS, dtype=np.int8)
-        self.cols["flags"] = np.zeros(capacity, dtype=np.int16)
-        self.cols["alive"] = np.zeros(capacity, dtype=bool)
-        self.cols["position"] = np.empty(capacity, dtype=object)
+        self.cols: dict[str, np.ndarray] = {name: self._column(name, capacity) for name in self.DEFAULTS}
+
+    DEFAULTS: Final[dict[str, tuple[Any, Any]]] = {
+        **{name: (np.int32, 0) for name in INT32},
+        **{name: (np.int64, NONE) for name in INT64},
+        "lrs": (np.int8, 0),
+        "status": (np.int8, NO_STATUS),
+        "flags": (np.int16, 0),
+        "alive": (bool, False),
+        "position": (object, None),
+    }
+
+    def _column(self, name: str, capacity: int) -> np.ndarray:
+        dtype, default = self.DEFAULTS[name]
+        return np.full(capacity, default, dtype=dtype)
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
@@ -156,22 +179,17 @@ class PartitionTable:
             raise AttributeError(name) from None
 
     def add(self, topic: int, pid: int) -> int:
-        """A new row (fields set by the segment that creates it)."""
-        if self.size == len(self.cols["topic"]):
-            for name, column in self.cols.items():
-                grown = np.empty(len(column) * 2, dtype=column.dtype)
+        """A new row (its fields are set by the segment that creates it)."""
+        cols = self.cols
+        if self.size == len(cols["topic"]):
+            for name, column in cols.items():
+                grown = self._column(name, 2 * len(column))
                 grown[: len(column)] = column
-                self.cols[name] = grown
+                cols[name] = grown
         row = self.size
         self.size += 1
-        cols = self.cols
         cols["topic"][row] = topic
         cols["pid"][row] = pid
-        cols["status"][row] = NO_STATUS
-        cols["flags"][row] = 0
-        cols["since_ms"][row] = NONE
-        cols["since_offset"][row] = NONE
-        cols["last_offset"][row] = NONE
         cols["alive"][row] = True
         return row
 
@@ -204,6 +222,7 @@ class ColumnarState:
         self.topic_unclean: list[bool] = []
         self._dense: list[np.ndarray] = []
         self._sparse: list[dict[int, int]] = []
+        self._topic_size: list[int] = []
         self.log_info: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
         self.quarantined: list[RecordError] = []
         self.fast_records = 0
@@ -231,6 +250,7 @@ class ColumnarState:
 
     def _new_row(self, t: int, pid: int) -> int:
         row = self.table.add(t, pid)
+        self._topic_size[t] += 1
         if pid < DENSE_PARTITION_IDS:
             dense = self._dense[t]
             if pid >= len(dense):
@@ -252,6 +272,7 @@ class ColumnarState:
             self.topic_unclean.append(False)
             self._dense.append(np.full(0, -1, dtype=np.int32))
             self._sparse.append({})
+            self._topic_size.append(0)
             self._topic_params(t)
         return t
 
@@ -343,8 +364,8 @@ class ColumnarState:
         classify = self._classify
         for record in batch:
             kind = record.type
-            if (kind == _PR or kind == _PCR) and record.data["partitionId"] != 0:
-                outcome = classify(record)
+            if kind in (_PR, _PCR):
+                outcome = classify(record) if record.data["partitionId"] != 0 else self._partition_zero(record)
             else:
                 self._flush()
                 outcome = self._barrier(record)
@@ -697,7 +718,7 @@ class ColumnarState:
     def _replication_factor(self, t: int) -> int:
         row = self._row(t, 0)
         if row is not None:
-            return int(self.tuples.arrays()[0][self.table.replicas[row]])
+            return len(self.tuples.tuples[self.table.cols["replicas"][row]])
         shadow = self.core.shadow_p0.get(self.topic_ids[t])
         return len(shadow.replicas) if shadow is not None else 0
 
@@ -720,8 +741,6 @@ class ColumnarState:
     def _barrier(self, record: Record) -> Outcome:
         self.barrier_records += 1
         kind = record.type
-        if kind in (_PR, _PCR):
-            return self._partition_zero(record)
         if kind == _RLI:
             return self._replica_log_info(record)
         core = self.core
@@ -754,20 +773,20 @@ class ColumnarState:
                     del self.log_info[key]
         elif kind == records.CLEAR_ELR_RECORD:
             self._clear_elr(record)
-        elif kind in _TOPIC_PARAM_TYPES:
-            for t in self.topic_index.values():
-                self._topic_params(t)
-            if kind == records.CONFIG_RECORD:
-                data = record.data
-                if data["name"] in (MIN_ISR, UNCLEAN_ENABLE) and data["resourceType"] in (2, 4):
-                    if data["resourceType"] == 2:
-                        t = self.topic_index.get(core.topic_ids_by_name.get(data["resourceName"], ""))
-                        if t is not None:
-                            self._rederive(self._topic_rows(t), record)
-                    elif data["resourceName"] == "":
-                        self._rederive(self._live_rows(), record)
-            elif kind == records.FEATURE_LEVEL_RECORD and record.data["name"] == "eligible.leader.replicas.version":
-                self._rederive(self._live_rows(), record)
+        elif kind == records.CONFIG_RECORD:
+            data = record.data
+            if data["name"] in (MIN_ISR, UNCLEAN_ENABLE):
+                if data["resourceType"] == RESOURCE_TOPIC:
+                    t = self.topic_index.get(core.topic_ids_by_name.get(data["resourceName"], ""))
+                    if t is not None:
+                        self._topic_params(t)
+                        self._rederive(self._topic_rows(t), record)
+                elif data["resourceType"] == RESOURCE_BROKER and data["resourceName"] == "":
+                    for t in self.topic_index.values():
+                        self._topic_params(t)
+                    self._rederive(self._live_rows(), record)
+        elif kind == records.FEATURE_LEVEL_RECORD and record.data["name"] == ELR_FEATURE:
+            self._rederive(self._live_rows(), record)
         return outcome
 
     def _clear_elr(self, record: Record) -> None:
@@ -797,11 +816,14 @@ class ColumnarState:
         self._rederive(rows, record)
 
     def _partition_zero(self, record: Record) -> Outcome:
-        """A record of partition 0: the shadow (through the core) or a segment of one, then its topic's rows if
-        its replica count changed."""
+        """A record of partition 0, whose replica count caps the effective min ISR of its topic. One that keeps
+        that count joins the segment (or, for another bucket's partition 0, updates the core's shadow in place);
+        one that changes it is a barrier: the segment before it is applied with the old count, then the record,
+        then its topic's rows are derived again."""
         data = record.data
         topic_id = data["topicId"]
         core = self.core
+        replicas = data.get("replicas")
         if not self.owns(topic_id, 0):
             topic = core.topics.get(topic_id)
             shadow = core.shadow_p0.get(topic_id)
@@ -809,33 +831,44 @@ class ColumnarState:
             outcome = core.apply(record)
             if outcome is Outcome.QUARANTINED:
                 self.last_error = core.last_error
-            elif outcome is Outcome.APPLIED and topic is not None:
+            elif (
+                outcome is Outcome.APPLIED
+                and topic is not None
+                and before != len(core.shadow_p0[topic_id].replicas)
+            ):
+                self.barrier_records += 1
+                self._flush()
                 t = self._topic(topic_id)
                 self._topic_params(t)
-                if before != len(core.shadow_p0[topic_id].replicas):
-                    self._rederive(self._topic_rows(t), record)
+                self._rederive(self._topic_rows(t), record)
             return outcome
         t = self.topic_index.get(topic_id)
-        before_rf = self._replication_factor(t) if t is not None else None
-        existed = t is not None and self._row(t, 0) is not None
-        outcome = self._classify_zero(record)
+        row = self._row(t, 0) if t is not None else None
+        if row is None and (t is None or self._topic_size[t] == 0):
+            # the topic's first row: its replica count caps only the rows that come after it
+            outcome = self._classify(record)
+            if outcome is Outcome.APPLIED:
+                self._topic_params(self.topic_index[topic_id], len(replicas or ()))
+            return outcome
+        if row is not None:
+            before_rf = len(self.tuples.tuples[self.table.cols["replicas"][row]])
+            if (replicas is None and record.type == _PCR) or len(replicas or ()) == before_rf:
+                return self._classify(record)
+        else:
+            before_rf = self._replication_factor(t) if t is not None else None
+        self._flush()
+        self.barrier_records += 1
+        self.fast_records -= 1  # _classify counts it
+        outcome = self._classify(record)
         if outcome is not Outcome.APPLIED:
             return outcome
         t = self.topic_index[topic_id]
-        if record.type == _PR:
-            rf = len(data.get("replicas") or ())
-        else:
-            replicas = data.get("replicas")
-            rf = len(replicas) if replicas is not None else before_rf
+        rf = len(replicas or ())
         self._topic_params(t, rf)
         self._flush()
-        if not existed or rf != before_rf:
+        if row is None or rf != before_rf:
             self._rederive(self._topic_rows(t), record)
         return outcome
-
-    def _classify_zero(self, record: Record) -> Outcome:
-        self.fast_records -= 1  # counted as a barrier
-        return self._classify(record)
 
     def _replica_log_info(self, record: Record) -> Outcome:
         slot = self._admit(record)

@@ -1,0 +1,162 @@
+"""Benchmark the columnar engine (state/columnar.py) against the object core (`ClusterState.apply`).
+
+For each cluster size (``--partitions``, default 100k and 1M), each engine runs in a process of its own:
+
+1. the load: the EventGenerator's bootstrap (features, brokers, topics, one PartitionRecord per partition),
+   parsed and applied in batches of 100k records (the object core then builds its broker index, as the job does);
+2. the storm: the fence of broker 0, one PartitionChangeRecord per partition whose ISR holds it (with RF 3 and
+   ``3 × partitions / 100k`` brokers: 100k records), then the broker's own record, applied as one batch.
+
+Printed per engine: CPU seconds of the process (`time.process_time`: the machine is shared) to apply the storm
+(records already parsed, the GC paused as the job does), with its transitions drained as `Transition` objects,
+and the load's apply time; the state's memory (RSS added by the load after the parsed records are freed, and for
+the engine the bytes of its columns); then the ratio core / engine, and whether the two agree on the storm's
+transitions and the status counts.
+
+Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
+(``--core-path``: a directory put first on the core's PYTHONPATH, e.g. an installed compiled wheel.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from elrwatch.devtools.eventgen import EventGenerator
+from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.records import Record, parse_line
+
+BATCH = 100_000
+TOPICS = 100
+
+
+def rss_mb() -> float:
+    """This process's resident set size, MB (Linux)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def parse(lines: list[bytes], first_seq: int) -> list[Record]:
+    """Parse envelope lines (every one must be a record)."""
+    out = []
+    for seq, line in enumerate(lines, first_seq):
+        record = parse_line(line, "events", seq)
+        assert isinstance(record, Record), record
+        out.append(record)
+    return out
+
+
+def run(engine: str, partitions: int) -> dict[str, Any]:
+    """Load then storm with one engine; its figures."""
+    brokers = max(3, 3 * partitions // 100_000)
+    gen = EventGenerator(topics=TOPICS, partitions=partitions // TOPICS, brokers=brokers, seed=1)
+    gc.collect()
+    gc.disable()
+    before = rss_mb()
+    core = ClusterState(default_min_isr=2, bucket=(0, 1)) if engine == "core" else ClusterState()
+    fast = ColumnarState(default_min_isr=2, bucket=(0, 1)) if engine == "engine" else ColumnarState()
+    load_s = 0.0
+    seq = 1
+    n_load = 0
+    lines: list[bytes] = []
+
+    def apply(batch: list[Record]) -> float:
+        started = time.process_time()
+        outcomes = [core.apply(r) for r in batch] if engine == "core" else fast.apply_batch(batch)[0]
+        elapsed = time.process_time() - started
+        assert all(o is Outcome.APPLIED for o in outcomes)
+        return elapsed
+
+    for line in gen.bootstrap():
+        lines.append(line)
+        if len(lines) == BATCH:
+            load_s += apply(parse(lines, seq))
+            seq += len(lines)
+            n_load += len(lines)
+            lines = []
+    load_s += apply(parse(lines, seq))
+    seq += len(lines)
+    n_load += len(lines)
+    started = time.process_time()
+    if engine == "core":
+        core.index_brokers()
+        core.drain_changes()
+    else:
+        fast.drain_transitions()
+    load_s += time.process_time() - started
+    gc.collect()
+    state_mb = rss_mb() - before
+    storm = parse(list(gen.fence(0)), seq)
+    started = time.process_time()
+    storm_apply_s = apply(storm)
+    if engine == "core":
+        transitions = core.drain_changes().transitions
+        counts = {k: v for k, v in core.status_counts.items() if v}
+    else:
+        transitions = fast.drain_transitions()
+        counts = fast.status_counts()
+    storm_s = time.process_time() - started
+    return {
+        "n_load": n_load,
+        "n_storm": len(storm),
+        "load_s": load_s,
+        "storm_apply_s": storm_apply_s,
+        "storm_s": storm_s,
+        "state_mb": state_mb,
+        "table_mb": fast.table.nbytes() / 2**20 if engine == "engine" else None,
+        "transitions": len(transitions),
+        "transition_digest": sorted((t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset)
+                                    for t in transitions)[:: max(1, len(transitions) // 1000)],
+        "counts": counts,
+        "fast_records": fast.fast_records,
+    }
+
+
+def main() -> None:
+    """Run each size with each engine in a process of its own and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--core-path", help="a directory put first on the object core's PYTHONPATH")
+    parser.add_argument("--engine", choices=("core", "engine"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if any(p % TOPICS for p in args.partitions):
+        parser.error(f"--partitions must be multiples of {TOPICS}")
+    if args.engine is not None:
+        print(json.dumps(run(args.engine, args.partitions[0])))
+        return
+    for partitions in args.partitions:
+        results = {}
+        for engine in ("core", "engine"):
+            env = dict(os.environ)
+            if engine == "core" and args.core_path:
+                env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.core_path, env.get("PYTHONPATH")]))
+            argv = [sys.executable, "-P", __file__, "--engine", engine, "--partitions", str(partitions)]
+            done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+            results[engine] = json.loads(done.stdout.splitlines()[-1])
+        core, fast = results["core"], results["engine"]
+        print(f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
+              f"(fence of broker 0)")
+        for name, r in results.items():
+            table = f", columns {r['table_mb']:.0f} MB" if r["table_mb"] is not None else ""
+            print(f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
+                  f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
+                  f"+{r['state_mb']:,.0f} MB RSS{table}")
+        same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
+        print(f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
+              f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
+              f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
+              f"transitions and status counts equal: {same}")
+
+
+if __name__ == "__main__":
+    main()
