@@ -2,15 +2,15 @@
 
 For each cluster size (``--partitions``, default 100k and 1M), each engine runs in a process of its own:
 
-1. the load: the EventGenerator's bootstrap (features, brokers, topics, one PartitionRecord per partition),
-   parsed and applied in batches of 100k records (the object core then builds its broker index, as the job does);
+1. the load: the EventGenerator's bootstrap (features, brokers, topics, one PartitionRecord per partition), read
+   from a file written beforehand, parsed and applied in batches of 100k records (the object core then builds its broker index, as the job does);
 2. the storm: the fence of broker 0, one PartitionChangeRecord per partition whose ISR holds it (with RF 3 and
    ``3 × partitions / 100k`` brokers: 100k records), then the broker's own record, applied as one batch.
 
 Printed per engine: CPU seconds of the process (`time.process_time`: the machine is shared) to apply the storm
 (records already parsed, the GC paused as the job does), with its transitions drained as `Transition` objects,
-and the load's apply time; the state's memory (RSS added by the load after the parsed records are freed, and for
-the engine the bytes of its columns); then the ratio core / engine, and whether the two agree on the storm's
+and the load's apply time; the state's memory (RSS added by the load once the parsed records are freed and
+``malloc_trim`` ran, and for the engine the bytes of its columns); then the ratio core / engine, and whether the two agree on the storm's
 transitions and the status counts.
 
 Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
@@ -20,12 +20,16 @@ Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
+import itertools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from elrwatch.devtools.eventgen import EventGenerator
@@ -56,19 +60,34 @@ def parse(lines: list[bytes], first_seq: int) -> list[Record]:
     return out
 
 
-def run(engine: str, partitions: int) -> dict[str, Any]:
-    """Load then storm with one engine; its figures."""
+def write_inputs(partitions: int, directory: Path) -> tuple[Path, Path]:
+    """The load's and the storm's lines, one file each."""
     brokers = max(3, 3 * partitions // 100_000)
     gen = EventGenerator(topics=TOPICS, partitions=partitions // TOPICS, brokers=brokers, seed=1)
+    load, storm = directory / f"load-{partitions}.jsonl", directory / f"storm-{partitions}.jsonl"
+    with load.open("wb") as out:
+        out.writelines(line + b"\n" for line in gen.bootstrap())
+    with storm.open("wb") as out:
+        out.writelines(line + b"\n" for line in gen.fence(0))
+    return load, storm
+
+
+def trimmed_rss_mb() -> float:
+    """RSS after a full collection and glibc's malloc_trim (freed memory handed back where it can be)."""
     gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb()
+
+
+def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
+    """Load then storm with one engine, from the files; its figures."""
     gc.disable()
-    before = rss_mb()
+    before = trimmed_rss_mb()
     core = ClusterState(default_min_isr=2, bucket=(0, 1)) if engine == "core" else ClusterState()
     fast = ColumnarState(default_min_isr=2, bucket=(0, 1)) if engine == "engine" else ColumnarState()
     load_s = 0.0
     seq = 1
     n_load = 0
-    lines: list[bytes] = []
 
     def apply(batch: list[Record]) -> float:
         started = time.process_time()
@@ -77,16 +96,11 @@ def run(engine: str, partitions: int) -> dict[str, Any]:
         assert all(o is Outcome.APPLIED for o in outcomes)
         return elapsed
 
-    for line in gen.bootstrap():
-        lines.append(line)
-        if len(lines) == BATCH:
-            load_s += apply(parse(lines, seq))
-            seq += len(lines)
-            n_load += len(lines)
-            lines = []
-    load_s += apply(parse(lines, seq))
-    seq += len(lines)
-    n_load += len(lines)
+    with load_path.open("rb") as lines:
+        while chunk := list(itertools.islice(lines, BATCH)):
+            load_s += apply(parse(chunk, seq))
+            seq += len(chunk)
+            n_load += len(chunk)
     started = time.process_time()
     if engine == "core":
         core.index_brokers()
@@ -94,9 +108,8 @@ def run(engine: str, partitions: int) -> dict[str, Any]:
     else:
         fast.drain_transitions()
     load_s += time.process_time() - started
-    gc.collect()
-    state_mb = rss_mb() - before
-    storm = parse(list(gen.fence(0)), seq)
+    state_mb = trimmed_rss_mb() - before
+    storm = parse(storm_path.read_bytes().splitlines(), seq)
     started = time.process_time()
     storm_apply_s = apply(storm)
     if engine == "core":
@@ -128,34 +141,48 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--core-path", help="a directory put first on the object core's PYTHONPATH")
     parser.add_argument("--engine", choices=("core", "engine"), help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if any(p % TOPICS for p in args.partitions):
         parser.error(f"--partitions must be multiples of {TOPICS}")
     if args.engine is not None:
-        print(json.dumps(run(args.engine, args.partitions[0])))
+        print(json.dumps(run(args.engine, *args.inputs)))
         return
     for partitions in args.partitions:
-        results = {}
-        for engine in ("core", "engine"):
-            env = dict(os.environ)
-            if engine == "core" and args.core_path:
-                env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.core_path, env.get("PYTHONPATH")]))
-            argv = [sys.executable, "-P", __file__, "--engine", engine, "--partitions", str(partitions)]
-            done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
-            results[engine] = json.loads(done.stdout.splitlines()[-1])
-        core, fast = results["core"], results["engine"]
-        print(f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
-              f"(fence of broker 0)")
-        for name, r in results.items():
-            table = f", columns {r['table_mb']:.0f} MB" if r["table_mb"] is not None else ""
-            print(f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
-                  f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
-                  f"+{r['state_mb']:,.0f} MB RSS{table}")
-        same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
-        print(f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
-              f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
-              f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
-              f"transitions and status counts equal: {same}")
+        with tempfile.TemporaryDirectory(prefix="bench-columnar-") as directory:
+            inputs = write_inputs(partitions, Path(directory))
+            results = compare(partitions, inputs, args.core_path)
+        report(partitions, results)
+
+
+def compare(partitions: int, inputs: tuple[Path, Path], core_path: str | None) -> dict[str, dict[str, Any]]:
+    """Each engine's figures, each from a process of its own."""
+    results = {}
+    for engine in ("core", "engine"):
+        env = dict(os.environ)
+        if engine == "core" and core_path:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [core_path, env.get("PYTHONPATH")]))
+        argv = [sys.executable, "-P", __file__, "--engine", engine, "--inputs", *map(str, inputs)]
+        done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+        results[engine] = json.loads(done.stdout.splitlines()[-1])
+    return results
+
+
+def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
+    """Print one size's figures and ratios."""
+    core, fast = results["core"], results["engine"]
+    print(f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
+          f"(fence of broker 0)")
+    for name, r in results.items():
+        table = f", columns {r['table_mb']:.0f} MB" if r["table_mb"] is not None else ""
+        print(f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
+              f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
+              f"+{r['state_mb']:,.0f} MB RSS{table}")
+    same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
+    print(f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
+          f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
+          f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
+          f"transitions and status counts equal: {same}")
 
 
 if __name__ == "__main__":

@@ -276,6 +276,28 @@ def test_real_kafka_logs(scenario: str) -> None:
         assert result.records > 0
 
 
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("snapshot.dump", "segments.dump"),
+        ("snapshot-skip-metadata.dump", "segments-skip-metadata.dump"),
+        ("snapshot.dump", "tail-segment.dump"),
+        ("undecodable.dump",),
+    ],
+)
+def test_real_kafka_dump_formats(names: tuple[str, ...]) -> None:
+    """Kafka's dump-log output read as one stream: a snapshot, then segments (records the snapshot covers, a gap,
+    undecodable records)."""
+    lines = [line for name in names for line in (DATA / "formats" / name).read_text().splitlines()]
+    outcomes: dict[str, int] = {}
+    for bucket in buckets_of(2):
+        for key, count in run_both(cut(lines, sizes(3, 1, 50)), bucket=bucket, source="dump").outcomes.items():
+            outcomes[key] = outcomes.get(key, 0) + count
+    assert outcomes.get("applied", 0) > 0
+    if names[0].startswith("snapshot") and "segments" in names[1]:
+        assert outcomes.get("covered", 0) > 0
+
+
 def test_real_kafka_corpus_is_there() -> None:
     assert len(REAL) >= 13
 
