@@ -14,7 +14,8 @@ and the load's apply time; the state's memory (RSS added by the load once the pa
 transitions and the status counts.
 
 Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
-(``--core-path``: a directory put first on the core's PYTHONPATH, e.g. an installed compiled wheel.)
+(``--core-path``: a directory put first on both processes' PYTHONPATH, e.g. an installed compiled wheel: the
+object core is then the compiled one, and the engine uses its record classes and barrier handling.)
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def main() -> None:
     """Run each size with each engine in a process of its own and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--core-path", help="a directory put first on the object core's PYTHONPATH")
+    parser.add_argument("--core-path", help="a directory put first on the PYTHONPATH (e.g. a compiled install)")
     parser.add_argument("--engine", choices=("core", "engine"), help=argparse.SUPPRESS)
     parser.add_argument("--inputs", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -160,7 +161,7 @@ def compare(partitions: int, inputs: tuple[Path, Path], core_path: str | None) -
     results = {}
     for engine in ("core", "engine"):
         env = dict(os.environ)
-        if engine == "core" and core_path:
+        if core_path:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [core_path, env.get("PYTHONPATH")]))
         argv = [sys.executable, "-P", __file__, "--engine", engine, "--inputs", *map(str, inputs)]
         done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)

@@ -14,8 +14,9 @@ core's rules (`cluster.ClusterState`, the reference) and gives each record's out
   (its brokers, topics, configs, features, source positions, ring and partition 0 shadows are the engine's);
   afterwards only the rows the record can change are derived again (a broker's rows, a topic's rows, all rows
   for a cluster config or the ELR feature). ClearElrRecord, RemoveTopicRecord and ReplicaLogInfoRecord change
-  the table here; records of partition 0 are applied as a segment of one, since its replica count caps the
-  effective min ISR of its topic.
+  the table here. A record of partition 0 that changes its replica count is a barrier too (that count caps the
+  effective min ISR of its topic: the topic's rows are derived again); other partition 0 records join the
+  segment, or update the core's shadow when another bucket owns partition 0.
 
 Not covered here (the object core keeps them): election counters and the last leader change kind, insight
 counters, the invariant audit, changed rows and payloads, snapshots.
@@ -23,7 +24,7 @@ counters, the invariant audit, changed rows and payloads, snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -225,6 +226,7 @@ class ColumnarState:
         self._topic_size: list[int] = []
         self.log_info: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
         self.quarantined: list[RecordError] = []
+        #: Records applied by the vector path (segments), and records applied as barriers.
         self.fast_records = 0
         self.barrier_records = 0
         self._transitions: list[tuple[np.ndarray, ...]] = []
@@ -460,9 +462,11 @@ class ColumnarState:
             return self._unknown_topic(record)
         pid = data["partitionId"]
         bucket = self.bucket
-        if bucket is not None and bucket_of(topic_id, pid, bucket[1]) != bucket[0]:
+        if bucket is not None and bucket[1] > 1 and bucket_of(topic_id, pid, bucket[1]) != bucket[0]:
             return Outcome.NOT_OWNED
-        t = self._topic(topic_id)
+        t = self.topic_index.get(topic_id)
+        if t is None:
+            t = self._topic(topic_id)
         row = self._row(t, pid)
         offset = record.offset
         is_pr = record.type == _PR
@@ -473,26 +477,22 @@ class ColumnarState:
                     record, "unknown_partition", "partitionId", f"no PARTITION_RECORD for {topic.name}-{pid}"
                 )
             row = self._new_row(t, pid)
-        else:
+        elif offset is not None:
             last = pending.get(row)
             if last is None:
                 last = int(self.table.cols["last_offset"][row])
-            if offset is not None and last != NONE and offset <= last:
+            if last != NONE and offset <= last:
                 return Outcome.DUPLICATE
         self._seg_rows.append(row)
         self._seg_records.append(record)
         if is_pr:
-            self._seg_kind.append(0)
             pending[row] = NONE if offset is None else offset
-        else:
-            self._seg_kind.append(1)
-            if offset is not None:
-                pending[row] = offset
+        elif offset is not None:
+            pending[row] = offset
         if slot >= 0:
             core = self.core
             core.recent_offsets[slot] = offset
             core.recent_records[slot] = record
-        self.fast_records += 1
         return Outcome.APPLIED
 
     # --- segments -------------------------------------------------------------------------------------------
@@ -500,7 +500,6 @@ class ColumnarState:
     def _segment_reset(self) -> None:
         self._pending: dict[int, int] = {}
         self._seg_rows: list[int] = []
-        self._seg_kind: list[int] = []
         self._seg_records: list[Record] = []
 
     def _flush(self) -> None:
@@ -511,11 +510,11 @@ class ColumnarState:
         rows_in = np.array(self._seg_rows, dtype=np.int64)
         order = np.argsort(rows_in, kind="stable")
         rows = rows_in[order]
-        kind_in = np.array(self._seg_kind, dtype=np.int8)
-        kind = kind_in[order]
-        pr_in = kind_in == 0
         batch = self._seg_records
         self._segment_reset()
+        self.fast_records += m
+        pr_in = np.array([r.type == _PR for r in batch], dtype=bool)
+        kind = np.where(pr_in, 0, 1).astype(np.int8)[order]
         datas = [r.data for r in batch]
         intern = self.tuples.intern
         fields = {}
@@ -858,7 +857,6 @@ class ColumnarState:
             before_rf = self._replication_factor(t) if t is not None else None
         self._flush()
         self.barrier_records += 1
-        self.fast_records -= 1  # _classify counts it
         outcome = self._classify(record)
         if outcome is not Outcome.APPLIED:
             return outcome
@@ -902,10 +900,3 @@ class ColumnarState:
             self.core.recent_records[slot] = record
         return Outcome.APPLIED
 
-
-def apply_all(state: ColumnarState, batches: Sequence[Sequence[Record]]) -> list[Outcome]:
-    """Apply several batches in order; every outcome."""
-    out: list[Outcome] = []
-    for batch in batches:
-        out.extend(state.apply_batch(batch)[0])
-    return out
