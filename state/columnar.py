@@ -336,21 +336,23 @@ class ColumnarState:
     def drain_transitions(self) -> list[Transition]:
         """Every status transition since the previous call, in order."""
         out: list[Transition] = []
+        ids, names = self.topic_ids, self.topic_names
         for (rows, old, new, at_ms, offsets), positions in zip(self._transitions, self._positions, strict=True):
-            topics = self.table.topic[rows]
-            pids = self.table.pid[rows]
-            for i in range(len(rows)):
-                t = int(topics[i])
+            topics = self.table.cols["topic"][rows].tolist()
+            pids = self.table.cols["pid"][rows].tolist()
+            for t, pid, was, to, at, offset, position in zip(
+                topics, pids, old.tolist(), new.tolist(), at_ms.tolist(), offsets.tolist(), positions, strict=True
+            ):
                 out.append(
                     Transition(
-                        self.topic_ids[t],
-                        int(pids[i]),
-                        self.topic_names[t],
-                        STATUSES[old[i]] if old[i] >= 0 else None,
-                        STATUSES[new[i]],
-                        _opt(at_ms[i]),
-                        _opt(offsets[i]),
-                        positions[i],
+                        ids[t],
+                        pid,
+                        names[t],
+                        STATUSES[was] if was >= 0 else None,
+                        STATUSES[to],
+                        None if at == NONE else at,
+                        None if offset == NONE else offset,
+                        position,
                     )
                 )
         self._transitions = []
@@ -517,9 +519,13 @@ class ColumnarState:
         kind = np.where(pr_in, 0, 1).astype(np.int8)[order]
         datas = [r.data for r in batch]
         intern = self.tuples.intern
+        known = self.tuples.ids.get
         fields = {}
         for name, key in zip(_TUPLE_FIELDS, _TUPLE_KEYS, strict=True):
-            ids = np.array([-1 if v is None else intern(v) for v in [d.get(key) for d in datas]], dtype=np.int32)
+            found = [-1 if (v := d.get(key)) is None else known(v, -2) for d in datas]
+            if -2 in found:  # tuples not seen before
+                found = [intern(d[key]) if i == -2 else i for i, d in zip(found, datas, strict=True)]
+            ids = np.array(found, dtype=np.int32)
             ids[pr_in & (ids == -1)] = 0  # PartitionRecord: absent is empty
             fields[name] = ids[order]
         leader_in = np.array([NO_LEADER_CHANGE if v is None else v for v in [d.get("leader") for d in datas]])

@@ -459,6 +459,7 @@ def corner_stream() -> list[Item]:
         topic,
         topic_min_isr,
         unfence,
+        uuid_of,
     )
 
     t, o = "FbrrdcfiR-KC2CPSTHaJrg", OTHER_TOPIC_ID
@@ -495,6 +496,13 @@ def corner_stream() -> list[Item]:
         (partition(o, 0, replicas=(1, 2)), 239),
         (config(4, "", "unclean.leader.election.enable", None), 240),
         (topic_min_isr("t", None), 241),
+        (topic("late", uuid_of(77)), 242),
+        (topic_min_isr("late", "2"), 243),
+        (partition(uuid_of(77), 1, replicas=(0, 1, 2), isr=(0, 1)), 244),  # before partition 0: min ISR 2
+        (partition(uuid_of(77), 2, replicas=(0, 1, 2)), 245),
+        (partition(uuid_of(77), 0, replicas=(3,)), 246),  # one replica: the topic's min ISR drops to 1
+        (change(uuid_of(77), 2, isr=[1]), 247),
+        (change(uuid_of(77), 0, replicas=[3, 0], isr=[3, 0]), 248),  # two replicas: min ISR 2 again
     ]
     out: list[Item] = []
     offset = 0
