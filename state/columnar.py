@@ -179,8 +179,8 @@ class PartitionTable:
         except KeyError:
             raise AttributeError(name) from None
 
-    def add(self, topic: int, pid: int) -> int:
-        """A new row (its fields are set by the segment that creates it)."""
+    def add(self) -> int:
+        """A new row (its fields, topic and partition id included, are set by the segment that creates it)."""
         cols = self.cols
         if self.size == len(cols["topic"]):
             for name, column in cols.items():
@@ -189,9 +189,6 @@ class PartitionTable:
                 cols[name] = grown
         row = self.size
         self.size += 1
-        cols["topic"][row] = topic
-        cols["pid"][row] = pid
-        cols["alive"][row] = True
         return row
 
     def nbytes(self) -> int:
@@ -251,7 +248,9 @@ class ColumnarState:
         return self._sparse[t].get(pid)
 
     def _new_row(self, t: int, pid: int) -> int:
-        row = self.table.add(t, pid)
+        row = self.table.add()
+        self._seg_new_topic.append(t)
+        self._seg_new_pid.append(pid)
         self._topic_size[t] += 1
         if pid < DENSE_PARTITION_IDS:
             dense = self._dense[t]
@@ -503,6 +502,10 @@ class ColumnarState:
         self._pending: dict[int, int] = {}
         self._seg_rows: list[int] = []
         self._seg_records: list[Record] = []
+        self._seg_new_topic: list[int] = []
+        self._seg_new_pid: list[int] = []
+        #: Rows from here on were created by the segment (not written to the table yet).
+        self._segment_start = self.table.size
 
     def _flush(self) -> None:
         """Apply the segment gathered so far as vectors."""
@@ -513,6 +516,12 @@ class ColumnarState:
         order = np.argsort(rows_in, kind="stable")
         rows = rows_in[order]
         batch = self._seg_records
+        table = self.table
+        cols = table.cols
+        new = slice(self._segment_start, table.size)
+        cols["topic"][new] = self._seg_new_topic
+        cols["pid"][new] = self._seg_new_pid
+        cols["alive"][new] = True
         self._segment_reset()
         self.fast_records += m
         pr_in = np.array([r.type == _PR for r in batch], dtype=bool)
@@ -540,8 +549,6 @@ class ColumnarState:
         ts = np.array([NONE if (t := r.timestamp_ms) is None else t for r in batch], dtype=np.int64)[order]
         positions = [r.position for r in batch]
 
-        table = self.table
-        cols = table.cols
         index = np.arange(m)
         starts = np.ones(m, dtype=bool)
         starts[1:] = rows[1:] != rows[:-1]
@@ -856,6 +863,8 @@ class ColumnarState:
                 self._topic_params(self.topic_index[topic_id], len(replicas or ()))
             return outcome
         if row is not None:
+            if row >= self._segment_start:  # created in this segment: its replicas are not in the table yet
+                self._flush()
             before_rf = len(self.tuples.tuples[self.table.cols["replicas"][row]])
             if (replicas is None and record.type == _PCR) or len(replicas or ()) == before_rf:
                 return self._classify(record)
