@@ -1,0 +1,190 @@
+"""Benchmark the columnar engine (state/columnar.py) against the object core (`ClusterState.apply`).
+
+For each cluster size (``--partitions``, default 100k and 1M), each engine runs in a process of its own:
+
+1. the load: the EventGenerator's bootstrap (features, brokers, topics, one PartitionRecord per partition), read
+   from a file written beforehand, parsed and applied in batches of 100k records (the object core then builds its broker index, as the job does);
+2. the storm: the fence of broker 0, one PartitionChangeRecord per partition whose ISR holds it (with RF 3 and
+   ``3 × partitions / 100k`` brokers: 100k records), then the broker's own record, applied as one batch.
+
+Printed per engine: CPU seconds of the process (`time.process_time`: the machine is shared) to apply the storm
+(records already parsed, the GC paused as the job does), with its transitions drained as `Transition` objects,
+and the load's apply time; the state's memory (RSS added by the load once the parsed records are freed and
+``malloc_trim`` ran, and for the engine the bytes of its columns); then the ratio core / engine, and whether the two agree on the storm's
+transitions and the status counts.
+
+Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
+(``--core-path``: a directory put first on both processes' PYTHONPATH, e.g. an installed compiled wheel: the
+object core is then the compiled one, and the engine uses its record classes and barrier handling.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from elrwatch.devtools.eventgen import EventGenerator
+from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.records import Record, parse_line
+
+BATCH = 100_000
+TOPICS = 100
+
+
+def rss_mb() -> float:
+    """This process's resident set size, MB (Linux)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def parse(lines: list[bytes], first_seq: int) -> list[Record]:
+    """Parse envelope lines (every one must be a record)."""
+    out = []
+    for seq, line in enumerate(lines, first_seq):
+        record = parse_line(line, "events", seq)
+        assert isinstance(record, Record), record
+        out.append(record)
+    return out
+
+
+def write_inputs(partitions: int, directory: Path) -> tuple[Path, Path]:
+    """The load's and the storm's lines, one file each."""
+    brokers = max(3, 3 * partitions // 100_000)
+    gen = EventGenerator(topics=TOPICS, partitions=partitions // TOPICS, brokers=brokers, seed=1)
+    load, storm = directory / f"load-{partitions}.jsonl", directory / f"storm-{partitions}.jsonl"
+    with load.open("wb") as out:
+        out.writelines(line + b"\n" for line in gen.bootstrap())
+    with storm.open("wb") as out:
+        out.writelines(line + b"\n" for line in gen.fence(0))
+    return load, storm
+
+
+def trimmed_rss_mb() -> float:
+    """RSS after a full collection and glibc's malloc_trim (freed memory handed back where it can be)."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb()
+
+
+def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
+    """Load then storm with one engine, from the files; its figures."""
+    gc.disable()
+    before = trimmed_rss_mb()
+    core = ClusterState(default_min_isr=2, bucket=(0, 1)) if engine == "core" else ClusterState()
+    fast = ColumnarState(default_min_isr=2, bucket=(0, 1)) if engine == "engine" else ColumnarState()
+    load_s = 0.0
+    seq = 1
+    n_load = 0
+
+    def apply(batch: list[Record]) -> float:
+        started = time.process_time()
+        outcomes = [core.apply(r) for r in batch] if engine == "core" else fast.apply_batch(batch)[0]
+        elapsed = time.process_time() - started
+        assert all(o is Outcome.APPLIED for o in outcomes)
+        return elapsed
+
+    with load_path.open("rb") as lines:
+        while chunk := list(itertools.islice(lines, BATCH)):
+            load_s += apply(parse(chunk, seq))
+            seq += len(chunk)
+            n_load += len(chunk)
+    started = time.process_time()
+    if engine == "core":
+        core.index_brokers()
+        core.drain_changes()
+    else:
+        fast.drain_transitions()
+    load_s += time.process_time() - started
+    state_mb = trimmed_rss_mb() - before
+    storm = parse(storm_path.read_bytes().splitlines(), seq)
+    started = time.process_time()
+    storm_apply_s = apply(storm)
+    if engine == "core":
+        transitions = core.drain_changes().transitions
+        counts = {k: v for k, v in core.status_counts.items() if v}
+    else:
+        transitions = fast.drain_transitions()
+        counts = fast.status_counts()
+    storm_s = time.process_time() - started
+    return {
+        "n_load": n_load,
+        "n_storm": len(storm),
+        "load_s": load_s,
+        "storm_apply_s": storm_apply_s,
+        "storm_s": storm_s,
+        "state_mb": state_mb,
+        "table_mb": fast.table.nbytes() / 2**20 if engine == "engine" else None,
+        "transitions": len(transitions),
+        "transition_digest": sorted((t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset)
+                                    for t in transitions)[:: max(1, len(transitions) // 1000)],
+        "counts": counts,
+        "fast_records": fast.fast_records,
+    }
+
+
+def main() -> None:
+    """Run each size with each engine in a process of its own and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--core-path", help="a directory put first on the PYTHONPATH (e.g. a compiled install)")
+    parser.add_argument("--engine", choices=("core", "engine"), help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", nargs=2, type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if any(p % TOPICS for p in args.partitions):
+        parser.error(f"--partitions must be multiples of {TOPICS}")
+    if args.engine is not None:
+        print(json.dumps(run(args.engine, *args.inputs)))
+        return
+    for partitions in args.partitions:
+        with tempfile.TemporaryDirectory(prefix="bench-columnar-") as directory:
+            inputs = write_inputs(partitions, Path(directory))
+            results = compare(partitions, inputs, args.core_path)
+        report(partitions, results)
+
+
+def compare(partitions: int, inputs: tuple[Path, Path], core_path: str | None) -> dict[str, dict[str, Any]]:
+    """Each engine's figures, each from a process of its own."""
+    results = {}
+    for engine in ("core", "engine"):
+        env = dict(os.environ)
+        if core_path:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [core_path, env.get("PYTHONPATH")]))
+        argv = [sys.executable, "-P", __file__, "--engine", engine, "--inputs", *map(str, inputs)]
+        done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+        results[engine] = json.loads(done.stdout.splitlines()[-1])
+    return results
+
+
+def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
+    """Print one size's figures and ratios."""
+    core, fast = results["core"], results["engine"]
+    print(f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
+          f"(fence of broker 0)")
+    for name, r in results.items():
+        table = f", columns {r['table_mb']:.0f} MB" if r["table_mb"] is not None else ""
+        print(f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
+              f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
+              f"+{r['state_mb']:,.0f} MB RSS{table}")
+    same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
+    print(f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
+          f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
+          f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
+          f"transitions and status counts equal: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,522 @@
+"""The differential harness of the columnar engine (state/columnar.py) against the object core (`ClusterState`).
+
+`run_both` feeds both engines the same micro-batches of parsed records and, after every batch, compares field by
+field: each record's outcome and quarantine error, the quarantine reported, every partition's state and derived
+status and flags, the status transitions in order with their offsets, the status and flag counts, and the state
+the engine keeps in its embedded core (brokers, topics, configs, features, source positions, the recent-offsets
+ring, partition 0 shadows, replica log infos). Inputs: the conformance corpus, every simulator scenario, the
+real-Kafka golden logs, a storm on a large generated cluster and random faulty streams, whole and bucketed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from core_events import Feeder, random_stream
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from elrwatch.devtools.eventgen import EventGenerator
+from elrwatch.state.cluster import ClusterState, Outcome, Transition
+from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.model import PARTITION_FIELDS, BrokerState, PartitionState
+from elrwatch.state.records import DumpReader, Record
+from elrwatch.state.simulator import SCENARIOS, simulate
+
+DATA = Path(__file__).parent / "data" / "real-kafka"
+REAL = sorted(p.parent.name for p in DATA.glob("*/metadata.dump"))
+SIM_SHAPE = {"brokers": 6, "topics": 2, "partitions": 5, "replication_factor": 3, "min_isr": 2}
+#: What the engine does not keep (election bookkeeping stays in the object core).
+NOT_COMPARED = frozenset({"last_leader_change"})
+COMPARED_FIELDS = tuple(name for name in PARTITION_FIELDS if name not in NOT_COMPARED)
+
+Line = str | bytes
+Item = Line | tuple[str, int, Line]
+
+
+class Parser:
+    """Parses items in order as the replay reads them (envelopes or DumpLogSegments text), snapshot ends set.
+    An item is a line (the run's source, the next line number) or ``(source, seq, line)``."""
+
+    def __init__(self, source: str) -> None:
+        self.reader = DumpReader()
+        self.source = source
+        self.seq = 0
+
+    def records(self, items: Iterable[Item]) -> list[Record]:
+        out: list[Record] = []
+        for item in items:
+            if isinstance(item, tuple):
+                source, seq, line = item
+            else:
+                self.seq += 1
+                source, seq, line = self.source, self.seq, item
+            parsed = self.reader.parse(line, source, seq, f"{source}:{seq}")
+            if isinstance(parsed, Record):
+                if self.reader.snapshot_end is not None and parsed.snapshot_end is None:
+                    parsed.snapshot_end = self.reader.snapshot_end
+                out.append(parsed)
+        return out
+
+
+def normal(value: Any) -> Any:
+    """A comparable plain form (domain objects as their pickled field values)."""
+    if isinstance(value, dict):
+        return {normal(k): normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(normal(v) for v in value)
+    if isinstance(value, Record):
+        return ("Record", value.type, value.version, normal(value.data), value.source, value.seq, value.position,
+                value.offset, value.timestamp_ms, value.origin, value.snapshot_end)
+    if isinstance(value, PartitionState | BrokerState | Transition):
+        return (type(value).__name__, *(normal(v) for v in value.__getstate__()))
+    return value
+
+
+def partition_fields(p: PartitionState) -> dict[str, Any]:
+    return {name: getattr(p, name) for name in COMPARED_FIELDS}
+
+
+def ref_partitions(ref: ClusterState) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(t.topic_id, pid): partition_fields(p) for t in ref.topics.values() for pid, p in t.partitions.items()}
+
+
+def fast_partitions(fast: ColumnarState) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(p.topic_id, p.partition_id): partition_fields(p) for p in fast.iter_partitions()}
+
+
+def kept_state(cluster: ClusterState) -> dict[str, Any]:
+    """What the engine keeps in its embedded core, from either core (topics without their partitions)."""
+    ring = [(s, o, normal(cluster.recent_records[s])) for s, o in enumerate(cluster.recent_offsets) if o != -1]
+    return {
+        "topics": {t.topic_id: (t.name, t.configs, t.last_offset) for t in cluster.topics.values()},
+        "topic_ids_by_name": cluster.topic_ids_by_name,
+        "configs": (cluster.topic_configs, cluster.cluster_configs, cluster.broker_configs),
+        "brokers": normal(cluster.brokers),
+        "features": cluster.features,
+        "offsets": (cluster.config_offsets, cluster.feature_offsets, cluster.clear_elr_offsets),
+        "source_seq": cluster.source_seq,
+        "removed": (cluster.removed_topics, cluster.removed_topic_names),
+        "shadow_p0": normal(cluster.shadow_p0),
+        "snapshot_end_offset": cluster.snapshot_end_offset,
+        "derived_from": cluster.derived_from,
+        "ring": ring,
+    }
+
+
+def canonical(transitions: list[Transition]) -> list[tuple[Any, ...]]:
+    """Transitions as tuples, in order; those of one record sorted by partition (the core refreshes a broker's
+    partitions in the order of a set of objects, so that order is not part of its output)."""
+    groups: list[list[tuple[Any, ...]]] = []
+    for t in transitions:
+        row = (t.offset, t.position, t.topic_id, t.partition_id, t.topic, t.from_status, t.to_status, t.at_ms)
+        if groups and groups[-1][0][:2] == row[:2]:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return [row for group in groups for row in sorted(group, key=lambda r: (r[2], r[3]))]
+
+
+def assert_same(what: str, ref: Any, fast: Any) -> None:
+    """Equal, or an assertion naming the first differing key or index."""
+    if ref == fast:
+        return
+    if isinstance(ref, dict) and isinstance(fast, dict):
+        for key in sorted(set(ref) | set(fast), key=repr):
+            assert key in ref and key in fast, f"{what}: key {key!r} only in {'ref' if key in ref else 'fast'}"
+            assert_same(f"{what}.{key}", ref[key], fast[key])
+    if isinstance(ref, list | tuple) and isinstance(fast, list | tuple):
+        for i, (a, b) in enumerate(zip(ref, fast, strict=False)):
+            assert_same(f"{what}[{i}]", a, b)
+        assert len(ref) == len(fast), f"{what}: {len(ref)} items in ref, {len(fast)} in fast"
+    raise AssertionError(f"{what}: ref {ref!r} != fast {fast!r}")
+
+
+@dataclasses.dataclass
+class Result:
+    """What a differential run did."""
+
+    records: int = 0
+    fast: int = 0
+    outcomes: dict[str, int] = dataclasses.field(default_factory=dict)
+    transitions: int = 0
+    quarantined: int = 0
+
+
+def run_both(
+    batches: Sequence[Sequence[Item]],
+    bucket: tuple[int, int] | None = None,
+    default_min_isr: int = 1,
+    source: str = "events",
+    compare_every_batch: bool = True,
+) -> Result:
+    """Apply ``batches`` with the core and with the columnar engine; assert everything equal after each batch."""
+    ref = ClusterState(default_min_isr=default_min_isr, bucket=bucket)
+    fast = ColumnarState(default_min_isr=default_min_isr, bucket=bucket)
+    result = Result()
+    ref_parser, fast_parser = Parser(source), Parser(source)
+    ref_transitions: list[Transition] = []
+    fast_transitions: list[Transition] = []
+    ref_quarantined: list[dict[str, Any]] = []
+    for number, lines in enumerate(batches):
+        where = f"batch {number}"
+        ref_records = ref_parser.records(lines)
+        fast_records = fast_parser.records(lines)
+        ref_outcomes: list[Outcome] = []
+        ref_errors: list[Any] = []
+        for record in ref_records:
+            outcome = ref.apply(record)
+            ref_outcomes.append(outcome)
+            ref_errors.append(ref.last_error.to_dict() if outcome is Outcome.QUARANTINED and ref.last_error else None)
+        fast_outcomes, errors = fast.apply_batch(fast_records)
+        assert_same(f"{where} outcomes", ref_outcomes, fast_outcomes)
+        assert_same(f"{where} errors", ref_errors, [e.to_dict() if e is not None else None for e in errors])
+        changes = ref.drain_changes()
+        ref_transitions += changes.transitions
+        fast_transitions += fast.drain_transitions()
+        result.quarantined += len(changes.quarantined)
+        ref_quarantined += [e.to_dict() for e in changes.quarantined]
+        if compare_every_batch or number == len(batches) - 1:
+            assert_same(f"{where} transitions", canonical(ref_transitions), canonical(fast_transitions))
+            assert_same(f"{where} partitions", ref_partitions(ref), fast_partitions(fast))
+            assert_same(f"{where} kept state", kept_state(ref), kept_state(fast.core))
+            assert_same(f"{where} log info", ref.log_info, fast.log_info)
+            assert_same(f"{where} status counts", +ref.status_counts, fast.status_counts())
+            assert_same(f"{where} flag histogram", dict(+ref.flag_histogram), fast.flag_histogram())
+            assert_same(f"{where} partition count", ref.partition_count, len(fast_partitions(fast)))
+        for outcome in ref_outcomes:
+            result.outcomes[outcome.value] = result.outcomes.get(outcome.value, 0) + 1
+        result.records += len(ref_records)
+    assert_same("quarantine reported", ref_quarantined, [e.to_dict() for e in fast.quarantined])
+    result.transitions = len(ref_transitions)
+    result.fast = fast.fast_records
+    return result
+
+
+def cut(lines: Sequence[Item], sizes: Iterable[int]) -> list[list[Item]]:
+    """``lines`` cut into consecutive batches of the given sizes (the rest in a last batch)."""
+    out: list[list[Item]] = []
+    start = 0
+    for size in sizes:
+        if start >= len(lines):
+            break
+        out.append(list(lines[start : start + size]))
+        start += size
+    if start < len(lines):
+        out.append(list(lines[start:]))
+    return out
+
+
+def sizes(seed: int, low: int = 1, high: int = 40) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(low, high) for _ in range(10_000)]
+
+
+def buckets_of(n: int) -> list[tuple[int, int] | None]:
+    return [None, *((i, n) for i in range(n))]
+
+
+# --- the event generator: load, storms, churn -------------------------------------------------------------------
+
+
+def generator_batches(seed: int) -> list[list[Item]]:
+    """Bootstrap (the load), a fence storm, churn, an unfence storm, random failures: one batch each."""
+    gen = EventGenerator(topics=3, partitions=60, brokers=5, seed=seed)
+    out: list[list[Item]] = [list(gen.bootstrap())]
+    out.append(list(gen.fence(1)))
+    out.append(list(gen.churn(150)))
+    out.append(list(gen.fence(2)))  # below min ISR: ELR and leaderless partitions
+    out.append(list(gen.unfence(1)))
+    out.append(list(gen.steps(8)))
+    out.append(list(gen.churn(100)))
+    return out
+
+
+@pytest.mark.parametrize("bucket", buckets_of(3))
+def test_event_generator_load_storms_and_churn(bucket: tuple[int, int] | None) -> None:
+    result = run_both(generator_batches(5), bucket=bucket, default_min_isr=2)
+    assert result.transitions > 0
+    assert result.fast >= 0.8 * result.outcomes["applied"], result  # the vector path takes the load and storms
+
+
+def test_event_generator_in_random_batches() -> None:
+    gen = EventGenerator(topics=2, partitions=30, brokers=4, seed=3)
+    lines = [*gen.bootstrap(), *gen.steps(15), *gen.churn(100)]
+    result = run_both(cut(lines, sizes(3)), default_min_isr=2)
+    assert result.fast > 0 and result.outcomes == {"applied": result.records}
+
+
+def test_storm_on_a_large_cluster() -> None:
+    """A 100k-record storm on a 150k-partition cluster: the fences of two brokers, then an unfence, in batches
+    of 20k records (compared after every batch)."""
+    gen = EventGenerator(topics=50, partitions=3000, brokers=9, seed=2)
+    load = list(gen.bootstrap())
+    storm = [*gen.fence(0), *gen.fence(1), *gen.unfence(0)]
+    assert len(storm) >= 100_000
+    result = run_both([load, *cut(storm, [20_000] * 10)], default_min_isr=2, compare_every_batch=False)
+    assert result.transitions >= 50_000, result
+    assert result.fast >= 0.99 * result.records, result
+
+
+# --- real Kafka metadata logs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", REAL)
+def test_real_kafka_logs(scenario: str) -> None:
+    lines = (DATA / scenario / "metadata.dump").read_text().splitlines()
+    for bucket in buckets_of(2):
+        result = run_both(cut(lines, sizes(len(scenario), 1, 120)), bucket=bucket, source=scenario)
+        assert result.records > 0
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("snapshot.dump", "segments.dump"),
+        ("snapshot-skip-metadata.dump", "segments-skip-metadata.dump"),
+        ("snapshot.dump", "tail-segment.dump"),
+        ("undecodable.dump",),
+    ],
+)
+def test_real_kafka_dump_formats(names: tuple[str, ...]) -> None:
+    """Kafka's dump-log output read as one stream: a snapshot, then segments (records the snapshot covers, a gap,
+    undecodable records)."""
+    lines = [line for name in names for line in (DATA / "formats" / name).read_text().splitlines()]
+    outcomes: dict[str, int] = {}
+    for bucket in buckets_of(2):
+        for key, count in run_both(cut(lines, sizes(3, 1, 50)), bucket=bucket, source="dump").outcomes.items():
+            outcomes[key] = outcomes.get(key, 0) + count
+    assert outcomes.get("applied", 0) > 0
+    if names[0].startswith("snapshot") and "segments" in names[1]:
+        assert outcomes.get("covered", 0) > 0
+
+
+def test_real_kafka_corpus_is_there() -> None:
+    assert len(REAL) >= 13
+
+
+# --- the conformance corpus -------------------------------------------------------------------------------------
+
+
+def conformance_lines(monkeypatch: pytest.MonkeyPatch, case: dict[str, Any]) -> list[Item]:
+    """The lines the conformance replay feeds for a case (its initial state, then every step's records)."""
+    import test_conformance_replay as conformance
+
+    fed: list[Item] = []
+    original = Feeder.feed_raw
+
+    def recording(self: Feeder, text: str | bytes) -> Any:
+        fed.append(text)
+        return original(self, text)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Feeder, "feed_raw", recording)
+        replay = conformance.CaseReplay(case)
+        for index, (inp, expected) in enumerate(conformance._steps(case)):
+            pre, main, post = replay.plan(inp, expected)
+            replay.feed([*pre, *main, *post], f"step {index}")
+    return fed
+
+
+def test_conformance_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import test_conformance_replay as conformance
+
+    assert len(conformance.BY_ID) >= 54
+    transitions = 0
+    for case_id, case in sorted(conformance.BY_ID.items()):
+        lines = conformance_lines(monkeypatch, case)
+        for bucket in (None, (0, 2), (1, 2)):
+            for batch in (1, 3, len(lines)):
+                try:
+                    transitions += run_both(cut(lines, [batch] * len(lines)), bucket=bucket).transitions
+                except AssertionError as error:
+                    raise AssertionError(f"{case_id} bucket {bucket} batches of {batch}: {error}") from None
+    assert transitions > 0
+
+
+# --- the simulator ----------------------------------------------------------------------------------------------
+
+
+def simulated(**kwargs: Any) -> list[Item]:
+    out = io.BytesIO()
+    simulate(out, **{**SIM_SHAPE, "seed": 11, **kwargs})
+    return list(out.getvalue().splitlines())
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_simulator_scenarios(scenario: str) -> None:
+    lines = simulated(scenario=scenario)
+    for bucket in buckets_of(2):
+        run_both(cut(lines, sizes(7, 1, 30)), bucket=bucket)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_simulator_random_faults(seed: int) -> None:
+    lines = simulated(faults=0.3, records=600, seed=seed)
+    for bucket in (None, (seed % 2, 2)):
+        result = run_both(cut(lines, sizes(seed, 5, 80)), bucket=bucket)
+        assert result.records > 0
+
+
+# --- random faulty streams --------------------------------------------------------------------------------------
+
+_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
+FAULTY = settings(max_examples=40, deadline=None, phases=_PHASES, suppress_health_check=[HealthCheck.too_slow])
+
+
+def faulty_stream(seed: int, steps: int, rnd: random.Random) -> list[Item]:
+    """`random_stream` with faults: malformed lines, re-delivered records (same and new positions), records whose
+    offset was applied with other content (conflicts), records without offsets, out-of-order offsets."""
+    lines = random_stream(seed, steps=steps)
+    out: list[Item] = []
+    seq = 0
+    for i, text in enumerate(lines):
+        seq += 1
+        out.append(("events", seq, text))
+        roll = rnd.random()
+        if roll < 0.05:
+            out.append(("events", seq, text))  # the same position again
+        elif roll < 0.12:
+            out.append(("retry", seq, lines[rnd.randrange(i + 1)]))  # an earlier record, another source
+        elif roll < 0.16:
+            seq += 1
+            out.append(("events", seq, rnd.choice(['{"type": "PARTITION_CHANGE_RECORD"', "not json", "{}", "[1]"])))
+        elif roll < 0.24:
+            env = json.loads(lines[rnd.randrange(i + 1)])
+            data = env["data"]
+            if rnd.random() < 0.5 and "isr" in data:
+                data["isr"] = [*reversed(data["isr"]), rnd.randrange(6)]
+            elif rnd.random() < 0.5:
+                env.pop("offset", None)
+            else:
+                env["offset"] = env.get("offset", 0) + rnd.randrange(-3, 4)
+            seq += 1
+            out.append(("events", seq, json.dumps(env)))
+    return out
+
+
+@FAULTY
+@given(st.integers(0, 10**6), st.integers(1, 120), st.randoms(use_true_random=False), st.integers(0, 3))
+def test_random_faulty_streams(seed: int, steps: int, rnd: random.Random, which: int) -> None:
+    stream = faulty_stream(seed, steps, rnd)
+    bucket = None if which == 0 else (which - 1, 3)
+    run_both(cut(stream, [rnd.randint(1, 50) for _ in range(len(stream))]), bucket=bucket)
+
+
+# --- the vector path itself -------------------------------------------------------------------------------------
+
+
+def test_a_partition_changed_twice_in_a_segment_gives_both_transitions() -> None:
+    gen = EventGenerator(topics=1, partitions=4, brokers=3, seed=1)
+    boot = list(gen.bootstrap())
+    fast = ColumnarState(default_min_isr=2)
+    parser = Parser("s")
+    fast.apply_batch(parser.records(boot))
+    fast.drain_transitions()
+    topic_id = next(iter(fast.core.topics))
+    p1 = fast.partition(topic_id, 1)
+    assert p1 is not None and p1.status == "HEALTHY"
+    base = 10_000
+    shrink = {"type": "PARTITION_CHANGE_RECORD", "version": 0, "offset": base,
+              "data": {"topicId": topic_id, "partitionId": 1, "isr": [p1.replicas[0]]}}
+    grow = {"type": "PARTITION_CHANGE_RECORD", "version": 0, "offset": base + 1,
+            "data": {"topicId": topic_id, "partitionId": 1, "isr": list(p1.replicas)}}
+    outcomes, _ = fast.apply_batch(parser.records([json.dumps(shrink), json.dumps(grow)]))
+    assert outcomes == [Outcome.APPLIED, Outcome.APPLIED]
+    assert fast.fast_records >= 2
+    moves = [(t.from_status, t.to_status, t.offset) for t in fast.drain_transitions()]
+    assert moves == [("HEALTHY", "UNDER_MIN_ISR", base), ("UNDER_MIN_ISR", "HEALTHY", base + 1)]
+    after = fast.partition(topic_id, 1)
+    assert after is not None and after.partition_epoch == p1.partition_epoch + 2
+    assert after.isr == p1.isr and after.last_offset == base + 1
+
+
+def corner_stream() -> list[Item]:
+    """Hand-made corners: an ELR that overlaps the ISR, a ClearElr below a partition's last offset, a
+    PartitionRecord that replaces a partition with lower epochs, partition 0's replica count changing amid other
+    changes, unclean election enabled per topic and per cluster, the ELR feature off and on, records without an
+    offset, a topic removed and created again."""
+    from core_events import (
+        OTHER_TOPIC_ID,
+        base_cluster,
+        change,
+        clear_elr,
+        cluster_min_isr,
+        config,
+        elr_feature,
+        envelope,
+        fence,
+        line,
+        partition,
+        remove_topic,
+        topic,
+        topic_min_isr,
+        unfence,
+        uuid_of,
+    )
+
+    t, o = "FbrrdcfiR-KC2CPSTHaJrg", OTHER_TOPIC_ID
+    recs: list[tuple[Any, int | None]] = [(r, None) for r in base_cluster((0, 1, 2, 3))]
+    recs += [(topic("t", t), None), (topic("o", o), None), (topic_min_isr("t", "2"), None)]
+    recs += [(partition(t, p, replicas=(0, 1, 2)), None) for p in range(5)]
+    recs += [(partition(o, p, replicas=(1, 2, 3), isr=(1,)), None) for p in range(3)]
+    recs += [
+        (change(t, 1, isr=[0, 1], eligibleLeaderReplicas=[1, 2], leader=-1), 100),  # ELR overlaps the ISR
+        (change(t, 2, isr=[0], eligibleLeaderReplicas=[3], leader=0), 200),
+        (change(t, 3, isr=[0], eligibleLeaderReplicas=[1, 2], lastKnownElr=[2], leader=-1), 120),
+        (fence(1), 210),
+        (clear_elr("t"), 150),  # below partition 2's last offset: partition 2 keeps its ELR
+        (change(t, 4, isr=[2]), 220),
+        (change(t, 0, replicas=[0, 1], isr=[0, 1]), 221),  # partition 0's replica count caps the min ISR
+        (change(t, 4, isr=[2, 0], leader=2), 222),
+        (partition(t, 4, replicas=(0, 1, 2), isr=(0,), leader_epoch=0, partition_epoch=0), 223),
+        (change(t, 4, leader=-1, isr=[]), 224),
+        (change(o, 1, leader=-1, isr=[]), 225),
+        (config(2, "o", "unclean.leader.election.enable", "true"), 226),
+        (change(o, 2, leader=-1, isr=[], lastKnownElr=[3]), 227),
+        (elr_feature(False), 228),
+        (change(t, 2, isr=[0, 3]), None),
+        (elr_feature(True), 229),
+        (cluster_min_isr("3"), 230),
+        (config(4, "", "unclean.leader.election.enable", "true"), 231),
+        (unfence(1), 232),
+        (change(t, 1, leaderRecoveryState=1, leader=1), 233),
+        (change(t, 1, leaderRecoveryState=0), 234),
+        (remove_topic(o), 235),
+        (change(o, 1, isr=[1]), 236),  # the topic is gone
+        (topic("o", o), 237),
+        (partition(o, 1, replicas=(1, 2, 3)), 238),
+        (partition(o, 0, replicas=(1, 2)), 239),
+        (config(4, "", "unclean.leader.election.enable", None), 240),
+        (topic_min_isr("t", None), 241),
+        (topic("late", uuid_of(77)), 242),
+        (topic_min_isr("late", "2"), 243),
+        (partition(uuid_of(77), 1, replicas=(0, 1, 2), isr=(0, 1)), 244),  # before partition 0: min ISR 2
+        (partition(uuid_of(77), 2, replicas=(0, 1, 2)), 245),
+        (partition(uuid_of(77), 0, replicas=(3,)), 246),  # one replica: the topic's min ISR drops to 1
+        (change(uuid_of(77), 2, isr=[1]), 247),
+        (change(uuid_of(77), 0, replicas=[3, 0], isr=[3, 0]), 248),  # two replicas: min ISR 2 again
+    ]
+    out: list[Item] = []
+    offset = 0
+    for (type_name, version, data), at in recs:
+        offset = at if at is not None else offset
+        env = envelope(type_name, version, data, at, 1_732_100_000_000 + offset)
+        out.append(line(env))
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 4, 10_000])
+@pytest.mark.parametrize("bucket", buckets_of(2))
+def test_corner_cases(bucket: tuple[int, int] | None, batch: int) -> None:
+    lines = corner_stream()
+    result = run_both(cut(lines, [batch] * len(lines)), bucket=bucket)
+    assert result.transitions > 0
+    assert result.outcomes.get("quarantined", 0) == 1  # the change of the removed topic's partition
