@@ -129,8 +129,9 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
         "state_mb": state_mb,
         "table_mb": fast.table.nbytes() / 2**20 if engine == "engine" else None,
         "transitions": len(transitions),
-        "transition_digest": sorted((t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset)
-                                    for t in transitions)[:: max(1, len(transitions) // 1000)],
+        "transition_digest": sorted(
+            (t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset) for t in transitions
+        )[:: max(1, len(transitions) // 1000)],
         "counts": counts,
         "fast_records": fast.fast_records,
     }
@@ -172,18 +173,24 @@ def compare(partitions: int, inputs: tuple[Path, Path], core_path: str | None) -
 def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
     """Print one size's figures and ratios."""
     core, fast = results["core"], results["engine"]
-    print(f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
-          f"(fence of broker 0)")
+    print(
+        f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
+        f"(fence of broker 0)"
+    )
     for name, r in results.items():
         table = f", columns {r['table_mb']:.0f} MB" if r["table_mb"] is not None else ""
-        print(f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
-              f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
-              f"+{r['state_mb']:,.0f} MB RSS{table}")
+        print(
+            f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
+            f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
+            f"+{r['state_mb']:,.0f} MB RSS{table}"
+        )
     same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
-    print(f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
-          f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
-          f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
-          f"transitions and status counts equal: {same}")
+    print(
+        f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
+        f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
+        f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
+        f"transitions and status counts equal: {same}"
+    )
 
 
 if __name__ == "__main__":

@@ -581,9 +581,7 @@ class ColumnarState:
         le_post = np.where(has_pr, le[anchor] + (bumps - bumps[anchor]), cols["le"][rows] + (bumps - bumps_before))
 
         topics = cols["topic"][rows]
-        derived = self._derive(
-            post["replicas"], post["isr"], post["elr"], post["lke"], post_leader, post_lrs, topics
-        )
+        derived = self._derive(post["replicas"], post["isr"], post["elr"], post["lke"], post_leader, post_lrs, topics)
         previous = np.empty(m, dtype=np.int8)
         previous[1:] = derived.status[:-1]
         previous[starts] = cols["status"][rows[starts]]
@@ -697,7 +695,12 @@ class ColumnarState:
             return
         c = self.table.cols
         derived = self._derive(
-            c["replicas"][rows], c["isr"][rows], c["elr"][rows], c["lke"][rows], c["leader"][rows], c["lrs"][rows],
+            c["replicas"][rows],
+            c["isr"][rows],
+            c["elr"][rows],
+            c["lke"][rows],
+            c["leader"][rows],
+            c["lrs"][rows],
             c["topic"][rows],
         )
         c["flags"][rows] = derived.flags
@@ -843,11 +846,7 @@ class ColumnarState:
             outcome = core.apply(record)
             if outcome is Outcome.QUARANTINED:
                 self.last_error = core.last_error
-            elif (
-                outcome is Outcome.APPLIED
-                and topic is not None
-                and before != len(core.shadow_p0[topic_id].replicas)
-            ):
+            elif outcome is Outcome.APPLIED and topic is not None and before != len(core.shadow_p0[topic_id].replicas):
                 self.barrier_records += 1
                 self._flush()
                 t = self._topic(topic_id)
@@ -914,4 +913,3 @@ class ColumnarState:
             self.core.recent_offsets[slot] = record.offset  # type: ignore[assignment]
             self.core.recent_records[slot] = record
         return Outcome.APPLIED
-

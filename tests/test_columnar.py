@@ -73,8 +73,19 @@ def normal(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(normal(v) for v in value)
     if isinstance(value, Record):
-        return ("Record", value.type, value.version, normal(value.data), value.source, value.seq, value.position,
-                value.offset, value.timestamp_ms, value.origin, value.snapshot_end)
+        return (
+            "Record",
+            value.type,
+            value.version,
+            normal(value.data),
+            value.source,
+            value.seq,
+            value.position,
+            value.offset,
+            value.timestamp_ms,
+            value.origin,
+            value.snapshot_end,
+        )
     if isinstance(value, PartitionState | BrokerState | Transition):
         return (type(value).__name__, *(normal(v) for v in value.__getstate__()))
     return value
@@ -424,10 +435,18 @@ def test_a_partition_changed_twice_in_a_segment_gives_both_transitions() -> None
     p1 = fast.partition(topic_id, 1)
     assert p1 is not None and p1.status == "HEALTHY"
     base = 10_000
-    shrink = {"type": "PARTITION_CHANGE_RECORD", "version": 0, "offset": base,
-              "data": {"topicId": topic_id, "partitionId": 1, "isr": [p1.replicas[0]]}}
-    grow = {"type": "PARTITION_CHANGE_RECORD", "version": 0, "offset": base + 1,
-            "data": {"topicId": topic_id, "partitionId": 1, "isr": list(p1.replicas)}}
+    shrink = {
+        "type": "PARTITION_CHANGE_RECORD",
+        "version": 0,
+        "offset": base,
+        "data": {"topicId": topic_id, "partitionId": 1, "isr": [p1.replicas[0]]},
+    }
+    grow = {
+        "type": "PARTITION_CHANGE_RECORD",
+        "version": 0,
+        "offset": base + 1,
+        "data": {"topicId": topic_id, "partitionId": 1, "isr": list(p1.replicas)},
+    }
     outcomes, _ = fast.apply_batch(parser.records([json.dumps(shrink), json.dumps(grow)]))
     assert outcomes == [Outcome.APPLIED, Outcome.APPLIED]
     assert fast.fast_records >= 2
