@@ -31,7 +31,7 @@ import orjson
 
 from elrwatch.bridge import replica_log
 from elrwatch.bridge.logtail import MetadataLogTail
-from elrwatch.bridge.runner import KafkaPublisher, Metrics, Publisher, StateFile, _Delivery, run
+from elrwatch.bridge.runner import KafkaPublisher, Metrics, Publisher, StateFile, _Delivery, run_until_signalled
 from elrwatch.state import records
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as RECORD_TYPE
@@ -321,9 +321,6 @@ def run_agent(
     duration_s: float = 0.0,
 ) -> Metrics:
     """What ``elrwatch agent`` runs: step the agent every ``interval_s`` until SIGTERM/SIGINT or ``duration_s``."""
-    import signal
-    import threading
-
     metrics = Metrics()
     publisher = KafkaPublisher(options, topic)
     try:
@@ -333,10 +330,6 @@ def run_agent(
         raise
     if metrics_port is not None:
         metrics.serve(metrics_port, metrics_host)
-    stopping = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stopping.set())
     log.warning(
         "elrwatch agent: node %d, log dirs %s → topic %s (state file: %s)",
         agent.node_id,
@@ -344,10 +337,7 @@ def run_agent(
         topic,
         state_file or "none",
     )
-    try:
-        run(agent, interval_s, duration_s, stopping.is_set)  # type: ignore[arg-type]
-    finally:
-        publisher.close()
+    run_until_signalled(agent, interval_s, duration_s, publisher.close)
     return metrics
 
 

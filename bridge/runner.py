@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -354,8 +356,14 @@ class LogBridge(_Delivery):
         return self._deliver(_lines(events))
 
 
+class Stepper(Protocol):
+    """A bridge or an agent: one ``step()`` publishes what changed since the last one and returns its count."""
+
+    def step(self) -> int: ...
+
+
 def run(
-    bridge: AdminBridge | LogBridge,
+    bridge: Stepper,
     interval_s: float,
     duration_s: float = 0.0,
     stop: Callable[[], bool] = lambda: False,
@@ -370,6 +378,19 @@ def run(
         if deadline is not None and time.monotonic() >= deadline:
             return
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+def run_until_signalled(stepper: Stepper, interval_s: float, duration_s: float, close: Callable[[], None]) -> None:
+    """`run` until SIGTERM/SIGINT (handlers installed when called from the main thread) or ``duration_s``; then
+    ``close()`` (the publisher and whatever else the command opened), also when a step raised."""
+    stopping = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+    try:
+        run(stepper, interval_s, duration_s, stopping.is_set)
+    finally:
+        close()
 
 
 def zookeeper_broker_dir(log_dir: str | os.PathLike) -> Path | None:
@@ -404,9 +425,6 @@ def run_bridge(
     """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or
     ``duration_s``. ``options`` are the event topic's Kafka settings; ``admin_options`` those of the cluster
     polled (default: the same cluster)."""
-    import signal
-    import threading
-
     if source not in ("admin", "metadata-log"):
         raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
     if source == "metadata-log":
@@ -431,15 +449,12 @@ def run_bridge(
         bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
     else:
         bridge = LogBridge(log_dir, publisher, state, metrics)  # type: ignore[arg-type]
-    stopping = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stopping.set())
     log.warning("elrwatch bridge: --source %s → topic %s (state file: %s)", source, topic, state_file or "none")
-    try:
-        run(bridge, interval_s, duration_s, stopping.is_set)
-    finally:
+
+    def close() -> None:
         publisher.close()
-        if source == "admin":
-            bridge.reader.close()  # type: ignore[union-attr]
+        if isinstance(bridge, AdminBridge):
+            bridge.reader.close()
+
+    run_until_signalled(bridge, interval_s, duration_s, close)
     return metrics
