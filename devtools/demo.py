@@ -40,8 +40,12 @@ import typer
 
 from elrwatch.devtools.fault_injector import FaultInjector
 from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port, port_is_free
+from elrwatch.kafkaio.config import KafkaSettings
+from elrwatch.kafkaio.produce import produce_lines
 from elrwatch.options import fail
 from elrwatch.options import option as _opt
+from elrwatch.state.eventgen import simulated_lines
+from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
 
 TOPIC = "elrwatch-metadata"
 #: The watched cluster's topics: (name, create_topic keyword arguments). The cluster default min ISR is 2.
@@ -103,7 +107,6 @@ def _simulated(workdir: str, records: int) -> Iterator[bytes]:
         with open(out, "rb") as fh:
             yield from fh
         return
-    from elrwatch.state.eventgen import simulated_lines
 
     yield from simulated_lines(5, 40, 6, steps=10, churn=200, seed=42, loop=True)
 
@@ -192,10 +195,7 @@ def run_demo(
     ELR on, the metadata-log bridge) or ``"3.9"`` (3.9.1 in ZooKeeper mode, no ELR, the admin bridge: the
     fault injector's double kills leave partitions with their last replica standing). A work dir the demo created
     itself (no ``workdir``) is removed at the end unless ``keep``."""
-    from elrwatch.kafkaio.config import KafkaSettings
-    from elrwatch.kafkaio.produce import produce_lines
-    from elrwatch.streaming import query
-    from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
+    from elrwatch.streaming import query  # pyspark: loaded once the demo starts the job, not for --help
 
     if kafka_version not in DEMO_KAFKA:
         raise DemoError(f"--kafka {kafka_version}: the demo runs Kafka {' or '.join(DEMO_KAFKA)}")

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from elrwatch.kafkaio.config import SourceError
 from elrwatch.state import core_build
 from elrwatch.store import StatusStore
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
@@ -357,8 +358,6 @@ def _run_query(
     connector: ConnectorJars | None = None,
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
-    from elrwatch.streaming.sources import SourceError  # imports pyspark: only once Spark starts
-
     log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
     accelerators.prepare_jvm()
     spark = build_spark(config, accelerators, connector)
