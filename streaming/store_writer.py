@@ -275,8 +275,11 @@ class StoreWriter:
             started = time.monotonic()
             files = args.pop(FILES)
             try:
-                self._load_rows_files(args, files)
-                written = self._write(batch_id, args)
+                if self._in_store(batch_id):  # e.g. a batch Spark re-ran after its first attempt was written
+                    written = False
+                else:
+                    self._load_rows_files(args, files)
+                    written = self._write(batch_id, args)
             except BaseException as exc:  # reported to the sink, which stops the job
                 log.error("batch %s: the store refused it: %s", batch_id, _one_line(exc))
                 with self._idle:
@@ -293,6 +296,10 @@ class StoreWriter:
                 self._idle.notify_all()
             if self.on_written is not None:
                 self.on_written(batch_id, written, took, info)
+
+    def _in_store(self, batch_id: int) -> bool:
+        last = self.store.last_batch_id()
+        return last is not None and batch_id <= last
 
     def _load_rows_files(self, args: dict[str, Any], files: list[str]) -> None:
         """Add the batch's rows files' lists and partition-row chunks to its store arguments, in bucket order."""
