@@ -6,7 +6,9 @@ restart, duplicates in the topic). Pipeline counts (events by type, duplicates, 
 same state, by the bucket that reports the record (its partition's owner; bucket 0 for broadcasts), so they are
 exactly-once too. The bucket emits one payload: changed partitions as domain rows (``state.partition_row``),
 removed partitions, status transitions, quarantined records, violations of the changed partitions, topic
-documents whose owned partition count changed, and its gauge contributions and counts (absolute values).
+documents whose owned partition count changed, and its gauge contributions and counts (absolute values). With the
+job's rows directory, the store lists go to a rows file named by the bucket's new state token
+(`payload.write_rows_file`) and Spark's output carries only the rest (the head).
 
 The same `run_bucket` runs in a Spark Python worker (`state_function`) or in a local state server
 (``local/state_service.py``). No Spark import.
