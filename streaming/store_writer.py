@@ -109,6 +109,7 @@ class StoreWriter:
         self.wal_dir = wal_dir
         self.rows_dir = rows_dir
         self._files: dict[int, list[str]] = {}  # rows files of batches the store has, until Spark committed them
+        self._rerun_files: dict[int, list[str]] = {}  # files of a re-run of a batch still pending
         self._committed = -1  # the newest batch id Spark committed, as far as the sink told
         self.on_written = on_written
         self._queue: queue.Queue[tuple[int, dict[str, Any], dict[str, Any]] | None] = queue.Queue(max_pending)
@@ -179,14 +180,12 @@ class StoreWriter:
                 os.remove(self._rows_path(name))
 
     def _written_files(self, batch_id: int, files: list[str]) -> None:
-        """The store has the batch: its files go now if Spark committed it, else once it has."""
-        if not files:
-            return
-        with self._lock:
-            if batch_id > self._committed:
+        """The store has the batch: its files go now if Spark committed it, else once it has (lock held)."""
+        if batch_id > self._committed:
+            if files:
                 self._files.setdefault(batch_id, []).extend(files)
-                return
-        self._delete_rows_files(files)
+        else:
+            self._delete_rows_files(files)
 
     def submit(
         self,
@@ -201,18 +200,22 @@ class StoreWriter:
         (``Aggregator.absorb``: `LIST_ARGS` and `DRIVER_ARGS`). Raises `StoreWriteError` if an earlier batch
         could not be written."""
         self.raise_error()
+        files = list(merged.get(FILES, ()))
+        with self._lock:
+            if batch_id in self._pending:
+                # Spark re-ran a batch whose first attempt is still pending (a restart): the store takes the first
+                # attempt, whose durable entry names its own files; the re-run's files go with them once written
+                self._rerun_files.setdefault(batch_id, []).extend(files)
+                return
         write_wal(os.path.join(self.wal_dir, wal_name(batch_id)), batch_id, bodies, merged)
         args = store_args(merged, [b for b in bodies if b[:1] == PAYLOAD_ROWS], merged)
-        args[FILES] = list(merged.get(FILES, ()))
+        args[FILES] = files
         self._enqueue(batch_id, args, info)
 
     def _enqueue(self, batch_id: int, args: dict[str, Any], info: dict[str, Any]) -> None:
         with self._lock:
             if batch_id in self._pending:
-                # a batch Spark re-ran while its first attempt still waits: the store takes it once; the re-run's
-                # files go with the first attempt's
-                self._files.setdefault(batch_id, []).extend(args[FILES])
-                return
+                return  # a batch Spark re-ran while its first attempt still waits: the store takes it once
             self._pending.append(batch_id)
         if self._queue.full():
             log.info("batch %s waits for the store (%d batches behind)", batch_id, self.behind())
@@ -290,8 +293,8 @@ class StoreWriter:
             del args
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self.wal_dir, wal_name(batch_id)))
-            self._written_files(batch_id, files)
             with self._idle:
+                self._written_files(batch_id, files + self._rerun_files.pop(batch_id, []))
                 self._pending.remove(batch_id)
                 self._idle.notify_all()
             if self.on_written is not None:

@@ -432,3 +432,42 @@ def test_each_checkpoint_has_its_own_rows_directory_in_the_state_directory(tmp_p
     assert os.path.dirname(one.rows_dir()) == shared and one.rows_dir() != other.rows_dir()
     assert one.state_settings().rows_dir == one.rows_dir()
     assert JobConfig(checkpoint="hdfs://nn/ck", state_mode="blob").rows_dir() is None  # rows in Spark's output
+
+
+def test_a_batch_spark_re_runs_while_its_first_attempt_is_pending_keeps_the_first_attempts_entry(tmp_path, lines):
+    from elrwatch.streaming.store_writer import FILES
+
+    rows_dir = str(tmp_path / "rows")
+    batches = _file_batches(lines, 2, rows_dir)
+    url = f"sqlite:///{tmp_path}/s.db"
+    wal = str(tmp_path / "wal")
+    store = SlowStore(url)
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, wal, rows_dir=rows_dir)
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    for batch_id, bodies in enumerate(batches):
+        the_sink(_Batch(bodies), batch_id)
+    assert not writer.close(0.2)  # the driver dies before Spark committed batch 1
+    again = SlowStore(url)
+    try:
+        recovering = StoreWriter(again, wal, rows_dir=rows_dir)
+        assert recovering.recover() == [0, 1]
+        rerun = _file_batches(lines, 2, rows_dir)  # Spark re-runs batch 1 under new tokens
+        restarted = sink.Sink(recovering, sink.Aggregator(1), None)
+        restarted(_Batch(rerun[1]), 1)
+        # the durable entry still names the first attempt's files (the ones the writer reads)
+        assert read_wal(os.path.join(wal, wal_name(1)))[1][FILES] == _named_files(batches[1])
+        again.release.set()
+        assert recovering.drain(60)
+        assert again.written == [0, 1]
+        recovering.spark_committed(1)
+        leftover = set(_named_files(rerun[0]))  # the re-run's batch 0 attempt (never submitted): garbage at start
+        assert set(os.listdir(rows_dir)) == leftover
+        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 2)
+    finally:
+        store.release.set()
+        again.release.set()
+        again.dispose()
+        store.dispose()
