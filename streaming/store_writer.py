@@ -130,8 +130,9 @@ class StoreWriter:
         entries = []
         for name in found:
             batch_id, args = read_wal(os.path.join(self.wal_dir, name))
-            for file in args[FILES]:
-                self._check_rows_file(file)
+            if not self._in_store(batch_id):  # the store has it: its files are not needed (nor read)
+                for file in args[FILES]:
+                    self._check_rows_file(file)
             entries.append((batch_id, args))
         self.remove_garbage({f for _, args in entries for f in args[FILES]})
         for batch_id, args in entries:
