@@ -123,6 +123,9 @@ def run(
             handle_signals,
             connector,
         )
+        committed = last_committed_batch(config.checkpoint)
+        if committed is not None:  # the last batch's rows files go once the store has it, not at the next start
+            writer.spark_committed(committed)
         if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
             try:
                 writer.raise_error()
@@ -240,6 +243,15 @@ def checkpoint_shuffle_partitions(checkpoint: str) -> int | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def last_committed_batch(checkpoint: str) -> int | None:
+    """The newest batch id in the checkpoint's commit log (a local checkpoint; None otherwise or if none)."""
+    commits = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "commits")
+    try:
+        return max((int(n) for n in os.listdir(commits) if n.isdigit()), default=None)
+    except OSError:
+        return None
 
 
 def _checkpoint_has_batches(checkpoint: str) -> bool:
