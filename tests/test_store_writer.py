@@ -471,3 +471,21 @@ def test_a_batch_spark_re_runs_while_its_first_attempt_is_pending_keeps_the_firs
         again.release.set()
         again.dispose()
         store.dispose()
+
+
+def test_a_new_checkpoint_starts_without_an_earlier_ones_rows_files(tmp_path):
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig
+
+    config = JobConfig(checkpoint=str(tmp_path / "ck"))
+    rows_dir = config.rows_dir()
+    os.makedirs(rows_dir)
+    open(os.path.join(rows_dir, "b0000-old.rows"), "wb").close()
+    open(os.path.join(config.snapshot_dir(), "run-b0000-1-t.snap"), "wb").close()
+    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    try:
+        query.start_fresh(config, store, str(tmp_path / "ck" / "driver.json"), config.snapshot_dir())
+        assert os.listdir(config.snapshot_dir()) == []
+    finally:
+        store.dispose()
