@@ -3,7 +3,9 @@
 The job's Python work for one batch, run in-process on the same rows a micro-batch carries: parse + route
 (`route.route_batches`, the read task's share), the state stage's pandas frame and ordering (`bucket._ordered_rows`),
 each bucket's apply (`bucket.apply_rows`) and payload (`bucket.bucket_payload` + `payload.encode_payload`), the
-state save, and the driver's decode + merge (`sink.Aggregator`). What Spark adds on top (JVM fetch, Arrow hops,
+state save, and the driver's decode + merge (`sink.Aggregator`), each output both ways: everything in Spark's output
+rows (no rows directory: before) and the lists in a rows file with only the head in the output (the default: after),
+with the bytes through Spark's output. What Spark adds on top (JVM fetch, Arrow hops,
 the shuffle, scheduling) is the batch's run time in the job's log minus these figures.
 
 Two workloads: ``churn`` (the throughput phase of bench/streaming.py: 10k partitions, 100k single-partition leader
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
+import pickle
 import sys
 import tempfile
 import time
@@ -25,7 +29,13 @@ from typing import Any
 from elrwatch.state import core_build
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.bucket import StateSettings, apply_rows, bucket_payload, run_bucket
-from elrwatch.streaming.payload import decode_payloads, encode_payload
+from elrwatch.streaming.payload import (
+    decode_payloads,
+    encode_payload,
+    iter_partition_rows,
+    read_rows_file,
+    write_rows_file,
+)
 from elrwatch.streaming.route import route_batches
 from elrwatch.streaming.sink import Aggregator
 
@@ -148,8 +158,10 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             len(batch),
         )
         total += took
-        payloads: list[bytes] = []
-        apply_s = payload_s = save_s = 0.0
+        payloads: list[bytes] = []  # Spark's output rows with the lists inline (no rows directory)
+        heads: list[bytes] = []  # Spark's output rows with the lists in rows files (the job's default)
+        rows_dir = os.path.join(tmp, "rows")
+        apply_s = payload_s = inline_s = files_s = save_s = 0.0
         applied = 0
         for bucket, bucket_rows in ordered.items():
             token, bs = cache[int(bucket)]
@@ -160,32 +172,58 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             applied += bs.counts.applied - applied_before
             t1 = time.perf_counter()
             payload = bucket_payload(int(bucket), bs, quarantined)
-            payloads.extend(encode_payload(payload))
             t2 = time.perf_counter()
-            bs.to_row(settings.snapshots(), int(bucket), token, settings.delta_max_records)
+            copy = pickle.loads(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))  # not timed
             t3 = time.perf_counter()
+            payloads.extend(encode_payload(copy))
+            t4 = time.perf_counter()
+            write_rows_file(rows_dir, payload, token)
+            heads.extend(encode_payload(payload))
+            t5 = time.perf_counter()
+            bs.to_row(settings.snapshots(), int(bucket), token, settings.delta_max_records)
+            t6 = time.perf_counter()
             gc.enable()
             apply_s += t1 - t0
             payload_s += t2 - t1
-            save_s += t3 - t2
+            inline_s += t4 - t3
+            files_s += t5 - t4
+            save_s += t6 - t5
         n = len(batch)
         print(f"  ({applied:,} records applied, {sum(len(r) for r in ordered.values()):,} rows in the buckets)")
         for label, took in (
             ("apply (every bucket in turn; jvm routing: parse included)", apply_s),
-            ("changed partitions -> payload rows + encoding", payload_s),
+            ("changed partitions -> payload (documents, transitions)", payload_s),
+            ("  before: encode it all into Spark's output rows", inline_s),
+            ("  after: rows file (write + fsync) + encode the head", files_s),
             ("state save (snapshot delta)", save_s),
         ):
             print(f"  {label:<58} {took:7.3f} s  {took / n * 1e6:6.2f} µs/event", flush=True)
-            total += took
+            total += took if not label.startswith("  before") else 0.0
 
-        def merge() -> Any:
-            decoded, _chunks = decode_payloads(payloads)
+        def merge(bodies: list[bytes]) -> Any:
+            decoded, _chunks = decode_payloads(bodies)
             return Aggregator(buckets).absorb(decoded)
 
-        _, took = timed("driver: decode payloads + merge (gauges ready)", merge, n)
+        for label, bodies in (("before", payloads), ("after", heads)):
+            print(f"  {label}: Spark's output to the driver: {sum(map(len, bodies)):,} bytes in {len(bodies)} rows")
+        _, before = timed("before: driver decode + merge (gauges ready)", lambda: merge(payloads), n)
+        _, took = timed("after: driver decode + merge (gauges ready)", lambda: merge(heads), n)
         total += took
+        print(f"  driver decode + merge after/before: {took / before:.3f}")
+        names = sorted(os.listdir(rows_dir))
+
+        def read_back() -> int:
+            count = 0
+            for name in names:
+                _lists, chunks = read_rows_file(os.path.join(rows_dir, name))
+                count += sum(1 for _ in iter_partition_rows(chunks))
+            return count
+
+        rows_read, _ = timed("after: store writer reads the rows files (behind the gauges)", read_back, n)
+        files_bytes = sum(os.path.getsize(os.path.join(rows_dir, name)) for name in names)
+        print(f"  ({len(names)} rows files, {files_bytes:,} bytes, {rows_read:,} partition rows)")
         print(
-            f"  {'total Python work of the batch':<58} {total:7.3f} s  {total / n * 1e6:6.2f} µs/event "
+            f"  {'total Python work of the batch (after)':<58} {total:7.3f} s  {total / n * 1e6:6.2f} µs/event "
             f"-> {n / total:,.0f} events/s on one core",
             flush=True,
         )

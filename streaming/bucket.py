@@ -6,7 +6,9 @@ restart, duplicates in the topic). Pipeline counts (events by type, duplicates, 
 same state, by the bucket that reports the record (its partition's owner; bucket 0 for broadcasts), so they are
 exactly-once too. The bucket emits one payload: changed partitions as domain rows (``state.partition_row``),
 removed partitions, status transitions, quarantined records, violations of the changed partitions, topic
-documents whose owned partition count changed, and its gauge contributions and counts (absolute values).
+documents whose owned partition count changed, and its gauge contributions and counts (absolute values). With the
+job's rows directory, the store lists go to a rows file named by the bucket's new state token
+(`payload.write_rows_file`) and Spark's output carries only the rest (the head).
 
 The same `run_bucket` runs in a Spark Python worker (`state_function`) or in a local state server
 (``local/state_service.py``). No Spark import.
@@ -30,7 +32,7 @@ from elrwatch.state.partition_row import partition_row
 from elrwatch.state.records import Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
-from elrwatch.streaming.payload import encode_payload
+from elrwatch.streaming.payload import encode_payload, write_rows_file
 from elrwatch.streaming.route import (
     KIND_ERROR,
     KIND_RAW,
@@ -57,6 +59,7 @@ class StateSettings:
     state_mode: str = DEFAULT_STATE_MODE
     state_dir: str | None = None
     delta_max_records: int = DELTA_MAX_RECORDS
+    rows_dir: str | None = None  # the job's rows files (`payload.write_rows_file`); None: the rows go in the output
 
     def snapshots(self) -> SnapshotDir | None:
         return SnapshotDir(self.state_dir) if self.state_dir else None
@@ -291,8 +294,10 @@ def run_bucket(
 ) -> tuple[str, bytes, list[bytes]]:
     """Apply one micro-batch's ordered rows to a bucket: (new token, new state row, output bodies).
 
-    ``row`` is the bucket's committed (token, blob), None for a new bucket; ``cache`` the process's cached
-    states (default: this worker's `_CACHE`). The caller stores (token, row) as the bucket's new Spark state.
+    With ``settings.rows_dir`` the store lists go to the bucket's rows file of the new token (fsynced here,
+    before the state row is returned) and the bodies are only the head (`payload.write_rows_file`). ``row`` is
+    the bucket's committed (token, blob), None for a new bucket; ``cache`` the process's cached states (default:
+    this worker's `_CACHE`). The caller stores (token, row) as the bucket's new Spark state.
     """
     cache = _CACHE if cache is None else cache
     snapshots = settings.snapshots()
@@ -311,11 +316,15 @@ def run_bucket(
         if settings.use_cache:
             _remember(bucket, token, bs, settings.buckets, cache)
         saved = time.perf_counter()
+        if settings.rows_dir:  # durable before the state row naming the token goes back to Spark
+            write_rows_file(settings.rows_dir, payload, token)
+        rows_written = time.perf_counter()
         payload["timing"] = {
             "load": round(loaded - started, 3),
             "cache": how,
             "process": round(processed - loaded, 3),
             "save": round(saved - processed, 3),
+            "rows": round(rows_written - saved, 3),
             "snapshot": bs.snapshot != snapshot_before,
             "deltaRows": bs.delta_rows,
             "pid": os.getpid(),

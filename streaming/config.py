@@ -5,6 +5,7 @@ master)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, 
 
 SOURCES = ("kafka", "kafka-native", "files")
 DEFAULT_SNAPSHOT_SUBDIR = "bucket-snapshots"
+ROWS_SUBDIR_PREFIX = "rows-"
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,19 @@ class JobConfig:
             )
         return os.path.abspath(os.path.join(checkpoint, DEFAULT_SNAPSHOT_SUBDIR))
 
+    def rows_dir(self) -> str | None:
+        """Where the buckets write their rows files (``payload.write_rows_file``): ``rows-<key>`` in the state
+        directory (shared by the driver and every executor), ``key`` a hash of the checkpoint's location, so that
+        jobs sharing a ``--state-dir`` never touch each other's files. None when there is no state directory (blob
+        mode on a remote checkpoint): the rows then travel in Spark's output."""
+        state_dir = self.snapshot_dir()
+        if state_dir is None:
+            return None
+        checkpoint = self.checkpoint.removeprefix("file://").removeprefix("file:")
+        where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+        key = hashlib.sha256(where.encode()).hexdigest()[:12]
+        return os.path.join(state_dir, f"{ROWS_SUBDIR_PREFIX}{key}")
+
     def state_settings(self) -> StateSettings:
         """The state stage's settings of this job."""
         return StateSettings(
@@ -98,6 +113,7 @@ class JobConfig:
             self.state_mode,
             self.snapshot_dir(),
             self.state_delta_max_records,
+            self.rows_dir(),
         )
 
     def source_options(self) -> dict[str, str]:

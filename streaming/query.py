@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -88,7 +89,7 @@ def run(
     aggregator = Aggregator(config.buckets, driver_file)
     health = Health(aggregator)
     # the store is written behind the batches; an earlier run's unwritten batches go first
-    writer = StoreWriter(store, os.path.join(config.checkpoint, WAL_DIR))
+    writer = StoreWriter(store, os.path.join(config.checkpoint, WAL_DIR), rows_dir=config.rows_dir())
     health.store_behind = writer.behind
     try:
         writer.recover()
@@ -123,6 +124,9 @@ def run(
             handle_signals,
             connector,
         )
+        committed = last_committed_batch(config.checkpoint)
+        if committed is not None:  # the last batch's rows files go once the store has it, not at the next start
+            writer.spark_committed(committed)
         if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
             try:
                 writer.raise_error()
@@ -166,8 +170,15 @@ def start_fresh(config: JobConfig, store: Any, driver_file: str, snapshot_dir: s
     if snapshot_dir and not config.state_dir and os.path.isdir(snapshot_dir):
         # the default directory belongs to this checkpoint: a new checkpoint starts without old snapshots
         for name in os.listdir(snapshot_dir):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(snapshot_dir, name))
+            path = os.path.join(snapshot_dir, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+    rows_dir = config.rows_dir()
+    if rows_dir and os.path.isdir(rows_dir):  # an earlier checkpoint at the same place: none of its rows is pending
+        shutil.rmtree(rows_dir, ignore_errors=True)
 
 
 def state_keys(checkpoint: str, fresh: bool, buckets: int, partitions: int | None) -> list[int] | None:
@@ -233,6 +244,15 @@ def checkpoint_shuffle_partitions(checkpoint: str) -> int | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def last_committed_batch(checkpoint: str) -> int | None:
+    """The newest batch id in the checkpoint's commit log (a local checkpoint; None otherwise or if none)."""
+    commits = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "commits")
+    try:
+        return max((int(n) for n in os.listdir(commits) if n.isdigit()), default=None)
+    except OSError:
+        return None
 
 
 def _checkpoint_has_batches(checkpoint: str) -> bool:

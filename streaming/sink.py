@@ -27,7 +27,7 @@ from elrwatch.state.gauges import (
 from elrwatch.state.report import counts_doc
 from elrwatch.streaming.local.memory import gc_paused, trim_after_big_batch
 from elrwatch.streaming.payload import concat_payloads, decode_payloads
-from elrwatch.streaming.store_writer import StoreWriter
+from elrwatch.streaming.store_writer import FILES, StoreWriter, rows_files
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -160,7 +160,7 @@ def _saved_gauges(saved: Any) -> Gauges:
 
 
 class Sink:
-    """foreachBatch: merge the buckets' payloads, serve their gauges, then hand the batch to the store writer
+    """foreachBatch: merge the buckets' heads, serve their gauges, then hand the batch to the store writer
     (``store_writer.StoreWriter``: durable in its write-ahead list on return, in the store behind the batches), so
     that the next batch never waits for this one's store write. The batch's health metrics and its log line follow
     its store write."""
@@ -173,6 +173,7 @@ class Sink:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        self.writer.spark_committed(batch_id - 1)  # Spark starts a batch once it committed the one before
         rows = batch_df.collect()  # runs the batch: source, route, state (the sink is lazy until here)
         collected = time.monotonic()
         with gc_paused():  # decoding allocates a young object per value and makes no cycles
@@ -181,6 +182,7 @@ class Sink:
             payloads, _chunks = decode_payloads(bodies)
             events_before = sum(self.aggregator.counts().events_by_type.values())
             args = self.aggregator.absorb(payloads)
+            args[FILES] = rows_files(payloads)
             gauges = self.aggregator.gauges()
             if self.health is not None:
                 self.health.gauges_ready(gauges)  # /metrics (alerts) before the store write (REST), not after
@@ -188,8 +190,8 @@ class Sink:
             info = {
                 "started": started,
                 "buckets": len(payloads),
-                "changed": len(args["partitions"]) + sum(p.get("partitionCount", 0) for p in payloads),
-                "quarantined": len(args["quarantined"]),
+                "changed": sum(p.get("partitionCount", 0) for p in payloads),
+                "quarantined": sum(p.get("quarantinedCount", 0) for p in payloads),
                 "events": args["meta"]["counts"]["events"],
                 "inputEvents": args["meta"]["counts"]["events"] - events_before,
                 "timing": _timing_summary(payloads, collected - started, absorbed - collected),
@@ -232,6 +234,7 @@ def _timing_summary(payloads: list[dict[str, Any]], run_s: float, merge_s: float
             parts.append(
                 f"b{p['bucket']} {t['cache']} load {t['load']:.2f} process {t['process']:.2f} "
                 f"save {t['save']:.2f}{' snapshot' if t['snapshot'] else ''}"
+                + (f" rows {t['rows']:.2f}" if t.get("rows") else "")
             )
     parts.append(f"merge {merge_s:.2f}")
     return "; ".join(parts)

@@ -5,6 +5,7 @@ unwritten writes them at its next start from the write-ahead list."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 
 import pyarrow as pa
@@ -214,3 +215,277 @@ def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_st
         query.run(config)
     assert "\n" not in str(caught.value)
     assert bad.exists()  # nothing rebuilt from less: the file stays for the operator
+
+
+# --- rows files: the store lists beside Spark's state, named by the state token ---------------------------------
+
+
+def _file_batches(lines: list[str], n: int, rows_dir: str) -> list[list[bytes]]:
+    """The output bodies of ``n`` micro-batches of ``lines`` through `run_bucket` with a rows directory (heads only:
+    the lists are in the rows files)."""
+    settings = bucket_module.StateSettings(1, state_mode="blob", rows_dir=rows_dir)
+    routed = _routed(lines)
+    size = -(-len(routed) // n)
+    row = None
+    out = []
+    cache: dict = {}
+    for i in range(0, len(routed), size):
+        frame = routed.iloc[i : i + size]
+        token, blob, bodies = bucket_module.run_bucket(
+            0, settings, row, bucket_module._ordered_rows(frame), len(frame), cache
+        )
+        row = (token, blob)
+        out.append(bodies)
+    return out
+
+
+def _routed(lines: list[str]):
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(lines),
+            pa.array(["ev"] * len(lines)),
+            pa.array([0] * len(lines), pa.int32()),
+            pa.array(range(len(lines)), pa.int64()),
+            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
+        ],
+        names=["value", "topic", "partition", "offset", "timestamp"],
+    )
+    return pa.Table.from_batches(list(route.route_batches(iter([batch]), 1))).to_pandas()
+
+
+def _named_files(bodies: list[bytes]) -> list[str]:
+    heads, _ = payload_module.decode_payloads(bodies)
+    return [h[payload_module.ROWS_FILE] for h in heads if h.get(payload_module.ROWS_FILE)]
+
+
+def _transition_count(db: str) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("select count(*) from status_transitions").fetchone()[0]
+
+
+def _emitted_transitions(lines: list[str], n: int) -> int:
+    """Transitions the buckets emit for the same batches with the lists inline (the reference)."""
+    state = snapshot_module.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    routed = _routed(lines)
+    size = -(-len(routed) // n)
+    total = 0
+    for i in range(0, len(routed), size):
+        payload = bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed.iloc[i : i + size]), state)
+        total += len(payload["transitions"])
+    return total
+
+
+def test_a_bucket_returns_only_its_head_and_its_rows_file_is_durable_before(tmp_path, lines):
+    rows_dir = tmp_path / "rows"
+    (bodies,) = _file_batches(lines, 1, str(rows_dir))
+    assert len(bodies) == 1 and bodies[0][:1] == payload_module.PAYLOAD_HEAD  # no partition-row chunks
+    (head,), _ = payload_module.decode_payloads(bodies)
+    assert not any(k in head for k in ("partitions", *payload_module.STORE_LISTS))
+    assert head["partitionCount"] > 0 and head["transitionCount"] > 0
+    assert os.listdir(rows_dir) == [head[payload_module.ROWS_FILE]]
+    lists, chunks = payload_module.read_rows_file(str(rows_dir / head[payload_module.ROWS_FILE]))
+    assert len(lists["transitions"]) == head["transitionCount"]
+    assert sum(1 for _ in payload_module.iter_partition_rows(chunks)) == head["partitionCount"]
+
+
+def test_rows_files_are_deleted_once_the_store_has_the_batch_and_spark_committed_it(tmp_path, lines):
+    rows_dir = str(tmp_path / "rows")
+    batches = _file_batches(lines, 3, rows_dir)
+    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, str(tmp_path / "wal"), rows_dir=rows_dir)
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    try:
+        the_sink(_Batch(batches[0]), 0)
+        assert writer.drain(30)
+        # in the store, but Spark has not committed batch 0 yet (it does before it starts batch 1)
+        assert sorted(os.listdir(rows_dir)) == sorted(f for b in batches for f in _named_files(b))
+        the_sink(_Batch(batches[1]), 1)
+        the_sink(_Batch(batches[2]), 2)
+        assert writer.close(60)
+        assert os.listdir(rows_dir) == _named_files(batches[2])
+        assert _document(store)["partitions"] == _oracle(lines)["partitions"]
+        assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 3)  # every one, once
+    finally:
+        store.dispose()
+
+
+def test_rows_files_named_by_pending_entries_survive_a_restart_and_are_written_once(tmp_path, lines):
+    rows_dir = str(tmp_path / "rows")
+    batches = _file_batches(lines, 3, rows_dir)
+    url = f"sqlite:///{tmp_path}/s.db"
+    wal = str(tmp_path / "wal")
+    store = SlowStore(url)
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, wal, rows_dir=rows_dir)
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    for batch_id, bodies in enumerate(batches):
+        the_sink(_Batch(bodies), batch_id)
+    assert not writer.close(0.2)  # the job dies with its batches unwritten: their entries name their files
+    named = sorted(f for b in batches for f in _named_files(b))
+    # an attempt of batch 3 whose entry was never written (the driver died in it): Spark never committed it
+    settings = bucket_module.StateSettings(1, state_mode="blob", rows_dir=rows_dir)
+    _, _, orphan = bucket_module.run_bucket(0, settings, None, bucket_module._ordered_rows(_routed(lines)), 1, {})
+    torn = os.path.join(rows_dir, ".b0000-x.rows.1.tmp")
+    open(torn, "wb").close()
+    assert sorted(os.listdir(rows_dir)) == sorted([*named, *_named_files(orphan), os.path.basename(torn)])
+    written: list[int] = []
+
+    class CountingStore(StatusStore):
+        def write_batch(self, batch_id, **kwargs):
+            written.append(batch_id)
+            return super().write_batch(batch_id, **kwargs)
+
+    again = CountingStore(url)
+    try:
+        recovering = StoreWriter(again, wal, rows_dir=rows_dir)
+        assert recovering.recover() == [0, 1, 2]
+        assert recovering.drain(60)
+        assert written == [0, 1, 2]
+        # the garbage went at start; the named files stay until Spark commits their batches
+        assert sorted(os.listdir(rows_dir)) == named
+        recovering.spark_committed(2)
+        assert os.listdir(rows_dir) == []
+        assert recovering.close(60)
+        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 3)
+        store.release.set()  # the first run's writer, still waiting on batch 0, finds it committed: a no-op
+        assert writer.drain(30)
+        assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 3)
+    finally:
+        store.release.set()
+        again.dispose()
+        store.dispose()
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_missing_or_corrupt_rows_file_of_a_pending_entry_is_a_one_line_error_naming_it(tmp_path, lines, damage):
+    rows_dir = str(tmp_path / "rows")
+    batches = _file_batches(lines, 2, rows_dir)
+    url = f"sqlite:///{tmp_path}/s.db"
+    wal = str(tmp_path / "wal")
+    store = SlowStore(url)
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, wal, rows_dir=rows_dir)
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    for batch_id, bodies in enumerate(batches):
+        the_sink(_Batch(bodies), batch_id)
+    assert not writer.close(0.2)  # the job dies with both batches pending
+    bad = os.path.join(rows_dir, _named_files(batches[1])[0])
+    if damage == "missing":
+        os.remove(bad)
+    else:
+        with open(bad, "r+b") as fh:
+            data = bytearray(fh.read())
+            data[len(data) // 2] ^= 0xFF
+            fh.seek(0)
+            fh.write(bytes(data))
+    again = StatusStore(url)
+    try:
+        with pytest.raises(StoreWriteError, match=bad) as caught:
+            StoreWriter(again, wal, rows_dir=rows_dir).recover()
+        assert "\n" not in str(caught.value) and damage in str(caught.value)
+        assert sorted(os.listdir(wal)) == [wal_name(0), wal_name(1)]  # nothing rebuilt from less, nothing dropped
+        assert again.last_batch_id() is None
+        kept = [f for b in batches for f in _named_files(b) if damage == "corrupt" or f != os.path.basename(bad)]
+        assert sorted(os.listdir(rows_dir)) == sorted(kept)  # no file of a pending entry removed
+    finally:
+        store.release.set()
+        again.dispose()
+        store.dispose()
+
+
+def test_a_rows_file_lost_behind_the_batches_stops_the_job_in_one_line(tmp_path, lines):
+    rows_dir = str(tmp_path / "rows")
+    batches = _file_batches(lines, 2, rows_dir)
+    store = SlowStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, str(tmp_path / "wal"), rows_dir=rows_dir)
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    try:
+        the_sink(_Batch(batches[0]), 0)
+        assert store.writing.wait(30)
+        the_sink(_Batch(batches[1]), 1)
+        lost = os.path.join(rows_dir, _named_files(batches[1])[0])
+        os.remove(lost)
+        store.release.set()
+        assert not writer.drain(30)
+        with pytest.raises(StoreWriteError, match=lost) as caught:
+            writer.raise_error()
+        assert "\n" not in str(caught.value)
+        assert store.last_batch_id() == 0
+    finally:
+        store.release.set()
+        store.dispose()
+
+
+def test_each_checkpoint_has_its_own_rows_directory_in_the_state_directory(tmp_path):
+    from elrwatch.streaming.config import JobConfig
+
+    shared = str(tmp_path / "state")
+    one = JobConfig(checkpoint=str(tmp_path / "a"), state_dir=shared)
+    other = JobConfig(checkpoint=str(tmp_path / "b"), state_dir=shared)
+    assert os.path.dirname(one.rows_dir()) == shared and one.rows_dir() != other.rows_dir()
+    assert one.state_settings().rows_dir == one.rows_dir()
+    assert JobConfig(checkpoint="hdfs://nn/ck", state_mode="blob").rows_dir() is None  # rows in Spark's output
+
+
+def test_a_batch_spark_re_runs_while_its_first_attempt_is_pending_keeps_the_first_attempts_entry(tmp_path, lines):
+    from elrwatch.streaming.store_writer import FILES
+
+    rows_dir = str(tmp_path / "rows")
+    batches = _file_batches(lines, 2, rows_dir)
+    url = f"sqlite:///{tmp_path}/s.db"
+    wal = str(tmp_path / "wal")
+    store = SlowStore(url)
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, wal, rows_dir=rows_dir)
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    for batch_id, bodies in enumerate(batches):
+        the_sink(_Batch(bodies), batch_id)
+    assert not writer.close(0.2)  # the driver dies before Spark committed batch 1
+    again = SlowStore(url)
+    try:
+        recovering = StoreWriter(again, wal, rows_dir=rows_dir)
+        assert recovering.recover() == [0, 1]
+        rerun = _file_batches(lines, 2, rows_dir)  # Spark re-runs batch 1 under new tokens
+        restarted = sink.Sink(recovering, sink.Aggregator(1), None)
+        restarted(_Batch(rerun[1]), 1)
+        # the durable entry still names the first attempt's files (the ones the writer reads)
+        assert read_wal(os.path.join(wal, wal_name(1)))[1][FILES] == _named_files(batches[1])
+        again.release.set()
+        assert recovering.drain(60)
+        assert again.written == [0, 1]
+        recovering.spark_committed(1)
+        leftover = set(_named_files(rerun[0]))  # the re-run's batch 0 attempt (never submitted): garbage at start
+        assert set(os.listdir(rows_dir)) == leftover
+        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 2)
+    finally:
+        store.release.set()
+        again.release.set()
+        again.dispose()
+        store.dispose()
+
+
+def test_a_new_checkpoint_starts_without_an_earlier_ones_rows_files(tmp_path):
+    from elrwatch.streaming import query
+    from elrwatch.streaming.config import JobConfig
+
+    config = JobConfig(checkpoint=str(tmp_path / "ck"))
+    rows_dir = config.rows_dir()
+    os.makedirs(rows_dir)
+    open(os.path.join(rows_dir, "b0000-old.rows"), "wb").close()
+    open(os.path.join(config.snapshot_dir(), "run-b0000-1-t.snap"), "wb").close()
+    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    try:
+        query.start_fresh(config, store, str(tmp_path / "ck" / "driver.json"), config.snapshot_dir())
+        assert os.listdir(config.snapshot_dir()) == []
+    finally:
+        store.dispose()
