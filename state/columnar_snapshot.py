@@ -190,13 +190,17 @@ def _restore(engine: ColumnarState, batch: pa.RecordBatch, side: dict[str, Any],
         setattr(engine, name, value)
 
     rows = batch.num_rows
-    table = PartitionTable(capacity=max(1024, 2 * rows))
+    capacity = rows + max(1024, rows // 8)  # room for new partitions before the first doubling
+    table = PartitionTable(capacity=0)
     cols = table.cols
-    for name, column in zip(COLUMNS, batch.columns, strict=False):
+    for name, column in zip((*COLUMNS, "position"), batch.columns, strict=True):
         if column.null_count:
             raise _fail(where, f"corrupt (nulls in column {name})")
-        cols[name][:rows] = column.to_numpy()
-    cols["position"][:rows] = batch.column(len(COLUMNS)).to_numpy(zero_copy_only=False)
+        dtype, default = PartitionTable.DEFAULTS[name]
+        values = cols[name] = np.empty(capacity, dtype=dtype)
+        values[:rows] = column.to_numpy(zero_copy_only=name != "position")
+        values[rows:] = default
+    cols["alive"] = np.zeros(capacity, dtype=bool)
     cols["alive"][:rows] = True
     table.size = rows
     topic = cols["topic"][:rows]
