@@ -6,13 +6,14 @@ it derives it again (`ClusterState._refresh`), and skips the audit in its common
 holding the leader, only eligible brokers and only replicas, no decreased epoch, no violation to clear). Here:
 
 * A segment (partition records applied as vectors) finds with vectors the rows that can need the audit: a row
-  that had violations before the segment, a row whose final state is outside the common case (or whose distinct
-  ISR is below its min ISR), and a row a PartitionRecord replaced. Only those rows are audited, record by record
-  in log order, from their state before the segment (`merge.partition_from_record`, `merge.partition_change`):
-  a violation keeps the record that first caused it, as in the core. Any other row ends without violations
-  whatever its states in between, as in the core.
+  that had violations before the segment, a row whose final state `audit.check` can find a violation in, and a
+  row a PartitionRecord replaced. Only those rows are audited, record by record in log order, from their state
+  before the segment (`merge.partition_from_record`, `merge.merge_partition_change`): a violation keeps the
+  record that first caused it, as in the core. Any other row ends without violations whatever its states in
+  between, as in the core.
 * A barrier that derives rows again (a broker, a topic's or the cluster's min ISR or unclean setting, the ELR
-  feature, ClearElr, partition 0's replica count) audits those rows in their current state with that record.
+  feature, ClearElr, partition 0's replica count) audits those of its rows that have violations or can have some
+  (the same vectors) in their current state, with that record.
 * RemoveTopicRecord drops its partitions' violations.
 
 The audit itself is the core's: `ClusterState._audit` of the embedded core, whose ``violations`` and
@@ -85,25 +86,45 @@ class AuditedColumnarState(ColumnarState):
         topics, pids = c["topic"][rows].tolist(), c["pid"][rows].tolist()
         return np.fromiter(((ids[t], p) in found for t, p in zip(topics, pids, strict=True)), bool, len(rows))
 
-    def _outside_common_case(
+    def _may_violate(
         self, replicas: np.ndarray, isr: np.ndarray, elr: np.ndarray, leader: np.ndarray, min_isr: np.ndarray
     ) -> np.ndarray:
-        """The core's audit condition (without the decreased epoch and the violations to clear) as vectors, or
-        a distinct ISR below min ISR (the durability check of a state the core may audit)."""
+        """Rows for which `audit.check` (without a decreased epoch) can find a violation, as vectors: every row
+        it finds one for is marked. A row not marked that has no violations now keeps none: the core's audit
+        of it would change nothing."""
         lengths, members = self.tuples.arrays()
-        need = (lengths[elr] > 0) | (lengths[isr] < min_isr) | (self._distinct_counts()[isr] < min_isr)
         isr_members = members[isr]
+        elr_members = members[elr]
+        has_elr = lengths[elr] > 0
+        # ISR_ELR_OVERLAP, ELR_NOT_IN_REPLICAS, ELR_NOT_UNDER_MIN_ISR (with the ELR feature on)
+        replica_members = members[replicas]
+        need = ((elr_members[:, :, None] == isr_members[:, None, :]).any(axis=2) & (elr_members >= 0)).any(axis=1)
+        in_replicas = (elr_members[:, :, None] == replica_members[:, None, :]).any(axis=2) | (elr_members < 0)
+        need |= ~in_replicas.all(axis=1)
+        if self.core._elr_on:
+            need |= has_elr & (lengths[isr] >= min_isr)
+        # ISR_NOT_IN_REPLICAS
+        in_replicas = (isr_members[:, :, None] == replica_members[:, None, :]).any(axis=2) | (isr_members < 0)
+        need |= ~in_replicas.all(axis=1)
+        # LEADER_NOT_IN_ISR
         broker_ids = np.append(np.array(self.tuples.broker_ids, dtype=np.int64), NONE)  # -1 padding reads NONE
         holds_leader = (broker_ids[isr_members] == leader[:, None].astype(np.int64)).any(axis=1)
         need |= (leader != NO_LEADER) & ~holds_leader
+        # INELIGIBLE_BROKER_IN_ISR
         core = self.core
         if core.brokers:
             eligible = core._eligible
             dense = np.fromiter((b in eligible for b in self.tuples.broker_ids), bool, len(self.tuples.broker_ids))
             need |= ~np.append(dense, True)[isr_members].all(axis=1)
-        replica_members = members[replicas]
-        in_replicas = (isr_members[:, :, None] == replica_members[:, None, :]).any(axis=2) | (isr_members < 0)
-        need |= ~in_replicas.all(axis=1)
+        # DURABILITY_MARGIN_LOST: |ISR ∪ ELR| < min ISR, the union counted exactly
+        union = self._distinct_counts()[isr].astype(np.int64)
+        for j in range(elr_members.shape[1]):
+            member = elr_members[:, j : j + 1]
+            new = (
+                (member[:, 0] >= 0) & ~(member == isr_members).any(axis=1) & ~(member == elr_members[:, :j]).any(axis=1)
+            )
+            union += new
+        need |= union < min_isr
         return need
 
     def _min_isr(self, topics: np.ndarray) -> np.ndarray:
@@ -142,7 +163,7 @@ class AuditedColumnarState(ColumnarState):
         had = self._violating(old)
         super()._flush()
         candidates = set(old[had].tolist())
-        need = self._outside_common_case(
+        need = self._may_violate(
             c["replicas"][rows], c["isr"][rows], c["elr"][rows], c["leader"][rows], self._min_isr(c["topic"][rows])
         )
         candidates.update(rows[need].tolist())
@@ -209,7 +230,7 @@ class AuditedColumnarState(ColumnarState):
     def _rederive(self, rows: np.ndarray, record: Record) -> None:
         if len(rows):
             c = self.table.cols
-            need = self._outside_common_case(
+            need = self._may_violate(
                 c["replicas"][rows], c["isr"][rows], c["elr"][rows], c["leader"][rows], self._min_isr(c["topic"][rows])
             )
             need |= self._violating(rows)
