@@ -23,9 +23,9 @@ from core_events import Feeder, random_stream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from elrwatch.devtools.eventgen import EventGenerator
 from elrwatch.state.cluster import ClusterState, Outcome, Transition
 from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.model import PARTITION_FIELDS, BrokerState, PartitionState
 from elrwatch.state.records import DumpReader, Record
 from elrwatch.state.simulator import SCENARIOS, simulate

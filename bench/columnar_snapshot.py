@@ -1,0 +1,143 @@
+"""Benchmark the columnar engine's audit (state/columnar_audit.py) and snapshots (state/columnar_snapshot.py).
+
+On ``--partitions`` (default 1M) partitions of the EventGenerator (RF 3, min ISR 2, the ELR feature on):
+
+1. the load (one PartitionRecord per partition, batches of 100k) applied by the plain engine and by the audited
+   one; then two storms, each one batch: the fence of broker 0 (ISR 3 → 2: no partition needs the audit) and the
+   fence of broker 1 (the partitions of both go below min ISR, with an ELR: each needs the audit). Printed: CPU
+   seconds of each engine (`time.process_time`, the GC paused as the job does), the audited rows, and the ratio;
+2. a snapshot of the audited engine: save time (tmp + fsync + rename; the second save, and the process's first)
+   and file size; load time with the file in
+   the page cache, and after the file's pages were dropped (`posix_fadvise(DONTNEED)`, as after a restart); then
+   a third storm (the unfence of broker 0) applied to the original and to the loaded engine, which must agree.
+
+Run: python bench/columnar_snapshot.py [--partitions 1000000] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from elrwatch.state.cluster import Outcome
+from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.columnar_audit import AuditedColumnarState
+from elrwatch.state.columnar_snapshot import load, save
+from elrwatch.state.eventgen import EventGenerator
+from elrwatch.state.records import Record, parse_line
+
+BATCH = 100_000
+TOPICS = 100
+
+
+def parse(lines: list[bytes], first_seq: int) -> list[Record]:
+    """Parse envelope lines (every one must be a record)."""
+    out = []
+    for seq, line in enumerate(lines, first_seq):
+        record = parse_line(line, "events", seq)
+        assert isinstance(record, Record), record
+        out.append(record)
+    return out
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    """CPU seconds of ``action`` and its result."""
+    started = time.process_time()
+    result = action()
+    return time.process_time() - started, result
+
+
+def wall(action: Callable[[], Any]) -> tuple[float, Any]:
+    """Wall seconds of ``action`` (I/O included) and its result."""
+    started = time.perf_counter()
+    result = action()
+    return time.perf_counter() - started, result
+
+
+def apply(engine: ColumnarState, batch: list[Record]) -> list[Any]:
+    """Apply one batch (every record must apply) and drain its transitions."""
+    outcomes, _ = engine.apply_batch(batch)
+    assert all(o is Outcome.APPLIED for o in outcomes)
+    return engine.drain_transitions()
+
+
+def digest(transitions: Iterable[Any]) -> list[tuple[Any, ...]]:
+    return sorted((t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset) for t in transitions)
+
+
+def main() -> None:
+    """Print the audit's and the snapshot's figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=1_000_000)
+    parser.add_argument("--dir", type=Path, help="where to write the snapshot (default: a temporary directory)")
+    args = parser.parse_args()
+    partitions = args.partitions
+    gen = EventGenerator(topics=TOPICS, partitions=partitions // TOPICS, brokers=max(3, 3 * partitions // 100_000))
+    gc.disable()
+    plain = ColumnarState(default_min_isr=2, bucket=(0, 1))
+    audited = AuditedColumnarState(default_min_isr=2, bucket=(0, 1))
+    seq = 1
+    spent = {"plain": 0.0, "audited": 0.0}
+    lines = list(gen.bootstrap())
+    for start in range(0, len(lines), BATCH):
+        batch = parse(lines[start : start + BATCH], seq)
+        seq += len(batch)
+        spent["plain"] += timed(lambda b=batch: apply(plain, b))[0]
+        spent["audited"] += timed(lambda b=batch: apply(audited, b))[0]
+    print(f"{plain.table.size:,} partitions ({len(lines):,} load records)")
+    print(
+        f"  load   : plain {spent['plain']:6.2f} s, audited {spent['audited']:6.2f} s "
+        f"(ratio {spent['audited'] / spent['plain']:.2f}x), audited rows {audited.audited_rows:,}"
+    )
+    del lines
+    for name, storm_lines in (("fence 0", list(gen.fence(0))), ("fence 1", list(gen.fence(1)))):
+        storm = parse(storm_lines, seq)
+        seq += len(storm)
+        before = audited.audited_rows
+        plain_s, plain_t = timed(lambda s=storm: apply(plain, s))
+        audited_s, audited_t = timed(lambda s=storm: apply(audited, s))
+        assert digest(plain_t) == digest(audited_t)
+        print(
+            f"  {name}: {len(storm):,} records, {len(plain_t):,} transitions: plain {plain_s:6.3f} s, audited "
+            f"{audited_s:6.3f} s (ratio {audited_s / plain_s:.2f}x), audited rows {audited.audited_rows - before:,},"
+            f" violations {sum(audited.violation_counts.values()):,}"
+        )
+    with tempfile.TemporaryDirectory(prefix="bench-colsnap-", dir=args.dir) as directory:
+        path = Path(directory) / "bucket.arrow"
+        first_s, size = wall(lambda: save(audited, path))
+        save_s, size = wall(lambda: save(audited, path))  # the job saves again and again: the second is typical
+        warm_s, loaded = wall(lambda: load(path, AuditedColumnarState))
+        del loaded
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        cold_s, loaded = wall(lambda: load(path, AuditedColumnarState))
+        print(
+            f"  snapshot: {size / 2**20:,.1f} MB, save {save_s:.3f} s (fsync'd; the process's first {first_s:.3f} s), "
+            f"load {warm_s:.3f} s from the page "
+            f"cache, {cold_s:.3f} s after its pages were dropped"
+        )
+    storm = parse(list(gen.unfence(0)), seq)
+    original = digest(apply(audited, storm))
+    again = digest(apply(loaded, storm))
+    same = (
+        original == again
+        and audited.status_counts() == loaded.status_counts()
+        and audited.flag_histogram() == loaded.flag_histogram()
+        and audited.violations == loaded.violations
+    )
+    print(f"  unfence 0 after the load: {len(original):,} transitions; loaded engine equals the original: {same}")
+    if not same:
+        raise SystemExit("the loaded engine differs from the original")
+
+
+if __name__ == "__main__":
+    main()
