@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elrwatch.devtools.eventgen import EventGenerator
+from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.columnar import ColumnarState
 from elrwatch.state.records import Record, parse_line

@@ -23,7 +23,7 @@ from core_events import Feeder, random_stream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from elrwatch.devtools.eventgen import EventGenerator
+from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.cluster import ClusterState, Outcome, Transition
 from elrwatch.state.columnar import ColumnarState
 from elrwatch.state.model import PARTITION_FIELDS, BrokerState, PartitionState
@@ -33,8 +33,8 @@ from elrwatch.state.simulator import SCENARIOS, simulate
 DATA = Path(__file__).parent / "data" / "real-kafka"
 REAL = sorted(p.parent.name for p in DATA.glob("*/metadata.dump"))
 SIM_SHAPE = {"brokers": 6, "topics": 2, "partitions": 5, "replication_factor": 3, "min_isr": 2}
-#: What the engine does not keep (election bookkeeping stays in the object core).
-NOT_COMPARED = frozenset({"last_leader_change"})
+#: Partition fields not compared (none: the last leader change kind included).
+NOT_COMPARED: frozenset[str] = frozenset()
 COMPARED_FIELDS = tuple(name for name in PARTITION_FIELDS if name not in NOT_COMPARED)
 
 Line = str | bytes
