@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.records import Record, parse_line
 
 BATCH = 100_000
