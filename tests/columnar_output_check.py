@@ -56,7 +56,7 @@ class OutputCheck:
         def kinds(topic_id: str, partition_id: int) -> list[str]:  # the audit's part of the stored form
             return [v.kind for v in ref.violations.get((topic_id, partition_id), ())]
 
-        out = columnar_output.drain(fast, kinds)
+        out = columnar_output.drain(fast, kinds if ref.violations else None)
         ref_rows = sorted(reference_rows(ref, changes), key=lambda r: (r[0], r[1]))
         fast_rows = sorted(out.partitions, key=lambda r: (r[0], r[1]))
         same(f"{where} changed rows", ref_rows, fast_rows)

@@ -163,6 +163,7 @@ class Result:
     transitions: int = 0
     quarantined: int = 0
     rows: int = 0
+    state: ColumnarState | None = None
 
 
 def run_both(
@@ -214,6 +215,7 @@ def run_both(
     assert_same("quarantine reported", ref_quarantined, [e.to_dict() for e in fast.quarantined])
     result.transitions = len(ref_transitions)
     result.rows = check_output.rows
+    result.state = fast
     result.fast = fast.fast_records
     return result
 
