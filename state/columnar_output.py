@@ -175,9 +175,14 @@ def drain(state: ColumnarState, violations: ViolationKinds | None = None) -> Out
 # --- gauges -----------------------------------------------------------------------------------------------------
 
 
-def _live(state: ColumnarState) -> np.ndarray:
+def _live(state: ColumnarState) -> tuple[slice | np.ndarray, int]:
+    """The live rows (a slice when every row is: the columns are then read as views, not copied) and their count."""
     size = state.table.size
-    return np.flatnonzero(state.table.alive[:size] & (state.table.status[:size] >= 0))
+    live = state.table.alive[:size] & (state.table.status[:size] >= 0)
+    if live.all():
+        return slice(0, size), size
+    rows = np.flatnonzero(live)
+    return rows, len(rows)
 
 
 def _holds_each(holders: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -189,9 +194,9 @@ def insight_counts(state: ColumnarState) -> Counter[Any]:
     """`ClusterState.insight_counts` from the columns (state/insight.py's definitions, as bincounts)."""
     core = state.core
     c = state.table.cols
-    live = _live(state)
+    live, n_live = _live(state)
     counts: Counter[Any] = Counter()
-    if len(live) == 0:
+    if n_live == 0:
         return counts
     lengths, members = state.tuples.arrays()
     broker_ids = state.tuples.broker_ids
@@ -273,7 +278,7 @@ def candidate_known_partitions(state: ColumnarState) -> int:
 def partition_gauges(state: ColumnarState, counts: Counter[Any] | None = None) -> Gauges:
     """`gauges.partition_gauges` of the engine's partitions, without ``elrwatch_invariant_violations``
     (``counts``: `insight_counts`, computed when not given)."""
-    live = _live(state)
+    live, n_live = _live(state)
     flags = state.table.flags[live].astype(np.int64)
     status = state.table.status[live]
 
@@ -289,7 +294,7 @@ def partition_gauges(state: ColumnarState, counts: Counter[Any] | None = None) -
         key("elrwatch_manual_leader_election_required_partitions"): flagged(F_MANUAL),
         key("elrwatch_recovering_partitions"): flagged(F_RECOVERING),
         key("elrwatch_last_replica_standing_partitions"): flagged(F_LAST_REPLICA_STANDING),
-        key("elrwatch_partition_count"): len(live),
+        key("elrwatch_partition_count"): n_live,
     }
     electable = np.bincount((flags >> ELECTABLE_SHIFT) & 3, minlength=4)
     for label, n in zip(ELECTABLE_LABELS, electable.tolist(), strict=True):
