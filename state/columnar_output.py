@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from elrwatch.state import insight
+from elrwatch.state.audit import VIOLATION_KINDS
 from elrwatch.state.cluster import Transition
 from elrwatch.state.columnar import NONE, ColumnarState
 from elrwatch.state.columnar_elections import LEADER_CHANGES
@@ -276,8 +277,8 @@ def candidate_known_partitions(state: ColumnarState) -> int:
 
 
 def partition_gauges(state: ColumnarState, counts: Counter[Any] | None = None) -> Gauges:
-    """`gauges.partition_gauges` of the engine's partitions, without ``elrwatch_invariant_violations``
-    (``counts``: `insight_counts`, computed when not given)."""
+    """`gauges.partition_gauges` of the engine's partitions (``counts``: `insight_counts`, computed when not
+    given); ``elrwatch_invariant_violations`` only from an engine that audits (one with ``violation_counts``)."""
     live, n_live = _live(state)
     flags = state.table.flags[live].astype(np.int64)
     status = state.table.status[live]
@@ -302,6 +303,10 @@ def partition_gauges(state: ColumnarState, counts: Counter[Any] | None = None) -
     by_status = np.bincount(status, minlength=len(STATUSES))
     for name, n in zip(STATUSES, by_status.tolist(), strict=True):
         out[key("elrwatch_partitions", status=name)] = n
+    violation_counts = getattr(state, "violation_counts", None)
+    if violation_counts is not None:
+        for kind in VIOLATION_KINDS:
+            out[key("elrwatch_invariant_violations", kind=kind)] = violation_counts[kind]
     view = SimpleNamespace(
         insight_counts=insight_counts(state) if counts is None else counts,
         brokers=state.core.brokers,
