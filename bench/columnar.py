@@ -9,9 +9,13 @@ For each cluster size (``--partitions``, default 100k and 1M), each engine runs 
 
 Printed per engine: CPU seconds of the process (`time.process_time`: the machine is shared) to apply the storm
 (records already parsed, the GC paused as the job does), with its transitions drained as `Transition` objects,
-and the load's apply time; the state's memory (RSS added by the load once the parsed records are freed and
+and the load's apply time; the time to build the bucket's output after the storm (its changed rows as
+`partition_row` lists with their stored form, as `bucket_payload` builds them, and the partition gauges: the
+object core's `drain_changes` rows + `gauges.partition_gauges`, the engine's `columnar_output.drain` +
+`columnar_output.partition_gauges`); the state's memory (RSS added by the load once the parsed records are freed and
 ``malloc_trim`` ran, and for the engine the bytes of its columns); then the ratio core / engine, and whether the two agree on the storm's
-transitions and the status counts.
+transitions, the status counts, the changed rows (all but their violation kinds, which the engine does not audit)
+and the gauges (all but the invariant-violation ones).
 
 Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
 (``--core-path``: a directory put first on both processes' PYTHONPATH, e.g. an installed compiled wheel: the
@@ -33,10 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elrwatch.state import columnar_output
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.columnar import ColumnarState
 from elrwatch.state.eventgen import EventGenerator
+from elrwatch.state.gauges import as_samples, partition_gauges
+from elrwatch.state.partition_row import partition_row
 from elrwatch.state.records import Record, parse_line
+from elrwatch.state.report import stored_partition
 
 BATCH = 100_000
 TOPICS = 100
@@ -109,17 +117,33 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
     else:
         fast.drain_transitions()
     load_s += time.process_time() - started
+    if engine == "engine":  # what the load changed, as the core's drain_changes forgot it (not timed: no rows built)
+        columnar_output.drain(fast)
     state_mb = trimmed_rss_mb() - before
     storm = parse(storm_path.read_bytes().splitlines(), seq)
     started = time.process_time()
     storm_apply_s = apply(storm)
     if engine == "core":
-        transitions = core.drain_changes().transitions
+        changes = core.drain_changes()
+        transitions = changes.transitions
         counts = {k: v for k, v in core.status_counts.items() if v}
     else:
         transitions = fast.drain_transitions()
         counts = fast.status_counts()
     storm_s = time.process_time() - started
+    started = time.process_time()
+    if engine == "core":
+        stored, min_isr = stored_partition, core.effective_min_isr
+        rows = [partition_row(t.name, p, min_isr(t), stored(core, t, p)) for t, p in changes.partitions]
+    else:
+        rows = columnar_output.drain(fast).partitions
+    rows_s = time.process_time() - started
+    started = time.process_time()
+    gauges = partition_gauges(core) if engine == "core" else columnar_output.partition_gauges(fast)
+    gauges_s = time.process_time() - started
+    rows.sort(key=lambda r: (r[0], r[1]))
+    for row in rows:  # the stored form without the violation kinds (the engine does not audit)
+        row[8] = json.loads(row[8])[:-2] + json.loads(row[8])[-1:]
     return {
         "n_load": n_load,
         "n_storm": len(storm),
@@ -134,6 +158,11 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
         )[:: max(1, len(transitions) // 1000)],
         "counts": counts,
         "fast_records": fast.fast_records,
+        "rows_s": rows_s,
+        "gauges_s": gauges_s,
+        "n_rows": len(rows),
+        "rows_digest": rows[:: max(1, len(rows) // 1000)],
+        "gauges": {k: v for k, v in as_samples(gauges).items() if not k.startswith("elrwatch_invariant_violations")},
     }
 
 
@@ -184,12 +213,25 @@ def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
             f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
             f"+{r['state_mb']:,.0f} MB RSS{table}"
         )
+        print(
+            f"          output: {r['n_rows']:,} changed rows {r['rows_s']:6.3f} s ({r['rows_s'] / r['n_rows'] * 1e6:5.2f}"
+            f" µs/row) + partition gauges {r['gauges_s']:6.3f} s = {r['rows_s'] + r['gauges_s']:6.3f} s"
+        )
     same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
+    same_output = all(core[k] == fast[k] for k in ("n_rows", "rows_digest", "gauges"))
+
+    def output(r: dict[str, Any]) -> float:
+        return r["rows_s"] + r["gauges_s"]
+
     print(
         f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
         f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
         f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
         f"transitions and status counts equal: {same}"
+    )
+    print(
+        f"  ratio core/engine: output {output(core) / output(fast):.2f}x (rows {core['rows_s'] / fast['rows_s']:.2f}x,"
+        f" gauges {core['gauges_s'] / max(fast['gauges_s'], 1e-6):.2f}x) | rows and gauges equal: {same_output}"
     )
 
 

@@ -18,12 +18,14 @@ core's rules (`cluster.ClusterState`, the reference) and gives each record's out
   effective min ISR of its topic: the topic's rows are derived again); other partition 0 records join the
   segment, or update the core's shadow when another bucket owns partition 0.
 
-Not covered here (the object core keeps them): election counters and the last leader change kind, insight
-counters, the invariant audit, changed rows and payloads, snapshots.
+Election counters and the last leader change kind are counted per segment (`columnar_elections`). What a
+bucket emits after a batch (changed rows, removals, gauges, insight counters) is built by `columnar_output` from
+the columns, the changed-rows mask and the lists kept here. Not covered: the invariant audit, snapshots.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,7 +33,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from elrwatch.state import records
+from elrwatch.state import columnar_elections, records
 from elrwatch.state.cluster import (
     ELR_FEATURE,
     MIN_ISR,
@@ -167,6 +169,9 @@ class PartitionTable:
         "flags": (np.int16, 0),
         "alive": (bool, False),
         "position": (object, None),
+        # output bookkeeping (columnar_output): changed since the last drain; last leader change kind code
+        "changed": (bool, False),
+        "llc": (np.int8, 0),
     }
 
     def _column(self, name: str, capacity: int) -> np.ndarray:
@@ -231,6 +236,13 @@ class ColumnarState:
         self._active: np.ndarray | None = None
         #: The error of the last record quarantined.
         self.last_error: RecordError | None = None
+        # output bookkeeping (columnar_output): election counters (`ClusterState.counters`'s keys), and what
+        # changed since the last drain besides the rows' mask: removed partitions and topics, dirty topics, brokers
+        self.counters: Counter[str] = Counter()
+        self.removed_out: list[tuple[str, int, str]] = []
+        self.removed_topics_out: list[tuple[str, str]] = []
+        self.dirty_topics: set[str] = set()
+        self.dirty_brokers: set[int] = set()
         self._segment_reset()
 
     # --- lookups --------------------------------------------------------------------------------------------
@@ -311,6 +323,7 @@ class ColumnarState:
         p.last_offset = _opt(c["last_offset"][row])
         p.last_timestamp_ms = _opt(c["last_ts"][row])
         p.last_position = c["position"][row]
+        p.last_leader_change = columnar_elections.LEADER_CHANGES[c["llc"][row]]
         return p
 
     def iter_partitions(self) -> Iterator[PartitionState]:
@@ -381,7 +394,10 @@ class ColumnarState:
             else:
                 errors.append(None)
         self._flush()
-        self.core.drain_changes()
+        drained = self.core.drain_changes()
+        self.removed_topics_out += drained.removed_topics
+        self.dirty_topics.update(t.topic_id for t in drained.topics)
+        self.dirty_brokers.update(b.broker_id for b in drained.brokers)
         return outcomes, errors
 
     def _reports(self, record: Record) -> bool:
@@ -487,6 +503,7 @@ class ColumnarState:
         self._seg_rows.append(row)
         self._seg_records.append(record)
         if is_pr:
+            self.dirty_topics.add(topic_id)
             pending[row] = NONE if offset is None else offset
         elif offset is not None:
             pending[row] = offset
@@ -519,6 +536,7 @@ class ColumnarState:
         table = self.table
         cols = table.cols
         new = slice(self._segment_start, table.size)
+        created_from = new.start
         cols["topic"][new] = self._seg_new_topic
         cols["pid"][new] = self._seg_new_pid
         cols["alive"][new] = True
@@ -582,6 +600,7 @@ class ColumnarState:
 
         topics = cols["topic"][rows]
         derived = self._derive(post["replicas"], post["isr"], post["elr"], post["lke"], post_leader, post_lrs, topics)
+        llc = self._elections(rows, kind, starts, start, index, created_from, leader, lrs, post, post_leader, post_lrs)
         previous = np.empty(m, dtype=np.int8)
         previous[1:] = derived.status[:-1]
         previous[starts] = cols["status"][rows[starts]]
@@ -611,8 +630,53 @@ class ColumnarState:
         cols["last_ts"][final] = post_ts[ends]
         cols["status"][final] = derived.status[ends]
         cols["flags"][final] = derived.flags[ends]
+        cols["changed"][final] = True
+        cols["llc"][final] = llc[ends]
         position_of = order[ends]
         cols["position"][final] = np.array([positions[i] for i in position_of.tolist()], dtype=object)
+
+    def _elections(
+        self,
+        rows: np.ndarray,
+        kind: np.ndarray,
+        starts: np.ndarray,
+        start: np.ndarray,
+        index: np.ndarray,
+        created_from: int,
+        leader: np.ndarray,
+        lrs: np.ndarray,
+        post: dict[str, np.ndarray],
+        post_leader: np.ndarray,
+        post_lrs: np.ndarray,
+    ) -> np.ndarray:
+        """Count the segment's elections; each record's last leader change kind code (rows sorted, as in _flush)."""
+        cols = self.table.cols
+
+        def before(after: np.ndarray, column: str) -> np.ndarray:
+            out = np.empty_like(after)
+            out[1:] = after[:-1]
+            out[starts] = cols[column][rows[starts]]
+            return out
+
+        created = starts & (rows >= created_from)
+        seg = columnar_elections.Segment(
+            is_pr=kind == 0,
+            created=created,
+            leader_field=leader,
+            lrs_field=lrs,
+            pre_leader=before(post_leader, "leader"),
+            pre_lrs=before(post_lrs, "lrs"),
+            pre_isr=before(post["isr"], "isr"),
+            pre_elr=before(post["elr"], "elr"),
+            pre_lke=before(post["lke"], "lke"),
+            post_leader=post_leader,
+            post_lrs=post_lrs,
+            post_isr=post["isr"],
+        )
+        _, members = self.tuples.arrays()
+        kinds = columnar_elections.count(seg, members, self.tuples.broker_index, self.counters)
+        last = np.maximum.accumulate(np.where(kinds >= 0, index, -1))
+        return np.where(last >= start, kinds[np.maximum(last, 0)], cols["llc"][rows])
 
     # --- derived status -------------------------------------------------------------------------------------
 
@@ -694,6 +758,7 @@ class ColumnarState:
         if len(rows) == 0:
             return
         c = self.table.cols
+        c["changed"][rows] = True
         derived = self._derive(
             c["replicas"][rows],
             c["isr"][rows],
@@ -781,6 +846,8 @@ class ColumnarState:
             t = self.topic_index.pop(record.data["topicId"], None)
             if t is not None:
                 rows = self._topic_rows(t)
+                name = self.topic_names[t]
+                self.removed_out += [(record.data["topicId"], pid, name) for pid in self.table.pid[rows].tolist()]
                 self.table.alive[rows] = False
                 self._dense[t] = np.full(0, -1, dtype=np.int32)
                 self._sparse[t] = {}
@@ -912,4 +979,5 @@ class ColumnarState:
         if slot >= 0:
             self.core.recent_offsets[slot] = record.offset  # type: ignore[assignment]
             self.core.recent_records[slot] = record
+        self.table.changed[self.row_of(topic_id, data["partitionId"])] = True
         return Outcome.APPLIED

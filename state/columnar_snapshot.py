@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import os
 import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -41,11 +42,11 @@ from elrwatch.state.columnar import DENSE_PARTITION_IDS, ColumnarState, Partitio
 from elrwatch.state.records import RECORD_ERROR_FIELDS, RecordError
 
 #: The format version this module writes and reads.
-VERSION: Final = 1
+VERSION: Final = 2
 VERSION_KEY: Final = b"elrwatch.columnar.version"
 SIDE_KEY: Final = b"elrwatch.columnar.side"
 #: The columns saved, in file order (``alive`` is implied: only live rows are saved).
-COLUMNS: Final = ("topic", "pid", *PartitionTable.INT32[2:], *PartitionTable.INT64, "lrs", "status", "flags")
+COLUMNS: Final = ("topic", "pid", *PartitionTable.INT32[2:], *PartitionTable.INT64, "lrs", "status", "flags", "llc")
 _TUPLE_COLUMNS: Final = ("replicas", "isr", "elr", "lke", "adding", "removing")
 
 Engine = TypeVar("Engine", bound=ColumnarState)
@@ -77,6 +78,7 @@ def _side(engine: ColumnarState) -> dict[str, Any]:
             for name in ("fast_records", "barrier_records", "audited_rows")
             if hasattr(engine, name)
         },
+        "elections": dict(engine.counters),
         "core": base64.b64encode(blob).decode(),
         "core_crc32": zlib.crc32(blob),
     }
@@ -188,6 +190,7 @@ def _restore(engine: ColumnarState, batch: pa.RecordBatch, side: dict[str, Any],
     engine.quarantined = [RecordError(**dict(zip(RECORD_ERROR_FIELDS, e, strict=True))) for e in side["quarantined"]]
     for name, value in side["counters"].items():
         setattr(engine, name, value)
+    engine.counters = Counter(side["elections"])
 
     rows = batch.num_rows
     capacity = rows + max(1024, rows // 8)  # room for new partitions before the first doubling
@@ -202,6 +205,7 @@ def _restore(engine: ColumnarState, batch: pa.RecordBatch, side: dict[str, Any],
         values[rows:] = default
     cols["alive"] = np.zeros(capacity, dtype=bool)
     cols["alive"][:rows] = True
+    cols["changed"] = np.zeros(capacity, dtype=bool)
     table.size = rows
     topic = cols["topic"][:rows]
     ids = np.concatenate([cols[name][:rows] for name in _TUPLE_COLUMNS])

@@ -4,7 +4,9 @@
 field: each record's outcome and quarantine error, the quarantine reported, every partition's state and derived
 status and flags, the status transitions in order with their offsets, the status and flag counts, and the state
 the engine keeps in its embedded core (brokers, topics, configs, features, source positions, the recent-offsets
-ring, partition 0 shadows, replica log infos). Inputs: the conformance corpus, every simulator scenario, the
+ring, partition 0 shadows, replica log infos), the election counters and each partition's last leader change
+kind, and what a bucket emits (tests/columnar_output_check.py: changed rows, removals, changed brokers, topic
+documents, gauges and insight counters, state/columnar_output.py against `bucket_payload`'s parts). Inputs: the conformance corpus, every simulator scenario, the
 real-Kafka golden logs, a storm on a large generated cluster and random faulty streams, whole and bucketed.
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from columnar_output_check import OutputCheck
 from core_events import Feeder, random_stream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -33,8 +36,8 @@ from elrwatch.state.simulator import SCENARIOS, simulate
 DATA = Path(__file__).parent / "data" / "real-kafka"
 REAL = sorted(p.parent.name for p in DATA.glob("*/metadata.dump"))
 SIM_SHAPE = {"brokers": 6, "topics": 2, "partitions": 5, "replication_factor": 3, "min_isr": 2}
-#: What the engine does not keep (election bookkeeping stays in the object core).
-NOT_COMPARED = frozenset({"last_leader_change"})
+#: Partition fields not compared (none: the last leader change kind included).
+NOT_COMPARED: frozenset[str] = frozenset()
 COMPARED_FIELDS = tuple(name for name in PARTITION_FIELDS if name not in NOT_COMPARED)
 
 Line = str | bytes
@@ -159,6 +162,8 @@ class Result:
     outcomes: dict[str, int] = dataclasses.field(default_factory=dict)
     transitions: int = 0
     quarantined: int = 0
+    rows: int = 0
+    state: ColumnarState | None = None
 
 
 def run_both(
@@ -176,6 +181,7 @@ def run_both(
     ref_transitions: list[Transition] = []
     fast_transitions: list[Transition] = []
     ref_quarantined: list[dict[str, Any]] = []
+    check_output = OutputCheck(assert_same, normal)
     for number, lines in enumerate(batches):
         where = f"batch {number}"
         ref_records = ref_parser.records(lines)
@@ -192,6 +198,7 @@ def run_both(
         changes = ref.drain_changes()
         ref_transitions += changes.transitions
         fast_transitions += fast.drain_transitions()
+        check_output(where, ref, changes, fast)
         result.quarantined += len(changes.quarantined)
         ref_quarantined += [e.to_dict() for e in changes.quarantined]
         if compare_every_batch or number == len(batches) - 1:
@@ -207,6 +214,8 @@ def run_both(
         result.records += len(ref_records)
     assert_same("quarantine reported", ref_quarantined, [e.to_dict() for e in fast.quarantined])
     result.transitions = len(ref_transitions)
+    result.rows = check_output.rows
+    result.state = fast
     result.fast = fast.fast_records
     return result
 

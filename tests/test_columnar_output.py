@@ -1,0 +1,72 @@
+"""The columnar engine's output (state/columnar_output.py): what the differential harness's inputs exercise, and
+the drain's own rules. Equality with the object core's `bucket_payload` parts is checked after every batch of
+every input by the harness (tests/test_columnar.py `run_both`, tests/columnar_output_check.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import orjson
+from test_columnar import DATA, REAL, SCENARIOS, Parser, corner_stream, cut, generator_batches, run_both, simulated
+
+from elrwatch.state import columnar_output, insight
+from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.columnar_elections import LEADER_CHANGES
+from elrwatch.state.partition_row import PARTITION_ROW_FIELDS
+from elrwatch.state.report import STORED_FIELDS
+
+
+def test_the_inputs_exercise_every_counter_and_leader_change_kind() -> None:
+    """The harness's comparison is not vacuous: its inputs move every election counter, reach every last leader
+    change kind and every insight counter kind, emit rows, removals and removed topics."""
+    counters: Counter[str] = Counter()
+    kinds: set[str] = set()
+    insight_kinds: set[str] = set()
+    rows = removed = 0
+    inputs = [corner_stream(), *(simulated(scenario=s) for s in sorted(SCENARIOS))]
+    inputs += [(DATA / s / "metadata.dump").read_text().splitlines() for s in REAL]
+    for lines in inputs:
+        result = run_both(cut(lines, [25] * len(lines)))
+        fast = result.state
+        assert fast is not None
+        counters.update(fast.counters)
+        kinds.update(p.last_leader_change for p in fast.iter_partitions())
+        insight_kinds.update(kind for kind, _ in columnar_output.insight_counts(fast))
+        rows += result.rows
+        removed += len(fast.core.removed_topics)
+    elections = {"unclean_elections", "unclean_recovery_finished", "elr_elections", "last_known_leader_elections"}
+    assert set(+counters) == elections, counters
+    assert kinds == set(LEADER_CHANGES), kinds
+    expected = {insight.MISSING, insight.BLOCKING, insight.OFFLINE, insight.TOPIC_UNDER, insight.TOPIC_OFFLINE}
+    assert expected | {insight.TOPIC_AT, insight.CAUSE} == insight_kinds, insight_kinds
+    assert rows > 0 and removed > 0
+
+
+def test_a_drain_forgets_what_it_returned() -> None:
+    fast = ColumnarState(default_min_isr=2, bucket=(1, 3))
+    parser = Parser("s")
+    batches = generator_batches(5)
+    fast.apply_batch(parser.records(batches[0]))
+    first = columnar_output.drain(fast)
+    assert first.partitions and first.topics and first.brokers and first.transitions
+    again = columnar_output.drain(fast)
+    assert again.partitions == again.removed == again.transitions == again.brokers == again.topics == []
+    fast.apply_batch(parser.records(batches[1]))  # a fence: only the broker's partitions changed
+    storm = columnar_output.drain(fast)
+    assert 0 < len(storm.partitions) < len(first.partitions)
+    row = dict(zip(PARTITION_ROW_FIELDS, storm.partitions[0], strict=True))
+    stored = dict(zip((*STORED_FIELDS, "violations", "logInfo"), orjson.loads(row["state"]), strict=True))
+    p = fast.partition(row["topicId"], row["partitionId"])
+    assert p is not None and stored["isr"] == list(p.isr) and stored["violations"] == []
+    assert (row["status"], row["isrSize"], stored["status"]) == (p.status, len(p.isr), p.status)
+
+
+def test_topic_documents_follow_the_owned_partition_count() -> None:
+    fast = ColumnarState(default_min_isr=2, bucket=(0, 2))
+    parser = Parser("s")
+    emitted: dict[str, int] = {}
+    fast.apply_batch(parser.records(generator_batches(5)[0]))
+    docs = columnar_output.topic_documents(fast, columnar_output.drain(fast), emitted)
+    assert len(docs) == 3 and sum(d["partitionCount"] for d in docs.values()) == fast.table.size
+    assert all(d["effectiveMinIsr"] == 2 and d["replicationFactor"] == 3 for d in docs.values()), docs
+    assert columnar_output.topic_documents(fast, columnar_output.drain(fast), emitted) == {}
