@@ -331,10 +331,11 @@ def split_consumer(options: Mapping[str, str]) -> Iterator[Any]:
 
 
 def close_split_consumers() -> None:
-    """Close this process's idle split consumers (registered at exit)."""
+    """Close this process's idle split consumers and forget the probed API versions (registered at exit)."""
     with _pool_lock:
         consumers = [c for idle in _idle_consumers.values() for c in idle]
         _idle_consumers.clear()
+        _api_versions.clear()
     for consumer in consumers:
         consumer.close()
 
