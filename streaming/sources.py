@@ -31,12 +31,8 @@ for Kafka positions read ``<topic>/<partition>@<offset>`` (DESIGN §2).
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import hashlib
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -281,82 +277,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = None
 
 
-# The split reader's consumers, per executor process (Spark reuses a Python worker for later tasks), one per
-# partition as Spark's own Kafka source keeps them: creating a kafka-python consumer for every split of every
-# micro-batch cost 0.1-0.2 s of the task (bootstrap connection, API version probe, metadata) against ≈ 10 ms for a
-# one-record split read by a consumer kept from an earlier one. Per partition, not per connection: kafka-python
-# sends the next fetch before a poll returns, so a consumer that has read a split already has a fetch in flight at
-# that split's end, where the partition's next split starts; for another partition it would first wait for that
-# fetch (up to fetch_max_wait_ms on an idle partition, or a wasted read of up to max_partition_fetch_bytes).
-_SPLIT_CONSUMER_SETTINGS: dict[str, Any] = {
-    "enable_auto_commit": False,
-    "group_id": None,
-    "max_poll_records": 5000,
-    "fetch_max_bytes": 64 * 1024 * 1024,
-    "max_partition_fetch_bytes": 16 * 1024 * 1024,
-}
-_idle_consumers: dict[tuple[str, str, int], list[Any]] = {}  # (connection, topic, partition) -> idle consumers
-_api_versions: dict[str, Any] = {}  # connection key -> the broker API version the first consumer probed
-_pool_lock = threading.Lock()
-
-
-def _connection_key(options: Mapping[str, str]) -> str:
-    """The consumers of the same connection and security settings share a key (a digest: the settings hold
-    secrets)."""
-    config = kafka_python_config(options)
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-
-
-@contextlib.contextmanager
-def split_consumer(options: Mapping[str, str], topic: str, partition: int) -> Iterator[Any]:
-    """A kafka-python consumer assigned to ``topic``/``partition`` for one split: an idle one of this process that
-    read an earlier split of it with the same connection options, or a new one (its ``api_version`` pinned from
-    the first consumer's probe). It goes back to the idle ones after a read that ended cleanly and is closed after
-    an error; `close_split_consumers` (at exit) closes the rest."""
-    from kafka import TopicPartition
-
-    connection = _connection_key(options)
-    key = (connection, topic, partition)
-    with _pool_lock:
-        idle = _idle_consumers.get(key)
-        consumer = idle.pop() if idle else None
-        api_version = _api_versions.get(connection)
-    if consumer is None:
-        settings = dict(_SPLIT_CONSUMER_SETTINGS)
-        if api_version is not None:
-            settings["api_version"] = api_version
-        consumer = make_consumer(options, **settings)
-        consumer.assign([TopicPartition(topic, partition)])
-        with _pool_lock:
-            _api_versions.setdefault(connection, consumer.config.get("api_version"))
-    try:
-        yield consumer
-    except BaseException:
-        consumer.close()
-        raise
-    with _pool_lock:
-        _idle_consumers.setdefault(key, []).append(consumer)
-
-
-def close_split_consumers() -> None:
-    """Close this process's idle split consumers and forget the probed API versions (registered at exit)."""
-    with _pool_lock:
-        consumers = [c for idle in _idle_consumers.values() for c in idle]
-        _idle_consumers.clear()
-        _api_versions.clear()
-    for consumer in consumers:
-        consumer.close()
-
-
-atexit.register(close_split_consumers)
-
-
 def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: int = 20000) -> Iterator[Any]:
-    """Executor side: fetch [start, end) of one partition as Arrow record batches (bounded wait), with a consumer
-    of `split_consumer`; no poll once the end offset is reached."""
+    """Executor side: fetch [start, end) of one partition as Arrow record batches (bounded wait)."""
     options = Options(options)
     import pyarrow as pa
-    from kafka import TopicPartition
+    from kafka import KafkaConsumer, TopicPartition
 
     schema = pa.schema(
         [
@@ -368,8 +293,17 @@ def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: 
         ]
     )
     timeout_s = int(options.get("timeout.ms", DEFAULT_TIMEOUT_MS)) / 1000.0
-    with split_consumer(options, split.topic, split.partition) as consumer:
+    consumer = KafkaConsumer(
+        enable_auto_commit=False,
+        group_id=None,
+        max_poll_records=5000,
+        fetch_max_bytes=64 * 1024 * 1024,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+        **kafka_python_config(options),
+    )
+    try:
         tp = TopicPartition(split.topic, split.partition)
+        consumer.assign([tp])
         consumer.seek(tp, split.start)
         values: list[str] = []
         offsets: list[int] = []
@@ -401,6 +335,8 @@ def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: 
                 values, offsets, stamps = [], [], []
         if values:
             yield _kafka_batch(schema, values, split, offsets, stamps)
+    finally:
+        consumer.close()
 
 
 def _kafka_batch(schema: Any, values: list, split: KafkaSplit, offsets: list, stamps: list) -> Any:

@@ -11,17 +11,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from elrwatch.kafkaio.config import SourceError, kafka_python_config, security_options
 from elrwatch.kafkaio.jvm import native_kafka_options
-from elrwatch.streaming import sources
 from elrwatch.streaming.route import ROUTED_SCHEMA, decode_record, route_batches
 from elrwatch.streaming.sources import (
     SCHEMA,
     FilesDataSource,
     FilesStreamReader,
     KafkaDataSource,
-    KafkaSplit,
     KafkaStreamReader,
-    close_split_consumers,
-    read_kafka_split,
     split_limit,
 )
 
@@ -100,62 +96,6 @@ def test_kafka_reader_starting_offsets(kafka_server, fresh_topic):
     spec.stop()
     with pytest.raises(SourceError, match="not subscribed"):
         KafkaStreamReader({**base, "startingOffsets": '{"other": {"0": 1}}'})
-
-
-class _CountingConsumers:
-    """Wraps ``sources.make_consumer``: the consumers made (with their settings) and every poll's records."""
-
-    def __init__(self, real):
-        self.real, self.made, self.polls = real, [], []
-
-    def __call__(self, options, **settings):
-        consumer = self.real(options, **settings)
-        self.made.append((consumer, settings))
-        poll = consumer.poll
-
-        def counted_poll(*args, **kwargs):
-            got = poll(*args, **kwargs)
-            self.polls.append([m.offset for records in got.values() for m in records])
-            return got
-
-        consumer.poll = counted_poll
-        return consumer
-
-
-def test_kafka_split_consumer_is_reused_across_splits_and_never_polls_past_the_end(
-    kafka_server, fresh_topic, monkeypatch
-):
-    """The read tasks of one executor process share a consumer per connection and partition (a new one per split
-    cost most of a small split's time); the poll that returns a split's last record is its last; a second consumer,
-    for another partition, takes the first one's probed API version; an abandoned read closes its consumer."""
-    topic = fresh_topic("src-reuse")
-    kafka_server.create_topic(topic, partitions=2)
-    _produce(kafka_server.bootstrap, topic, 12, 2)
-    opts = {"bootstrap.servers": kafka_server.bootstrap, "topic": topic}
-    close_split_consumers()
-    counting = _CountingConsumers(sources.make_consumer)
-    monkeypatch.setattr(sources, "make_consumer", counting)
-    try:
-        for start, end in ((0, 2), (2, 5), (5, 6), (1, 3)):  # partition 0's splits of four batches, one rewound
-            counting.polls.clear()
-            rows = [o for b in read_kafka_split(opts, KafkaSplit(topic, 0, start, end)) for o in b["offset"]]
-            assert [o.as_py() for o in rows] == list(range(start, end))
-            assert counting.polls[-1] and counting.polls[-1][-1] >= end - 1  # no poll after the last record
-        assert len(counting.made) == 1  # one consumer read all four splits
-        first = counting.made[0][0]
-
-        # Another partition: a consumer of its own, without a new API version probe.
-        two = read_kafka_split(opts, KafkaSplit(topic, 1, 0, 6), batch_rows=1)
-        assert next(two)["offset"][0].as_py() == 0
-        assert len(counting.made) == 2
-        second, settings = counting.made[1]
-        assert settings["api_version"] == first.config["api_version"] and "api_version" not in counting.made[0][1]
-        two.close()  # abandoned mid-split: closed, not kept
-        assert second._closed and not first._closed
-        assert sources._idle_consumers == {(sources._connection_key(opts), topic, 0): [first]}
-    finally:
-        close_split_consumers()
-    assert first._closed
 
 
 def test_kafka_reader_clear_errors_within_bound(kafka_server):
