@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -150,6 +151,7 @@ def main() -> None:
         print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
         spark.stop()
     finally:
+        shutil.rmtree(work, ignore_errors=True)
         if kafka is not None:
             kafka.stop()
 
