@@ -1,0 +1,160 @@
+"""The streaming job's read stage alone, per micro-batch: the event topic read by one source and routed as the job
+routes it (``kafka``: parsed and routed in its Python read tasks; ``kafka-native``: Spark's Kafka source, routed in
+Spark SQL), into Spark's ``noop`` sink, so a batch's ``addBatch`` time is its read stage. Local mode, 2 cores.
+
+    python bench/read_stage.py --source kafka-native --jit c1     # then --jit c2, interleaved, several times
+    python bench/read_stage.py --source kafka --bootstrap-servers HOST:PORT   # an existing broker
+
+Without ``--bootstrap-servers`` it starts a 1-broker Kafka (devtools/kafka_cluster.py). Two queries, one Spark
+session: ``--storms`` batches of a broker's fence (≈ ``--storm-partitions`` PartitionChangeRecords, published by
+Kafka's ConsoleProducer, one storm a batch), then ``--floor-batches`` batches of about one record per partition of
+the event topic (the floor). Prints each batch's rows and read stage (ms), then min / median of each query
+(the first storm batch, which starts the Python workers and compiles Spark's code, apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from consume_raw import JvmProducer
+
+from elrwatch.devtools.kafka_cluster import KafkaCluster
+from elrwatch.kafkaio.clients import create_topic
+from elrwatch.state.eventgen import EventGenerator
+from elrwatch.streaming.local.accelerators import QUICK_START_OPTIONS
+from elrwatch.streaming.route import route_in_jvm
+from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, read_stream
+
+SPARK_JARS = Path(__file__).resolve().parent.parent / ".tools" / "spark" / "jars"
+BUCKETS = 4
+
+
+def storm_lines(partitions: int, storm: int) -> list[bytes]:
+    """A broker's fence on a ``partitions``-partition cluster: ≈ ``storm`` PartitionChangeRecords + the fence."""
+    brokers = max(4, round(3 * partitions / storm))
+    topics = max(1, partitions // 10_000)
+    gen = EventGenerator(topics=topics, partitions=partitions // topics, brokers=brokers, seed=3)
+    for _ in gen.bootstrap():
+        pass
+    return list(gen.fence(1))
+
+
+def run_query(spark, source: str, options: dict[str, str], batches: int, checkpoint: str) -> list[tuple[int, int]]:
+    """(rows, addBatch ms) of each of the first ``batches`` non-empty micro-batches of a noop query."""
+    if source == "kafka":
+        events = read_stream(spark, source, {**options, ROUTE_BUCKETS_OPTION: str(BUCKETS)})
+    else:
+        events = route_in_jvm(read_stream(spark, source, options), BUCKETS)
+    query = (
+        events.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds")
+    )
+    running = query.start()
+    seen: list[tuple[int, int]] = []
+    try:
+        deadline = time.monotonic() + 1800
+        while len(seen) < batches:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(seen)} of {batches} batches in 1800 s")
+            if running.exception() is not None:
+                raise RuntimeError(str(running.exception()))
+            progress = [p for p in running.recentProgress if p["numInputRows"] > 0]
+            seen = [(p["numInputRows"], p["durationMs"].get("addBatch", 0)) for p in progress]
+            time.sleep(0.2)
+    finally:
+        running.stop()
+    return seen[:batches]
+
+
+def summary(label: str, batches: list[tuple[int, int]]) -> None:
+    for rows, ms in batches:
+        print(f"  {label}: {rows:>7,} routed rows, read stage {ms:>6,} ms", flush=True)
+    later = [ms for _, ms in batches[1:]] or [batches[0][1]]
+    print(f"{label}: min {min(later):,} ms, median {statistics.median(later):,.0f} ms", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", choices=("kafka", "kafka-native"), default="kafka-native")
+    ap.add_argument("--jit", choices=("c1", "c2"), default="c1", help="c1: the job's --jvm-quick-start")
+    ap.add_argument("--bootstrap-servers", help="an existing broker (default: start a 1-broker Kafka)")
+    ap.add_argument("--partitions", type=int, default=1_000_000, help="metadata partitions of the storm's cluster")
+    ap.add_argument("--storm-partitions", type=int, default=100_000)
+    ap.add_argument("--event-partitions", type=int, default=8, help="partitions of the event topic")
+    ap.add_argument("--storms", type=int, default=4)
+    ap.add_argument("--floor-batches", type=int, default=6)
+    args = ap.parse_args()
+
+    jars = sorted(glob.glob(str(SPARK_JARS / "*.jar")))
+    if args.source == "kafka-native" and not jars:
+        raise SystemExit(f"--source kafka-native needs Spark's Kafka connector in {SPARK_JARS} (make spark-jars)")
+    kafka = None
+    if args.bootstrap_servers is None:
+        kafka = KafkaCluster(brokers=1).start()
+    bootstrap = args.bootstrap_servers or kafka.bootstrap
+    work = f"/tmp/elrwatch-read-stage-{uuid.uuid4().hex[:8]}"
+    try:
+        lines = storm_lines(args.partitions, args.storm_partitions)
+        tag = uuid.uuid4().hex[:8]
+        storm_topic, floor_topic = f"read-stage-storm-{tag}", f"read-stage-floor-{tag}"
+        for topic in (storm_topic, floor_topic):
+            create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
+        for _ in range(args.storms):
+            JvmProducer(bootstrap, storm_topic).send(lines)
+        floor_records = args.event_partitions * args.floor_batches
+        JvmProducer(bootstrap, floor_topic).send(lines[:: max(1, len(lines) // floor_records)][:floor_records])
+
+        from pyspark.sql import SparkSession
+
+        java_options = QUICK_START_OPTIONS if args.jit == "c1" else ""
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.jars", ",".join(jars))
+            .config("spark.driver.extraJavaOptions", java_options)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(BUCKETS))
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        print(
+            f"{args.source}, JIT {args.jit}, {len(lines):,} records a storm, {args.event_partitions} event-topic "
+            f"partitions, load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        base = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
+        storms = run_query(
+            spark,
+            args.source,
+            {**base, "topic": storm_topic, "maxOffsetsPerTrigger": str(len(lines))},
+            args.storms,
+            f"{work}/storm",
+        )
+        summary("storm", storms)
+        floor = run_query(
+            spark,
+            args.source,
+            {**base, "topic": floor_topic, "maxOffsetsPerTrigger": str(args.event_partitions)},
+            args.floor_batches,
+            f"{work}/floor",
+        )
+        summary("floor", floor)
+        print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if kafka is not None:
+            kafka.stop()
+
+
+if __name__ == "__main__":
+    main()
