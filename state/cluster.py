@@ -425,21 +425,13 @@ class ClusterState:
             covered = self.snapshot_end_offset
             if covered is not None and offset < covered:
                 return Outcome.COVERED
-            if not self.recent_offsets:
-                self.recent_offsets = [-1] * RECENT_OFFSETS
-                self.recent_records = [None] * RECENT_OFFSETS
-            slot = offset % RECENT_OFFSETS
+            verdict = self.ring_check(record, offset)
+            if isinstance(verdict, RecordError):
+                return self._quarantine(record, verdict)
+            if not isinstance(verdict, int):
+                return verdict
+            slot = verdict
             applied_offset = offset
-            if self.recent_offsets[slot] == offset:
-                applied = self.recent_records[slot]
-                if (
-                    applied is not None
-                    and applied.type == record.type
-                    and applied.version == record.version
-                    and applied.data == record.data
-                ):
-                    return Outcome.DUPLICATE
-                return self._quarantine(record, self._offset_conflict(record, applied))
         handler = _HANDLERS.get(record.type)
         if handler is None:
             handler = _registered_handler(record.type)
@@ -450,6 +442,26 @@ class ClusterState:
             self.recent_offsets[slot] = applied_offset
             self.recent_records[slot] = record
         return result
+
+    def ring_check(self, record: Record, offset: int) -> int | Outcome | RecordError:
+        """The recent-offsets ring's verdict on a record at metadata ``offset``: the slot it takes once applied,
+        DUPLICATE (the same record was applied at that offset), or the conflict error (other content was: the
+        metadata log diverged)."""
+        if not self.recent_offsets:
+            self.recent_offsets = [-1] * RECENT_OFFSETS
+            self.recent_records = [None] * RECENT_OFFSETS
+        slot = offset % RECENT_OFFSETS
+        if self.recent_offsets[slot] == offset:
+            applied = self.recent_records[slot]
+            if (
+                applied is not None
+                and applied.type == record.type
+                and applied.version == record.version
+                and applied.data == record.data
+            ):
+                return Outcome.DUPLICATE
+            return self._offset_conflict(record, applied)
+        return slot
 
     def _quarantine(self, record: Record, error: RecordError) -> Outcome:
         self.last_error = error

@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
-import orjson
 
 from elrwatch.state import columnar_elections, records
 from elrwatch.state.cluster import (
     ELR_FEATURE,
     MIN_ISR,
-    RECENT_OFFSETS,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     UNCLEAN_ENABLE,
@@ -432,31 +430,11 @@ class ColumnarState:
         covered = core.snapshot_end_offset
         if covered is not None and offset < covered:
             return Outcome.COVERED
-        if not core.recent_offsets:
-            core.recent_offsets = [-1] * RECENT_OFFSETS
-            core.recent_records = [None] * RECENT_OFFSETS
-        slot = offset % RECENT_OFFSETS
-        if core.recent_offsets[slot] == offset:
-            applied = core.recent_records[slot]
-            if (
-                applied is not None
-                and applied.type == record.type
-                and applied.version == record.version
-                and applied.data == record.data
-            ):
-                return Outcome.DUPLICATE
-            self._error(
-                record,
-                "conflict",
-                "offset",
-                f"metadata offset {record.offset} was already applied with other content: the metadata log "
-                "diverged (records above the high watermark are truncated when the quorum leader changes); the "
-                "state may hold records of the abandoned branch",
-            )
-            if applied is not None:
-                self.last_error.applied = orjson.dumps(applied.envelope()).decode()
+        verdict = core.ring_check(record, offset)
+        if isinstance(verdict, RecordError):
+            self.last_error = verdict
             return Outcome.QUARANTINED
-        return slot
+        return verdict
 
     def _unknown_topic(self, record: Record) -> Outcome:
         topic_id = record.data["topicId"]

@@ -35,6 +35,14 @@ from elrwatch.state.simulator import SCENARIOS, simulate
 
 DATA = Path(__file__).parent / "data" / "real-kafka"
 REAL = sorted(p.parent.name for p in DATA.glob("*/metadata.dump"))
+#: Kafka's dump-log files read as one stream: a snapshot then segments, records the snapshot covers, a gap, and
+#: undecodable records.
+DUMP_FORMATS = [
+    ("snapshot.dump", "segments.dump"),
+    ("snapshot-skip-metadata.dump", "segments-skip-metadata.dump"),
+    ("snapshot.dump", "tail-segment.dump"),
+    ("undecodable.dump",),
+]
 SIM_SHAPE = {"brokers": 6, "topics": 2, "partitions": 5, "replication_factor": 3, "min_isr": 2}
 #: Partition fields not compared (none: the last leader change kind included).
 NOT_COMPARED: frozenset[str] = frozenset()
@@ -296,15 +304,7 @@ def test_real_kafka_logs(scenario: str) -> None:
         assert result.records > 0
 
 
-@pytest.mark.parametrize(
-    "names",
-    [
-        ("snapshot.dump", "segments.dump"),
-        ("snapshot-skip-metadata.dump", "segments-skip-metadata.dump"),
-        ("snapshot.dump", "tail-segment.dump"),
-        ("undecodable.dump",),
-    ],
-)
+@pytest.mark.parametrize("names", DUMP_FORMATS)
 def test_real_kafka_dump_formats(names: tuple[str, ...]) -> None:
     """Kafka's dump-log output read as one stream: a snapshot, then segments (records the snapshot covers, a gap,
     undecodable records)."""

@@ -86,15 +86,7 @@ def test_real_kafka_logs(compared: _Compared, scenario: str) -> None:
     base.test_real_kafka_logs(scenario)
 
 
-@pytest.mark.parametrize(
-    "names",
-    [
-        ("snapshot.dump", "segments.dump"),
-        ("snapshot-skip-metadata.dump", "segments-skip-metadata.dump"),
-        ("snapshot.dump", "tail-segment.dump"),
-        ("undecodable.dump",),
-    ],
-)
+@pytest.mark.parametrize("names", base.DUMP_FORMATS)
 def test_real_kafka_dump_formats(compared: _Compared, names: tuple[str, ...]) -> None:
     base.test_real_kafka_dump_formats(names)
 
