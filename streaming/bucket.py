@@ -90,6 +90,34 @@ def _remember(
     cache[bucket] = (token, bs)
 
 
+def load_row(
+    blob: bytes,
+    snapshots: SnapshotDir | None,
+    bucket: int,
+    buckets: int,
+    engine: str = DEFAULT_ENGINE,
+    stale: BucketState | None = None,
+) -> BucketState:
+    """The bucket's state from its state row with ``engine`` (`BucketState.from_row` or the columnar one); the
+    other engine's row is a one-line `SnapshotError`."""
+    if engine == "columnar":
+        return ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale)
+    if blob[:1] == ROW_TAG:
+        raise SnapshotError(
+            f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects"
+        )
+    with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
+        bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
+    keep_out_of_gc()  # long-lived
+    return bs
+
+
+def index_kept_state(bs: BucketState) -> None:
+    """Prepare a state kept for the next batches: its first broker change must not scan it all (object core)."""
+    if not isinstance(bs, ColumnarBucketState):
+        bs.cluster.index_brokers()
+
+
 def _load_bucket(
     bucket: int,
     buckets: int,
@@ -110,16 +138,7 @@ def _load_bucket(
             return cached[1], "hit"
         stale = cached[1] if cached is not None else None
         del cached
-        if columnar:
-            bs = ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale)
-            return bs, "catch-up" if bs.caught_up else "miss"
-        if blob[:1] == ROW_TAG:
-            raise SnapshotError(
-                f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects"
-            )
-        with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
-            bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
-        keep_out_of_gc()  # long-lived
+        bs = load_row(blob, snapshots, bucket, buckets, engine, stale)
         return bs, "catch-up" if bs.caught_up else "miss"
     cache.pop(bucket, None)
     if columnar:
@@ -360,8 +379,8 @@ def run_bucket(
         }
         bodies = encode_payload(payload)
         del payload
-        if settings.use_cache and not isinstance(bs, ColumnarBucketState):
-            bs.cluster.index_brokers()  # a state kept for the next batches: its first broker change must not scan it
+        if settings.use_cache:
+            index_kept_state(bs)
     keep_out_of_gc(collect_first=True)  # the batch's cycles (young objects only: the state is frozen), then freeze
     trim_after_big_batch(n_rows, collect_first=False)
     return token, blob, bodies
