@@ -12,6 +12,7 @@ Two workloads: ``churn`` (the throughput phase of bench/streaming.py: 10k partit
 moves per batch) and ``storm`` (a broker fenced on a cluster of ``--partitions``: ~``--storm-partitions`` changes).
 
 Run: python bench/batch_stages.py [--events 100000] [--partitions 1000000] [--storm-partitions 100000] [--buckets 4]
+[--engine objects,columnar] (each state engine in turn, the slowest bucket's stage and its ratio)
 """
 
 from __future__ import annotations
@@ -116,16 +117,19 @@ def route_as_jvm(lines: list[bytes], buckets: int, first_offset: int = 0) -> Any
     )
 
 
-def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, routing: str = "python") -> None:
+def one_batch(
+    name: str, warm: list[bytes], batch: list[bytes], buckets: int, routing: str = "python", engine: str = "objects"
+) -> float:
     """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``; ``routing``: python
     (the Python sources: parse + route in the read task) or jvm (kafka-native: routed in Spark SQL, parsed in the
-    bucket)."""
+    bucket); ``engine``: the state engine (`StateSettings.engine`). The bucket stage (apply + payload + rows file)
+    of the slowest bucket."""
     print(
         f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core, "
-        f"{routing} routing)"
+        f"{routing} routing, {engine} state engine)"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        settings = StateSettings(buckets=buckets, state_dir=tmp)
+        settings = StateSettings(buckets=buckets, state_dir=tmp, engine=engine)
         cache: dict[int, Any] = {}
         rows: dict[int, tuple[str, bytes]] = {}
         table = route_all(warm, buckets).to_pandas()
@@ -163,6 +167,7 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
         rows_dir = os.path.join(tmp, "rows")
         apply_s = payload_s = inline_s = files_s = save_s = 0.0
         applied = 0
+        per_bucket: dict[int, float] = {}  # the bucket stage: apply + payload + rows file (+ head)
         for bucket, bucket_rows in ordered.items():
             token, bs = cache[int(bucket)]
             gc.disable()
@@ -183,6 +188,7 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             bs.to_row(settings.snapshots(), int(bucket), token, settings.delta_max_records)
             t6 = time.perf_counter()
             gc.enable()
+            per_bucket[int(bucket)] = (t1 - t0) + (t2 - t1) + (t5 - t4)
             apply_s += t1 - t0
             payload_s += t2 - t1
             inline_s += t4 - t3
@@ -190,6 +196,10 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             save_s += t6 - t5
         n = len(batch)
         print(f"  ({applied:,} records applied, {sum(len(r) for r in ordered.values()):,} rows in the buckets)")
+        stage = ", ".join(f"{b}: {t:.3f} s" for b, t in sorted(per_bucket.items()))
+        print(
+            f"  bucket stage (apply + payload + rows file) per bucket: {stage}; slowest {max(per_bucket.values()):.3f} s"
+        )
         for label, took in (
             ("apply (every bucket in turn; jvm routing: parse included)", apply_s),
             ("changed partitions -> payload (documents, transitions)", payload_s),
@@ -227,6 +237,15 @@ def one_batch(name: str, warm: list[bytes], batch: list[bytes], buckets: int, ro
             f"-> {n / total:,.0f} events/s on one core",
             flush=True,
         )
+        return max(per_bucket.values())
+
+
+def _compare(name: str, engines: list[str], run: Callable[[str], float]) -> None:
+    """Run each engine; print the slowest bucket's stage per engine and each one's ratio to the first."""
+    slowest = {engine: run(engine) for engine in engines}
+    first = engines[0]
+    for engine, took in slowest.items():
+        print(f"{name}: slowest bucket stage, {engine}: {took:.3f} s, ratio to {first}: {took / slowest[first]:.3f}")
 
 
 def main() -> None:
@@ -239,7 +258,9 @@ def main() -> None:
     parser.add_argument(
         "--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)"
     )
+    parser.add_argument("--engine", default="objects", help="state engines to compare, e.g. objects,columnar")
     args = parser.parse_args()
+    engines = args.engine.split(",")
     print(f"python {sys.version.split()[0]}; one process")
     workloads = set(args.workloads.split(","))
     if "churn" in workloads:
@@ -247,7 +268,11 @@ def main() -> None:
         warm = list(gen.bootstrap()) + list(gen.churn(args.events))
         batch = list(gen.churn(args.events))
         for routing in args.routing.split(","):
-            one_batch("churn (bench/streaming.py's throughput phase)", warm, batch, 2, routing)
+            _compare(
+                f"churn, {routing} routing",
+                engines,
+                lambda e, r=routing: one_batch("churn (bench/streaming.py's throughput phase)", warm, batch, 2, r, e),
+            )
     if "storm" in workloads:
         brokers = max(4, round(3 * args.partitions / args.storm_partitions))
         topics = max(1, args.partitions // 10_000)
@@ -255,7 +280,13 @@ def main() -> None:
         warm = list(gen.bootstrap())
         batch = list(gen.fence(0))
         for routing in args.routing.split(","):
-            one_batch("storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, routing)
+            _compare(
+                f"storm, {routing} routing",
+                engines,
+                lambda e, r=routing: one_batch(
+                    "storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, r, e
+                ),
+            )
 
 
 if __name__ == "__main__":

@@ -185,6 +185,14 @@ StateMode = Annotated[
         "blob: each bucket's whole state in Spark's state (no shared filesystem needed, slower).",
     ),
 ]
+StateEngine = Annotated[
+    str,
+    option(
+        "--state-engine",
+        "objects: each bucket holds the object core (the default); columnar: the columnar apply engine, under "
+        "evaluation (needs --state-mode snapshot; a checkpoint keeps the engine it was started with).",
+    ),
+]
 StateDir = Annotated[
     str | None,
     option(
@@ -404,6 +412,7 @@ JOB_OPTIONS = OptionGroup(
         Opt("state_cache", StateCache, JOB.state_cache),
         Opt("state_mode", StateMode, JOB.state_mode),
         Opt("state_dir", StateDir, JOB.state_dir),
+        Opt("state_engine", StateEngine, JOB.state_engine),
         Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
         Opt("state_tasks", StateTasks, JOB.state_tasks),
         ("local", LOCAL_TUNING),

@@ -25,12 +25,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from elrwatch.state import report
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges, shared_gauges
 from elrwatch.state.partition_row import partition_row
 from elrwatch.state.records import Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
+from elrwatch.streaming import columnar_bucket
+from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE, ROW_TAG, ColumnarBucketState
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
 from elrwatch.streaming.payload import encode_payload, write_rows_file
 from elrwatch.streaming.route import (
@@ -42,7 +46,7 @@ from elrwatch.streaming.route import (
     decode_record,
     encode_record,
 )
-from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir
+from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir, SnapshotError
 
 #: The environment variable that puts the state function's Python workers in a pool of their own (see
 #: `query.build_query`); the local warm-ups (``local/warm.py``) keep that pool alive too.
@@ -60,6 +64,7 @@ class StateSettings:
     state_dir: str | None = None
     delta_max_records: int = DELTA_MAX_RECORDS
     rows_dir: str | None = None  # the job's rows files (`payload.write_rows_file`); None: the rows go in the output
+    engine: str = DEFAULT_ENGINE  # "objects": a ClusterState per bucket; "columnar": `columnar_bucket` (evaluation)
 
     def snapshots(self) -> SnapshotDir | None:
         return SnapshotDir(self.state_dir) if self.state_dir else None
@@ -85,6 +90,34 @@ def _remember(
     cache[bucket] = (token, bs)
 
 
+def load_row(
+    blob: bytes,
+    snapshots: SnapshotDir | None,
+    bucket: int,
+    buckets: int,
+    engine: str = DEFAULT_ENGINE,
+    stale: BucketState | None = None,
+) -> BucketState:
+    """The bucket's state from its state row with ``engine`` (`BucketState.from_row` or the columnar one); the
+    other engine's row is a one-line `SnapshotError`."""
+    if engine == "columnar":
+        return ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale)
+    if blob[:1] == ROW_TAG:
+        raise SnapshotError(
+            f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects"
+        )
+    with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
+        bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
+    keep_out_of_gc()  # long-lived
+    return bs
+
+
+def index_kept_state(bs: BucketState) -> None:
+    """Prepare a state kept for the next batches: its first broker change must not scan it all (object core)."""
+    if not isinstance(bs, ColumnarBucketState):
+        bs.cluster.index_brokers()
+
+
 def _load_bucket(
     bucket: int,
     buckets: int,
@@ -93,9 +126,11 @@ def _load_bucket(
     use_cache: bool,
     snapshots: SnapshotDir | None,
     cache: dict[int, tuple[str, BucketState]],
+    engine: str = DEFAULT_ENGINE,
 ) -> tuple[BucketState, str]:
     """(the bucket's state, how it was loaded: "hit" from this process's cache, "catch-up" of a stale cached
     state, "miss": from the row alone). ``row``: the (token, blob) of the bucket's Spark state, None if none."""
+    columnar = engine == "columnar"
     if row is not None:
         token, blob = row
         cached = cache.pop(bucket, None) if use_cache else None
@@ -103,11 +138,11 @@ def _load_bucket(
             return cached[1], "hit"
         stale = cached[1] if cached is not None else None
         del cached
-        with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
-            bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
-        keep_out_of_gc()  # long-lived
+        bs = load_row(blob, snapshots, bucket, buckets, engine, stale)
         return bs, "catch-up" if bs.caught_up else "miss"
     cache.pop(bucket, None)
+    if columnar:
+        return ColumnarBucketState.new(bucket, buckets, default_min_isr), "miss"
     cluster = ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
     return BucketState(cluster, PipelineCounts(), {}), "miss"
 
@@ -154,10 +189,44 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
     applied by each bucket only as far as it owns it (a partition record of another bucket is passed over), and
     what is not a record is reported by bucket 0; a line placed in this bucket (``J``) is reported here.
     """
-    cluster, counts = bs.cluster, bs.counts
     quarantined: list[dict[str, Any]] = []
-    loads = pickle.loads
+    records = _records(bucket, buckets, rows, bs.counts, quarantined)
+    if isinstance(bs, ColumnarBucketState):
+        columnar_bucket.apply_records(bucket, buckets, records, bs, quarantined)
+        return quarantined
+    cluster, counts = bs.cluster, bs.counts
     journal = bs.journal.append
+    for rec, record in records:
+        journal(rec)
+        reports = reporter(record.type, record.data, buckets) == bucket
+        outcome = cluster.apply(record)
+        if not reports:
+            continue
+        counts.events_by_type[record.type] += 1
+        if record.timestamp_ms is not None and (
+            counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
+        ):
+            counts.last_event_ms = record.timestamp_ms
+        if outcome is Outcome.APPLIED:
+            counts.applied += 1
+        elif outcome is Outcome.DUPLICATE:
+            counts.duplicates += 1
+        elif outcome is Outcome.QUARANTINED:
+            error = cluster.last_error
+            if error is not None:
+                if not error.raw:
+                    error.raw = orjson.dumps(record.envelope()).decode()
+                counts.quarantined_by_reason[error.reason] += 1
+                quarantined.append(error.to_dict())
+    return quarantined
+
+
+def _records(
+    bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
+) -> Iterator[tuple[bytes, Record]]:
+    """The records of ``rows`` this bucket applies, in order, as (encoded, record); what is not one (bad lines,
+    skipped types, errors, records of another bucket) is counted and quarantined here as `apply_rows` says."""
+    loads = pickle.loads
 
     def report_error(error: Any) -> None:
         counts.events_by_type[error.type or "invalid"] += 1
@@ -205,36 +274,15 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
         else:
             counts.ignored_lines += 1
             continue
-        journal(rec)
-        reports = reporter(record.type, record.data, buckets) == bucket
-        outcome = cluster.apply(record)
-        if not reports:
-            continue
-        counts.events_by_type[record.type] += 1
-        if record.timestamp_ms is not None and (
-            counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
-        ):
-            counts.last_event_ms = record.timestamp_ms
-        if outcome is Outcome.APPLIED:
-            counts.applied += 1
-        elif outcome is Outcome.DUPLICATE:
-            counts.duplicates += 1
-        elif outcome is Outcome.QUARANTINED:
-            error = cluster.last_error
-            if error is not None:
-                if not error.raw:
-                    import orjson
-
-                    error.raw = orjson.dumps(record.envelope()).decode()
-                counts.quarantined_by_reason[error.reason] += 1
-                quarantined.append(error.to_dict())
-    return quarantined
+        yield rec, record
 
 
 def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
     """The bucket's output after a batch: what changed since the last drain (partition rows, removals,
     transitions, violations, topic documents whose owned partition count changed), its gauges and counts; bucket
     0 adds the shared gauges, the changed brokers and the cluster document."""
+    if isinstance(bs, ColumnarBucketState):
+        return columnar_bucket.payload(bucket, bs, quarantined)
     cluster, counts = bs.cluster, bs.counts
     changes = cluster.drain_changes()
     rows_out = []
@@ -303,7 +351,7 @@ def run_bucket(
     snapshots = settings.snapshots()
     started = time.perf_counter()
     bs, how = _load_bucket(
-        bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache
+        bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache, settings.engine
     )
     loaded = time.perf_counter()
     with gc_paused():  # a storm's 25k documents per bucket allocate ~1M young objects, none in cycles
@@ -331,8 +379,8 @@ def run_bucket(
         }
         bodies = encode_payload(payload)
         del payload
-        if settings.use_cache:  # a state kept for the next batches: its first broker change must not scan it all
-            bs.cluster.index_brokers()
+        if settings.use_cache:
+            index_kept_state(bs)
     keep_out_of_gc(collect_first=True)  # the batch's cycles (young objects only: the state is frozen), then freeze
     trim_after_big_batch(n_rows, collect_first=False)
     return token, blob, bodies
@@ -361,6 +409,7 @@ def make_state_function(
     bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
     if settings.state_mode == "snapshot" and settings.snapshots() is None:
         raise ValueError("snapshot state mode needs a state directory")
+    columnar_bucket.check_engine(settings.engine, settings.state_mode)
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd

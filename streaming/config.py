@@ -15,6 +15,7 @@ from typing import Any
 from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.store.urls import DEFAULT_URL, mask_url
 from elrwatch.streaming.bucket import StateSettings
+from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE, check_engine
 from elrwatch.streaming.local.tuning import LocalTuning
 from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, STATE_MODES
 
@@ -68,6 +69,7 @@ class JobConfig:
     state_mode: str = DEFAULT_STATE_MODE  # snapshot: snapshot files + delta in the state row; blob: the whole state
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
+    state_engine: str = DEFAULT_ENGINE  # objects (ClusterState per bucket) or columnar (under evaluation)
     state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: see state_tasks()
     local: LocalTuning = field(default_factory=LocalTuning)  # the local-mode accelerators' knobs
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
@@ -106,6 +108,7 @@ class JobConfig:
 
     def state_settings(self) -> StateSettings:
         """The state stage's settings of this job."""
+        check_engine(self.state_engine, self.state_mode)
         return StateSettings(
             self.buckets,
             self.default_min_isr,
@@ -114,6 +117,7 @@ class JobConfig:
             self.snapshot_dir(),
             self.state_delta_max_records,
             self.rows_dir(),
+            self.state_engine,
         )
 
     def source_options(self) -> dict[str, str]:

@@ -378,7 +378,13 @@ def _run_query(
     connector: ConnectorJars | None = None,
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
-    log.info("starting Spark (store %s, checkpoint %s, core %s)", store.masked_url, config.checkpoint, core_build())
+    log.info(
+        "starting Spark (store %s, checkpoint %s, state engine %s, core %s)",
+        store.masked_url,
+        config.checkpoint,
+        config.state_engine,
+        core_build(),
+    )
     accelerators.prepare_jvm()
     spark = build_spark(config, accelerators, connector)
     master = spark.sparkContext.master

@@ -69,9 +69,11 @@ def _payload(bodies: list[bytes]) -> tuple[dict, str]:
     return head, timing["cache"]
 
 
-@pytest.fixture
-def settings(tmp_path):
-    return bucket_module.StateSettings(3, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
+@pytest.fixture(params=["objects", "columnar"])
+def settings(tmp_path, request):
+    return bucket_module.StateSettings(
+        3, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50, engine=request.param
+    )
 
 
 def _service(settings, lanes=2):

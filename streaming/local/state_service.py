@@ -40,7 +40,7 @@ from dataclasses import asdict
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 
-from elrwatch.streaming.bucket import StateSettings, run_bucket
+from elrwatch.streaming.bucket import StateSettings, index_kept_state, load_row, run_bucket
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc
 from elrwatch.streaming.priority import lower_current_thread_priority
 from elrwatch.streaming.route import lane_of
@@ -138,13 +138,13 @@ def _preload(
             with open(path, "rb") as fh:
                 token, blob = marshal.loads(fh.read())
             started = time.perf_counter()
-            bs = BucketState.from_row(blob, snapshots, bucket, settings.buckets)
+            bs = load_row(blob, snapshots, bucket, settings.buckets, settings.engine)
         except FileNotFoundError:
             continue
         except (SnapshotError, ValueError, EOFError, TypeError) as exc:
             log.warning("lane %d: bucket %d not preloaded (%s); it loads from Spark's state", lane, bucket, exc)
             continue
-        bs.cluster.index_brokers()  # as run_bucket leaves a cached state (a storm's fence record needs it)
+        index_kept_state(bs)  # as run_bucket leaves a cached state (a storm's fence record needs it)
         cache[bucket] = (token, bs)
         log.info("lane %d: bucket %d preloaded in %.1fs", lane, bucket, time.perf_counter() - started)
 

@@ -1,0 +1,258 @@
+"""The state stage with the columnar engine (``--state-engine columnar``, under evaluation): a bucket holds an
+`AuditedColumnarState` instead of a ``ClusterState``.
+
+`apply_records` applies the records `bucket.apply_rows` gathers (same parsing, ownership and conflict rules) with
+``apply_batch``, in log order, and counts the pipeline counts from the outcomes with the same reporting rule;
+`payload` builds the same payload as `bucket.bucket_payload` from `columnar_output`. `ColumnarBucketState` keeps
+the engine between batches in snapshot mode: an Arrow IPC snapshot (`columnar_snapshot`, memory-mapped on load)
+named by the state token in the `SnapshotDir`, plus the delta of records applied since, in the state row. Blob
+mode is refused.
+
+No Spark import.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import pickle
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from elrwatch.state import columnar_output, columnar_snapshot, report
+from elrwatch.state.cluster import Outcome
+from elrwatch.state.columnar_audit import AuditedColumnarState
+from elrwatch.state.gauges import PipelineCounts, encode_gauges, shared_gauges
+from elrwatch.state.records import Record
+from elrwatch.state.routing import reporter
+from elrwatch.streaming.route import decode_record
+from elrwatch.streaming.snapshots import DELTA_MAX_BYTES, DELTA_MAX_RECORDS, BucketState, SnapshotDir, SnapshotError
+
+ENGINES = ("objects", "columnar")
+DEFAULT_ENGINE = "objects"
+#: A columnar state row starts with this byte (an object engine's snapshot row with ``S``, a blob otherwise).
+ROW_TAG = b"C"
+#: Records per ``apply_batch`` call (log order kept across calls): bounds the per-call lists.
+CHUNK = 1 << 18
+
+
+def check_engine(engine: str, state_mode: str) -> None:
+    """A one-line ValueError for an unknown engine or the columnar engine in blob mode."""
+    if engine not in ENGINES:
+        raise ValueError(f"--state-engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "columnar" and state_mode != "snapshot":
+        raise ValueError("--state-engine columnar needs --state-mode snapshot (blob mode is not supported)")
+
+
+def _replay(engine: AuditedColumnarState, chunks: list[bytes]) -> None:
+    """Apply journal chunks (records emitted when first applied) and forget what they changed."""
+    records: list[Record] = []
+    for chunk in chunks:
+        records.extend(decode_record(rec) for rec in marshal.loads(zlib.decompress(chunk)))
+        if len(records) >= CHUNK:
+            engine.apply_batch(records)
+            records = []
+    if records:
+        engine.apply_batch(records)
+    columnar_output.drain(engine)
+    engine.quarantined = []
+
+
+class ColumnarBucketState(BucketState):
+    """A bucket's `AuditedColumnarState` (in ``cluster``), its counts and emitted topic counts (snapshot mode)."""
+
+    __slots__ = ()
+
+    def to_blob(self) -> bytes:
+        raise ValueError("--state-engine columnar needs --state-mode snapshot (blob mode is not supported)")
+
+    def to_row(
+        self,
+        snapshots: SnapshotDir,
+        bucket: int,
+        token: str,
+        max_records: int = DELTA_MAX_RECORDS,
+        max_bytes: int = DELTA_MAX_BYTES,
+    ) -> bytes:
+        """Append this batch's records to the delta, or write a new Arrow snapshot when it is big."""
+        journal, self.journal = self.journal, []
+        if journal:
+            chunk = zlib.compress(marshal.dumps(journal), 1)
+            self.delta.append(chunk)
+            self.delta_rows += len(journal)
+            self.delta_bytes += len(chunk)
+        if self.must_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
+            name = SnapshotDir.name(self.run, bucket, token)
+            os.makedirs(snapshots.path, exist_ok=True)
+            columnar_snapshot.save(self.cluster, os.path.join(snapshots.path, name))
+            snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
+            self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
+            self.must_snapshot = False
+        return ROW_TAG + pickle.dumps(
+            {
+                "run": self.run,
+                "snapshot": self.snapshot,
+                "minIsr": self.cluster.core.default_min_isr,
+                "delta": self.delta,
+                "deltaRows": self.delta_rows,
+                "deltaBytes": self.delta_bytes,
+                "counts": self.counts,
+                "emitted": self.emitted_topic_counts,
+            },
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+
+    @classmethod
+    def new(cls, bucket: int, buckets: int, default_min_isr: int) -> ColumnarBucketState:
+        """An empty bucket."""
+        return cls(
+            AuditedColumnarState(default_min_isr=default_min_isr, bucket=(bucket, buckets)), PipelineCounts(), {}
+        )
+
+    @classmethod
+    def from_row(  # type: ignore[override]
+        cls,
+        row: bytes,
+        snapshots: SnapshotDir | None,
+        bucket: int,
+        buckets: int,
+        stale: BucketState | None = None,
+    ) -> ColumnarBucketState:
+        """The bucket of a columnar state row: its snapshot loaded memory-mapped, the delta replayed (only the
+        newer chunks on a cached ``stale`` state the row extends)."""
+        if row[:1] != ROW_TAG:
+            raise SnapshotError(
+                f"bucket {bucket}: the checkpoint's state was written by --state-engine objects, not columnar"
+            )
+        data = pickle.loads(row[1:])
+        name = data["snapshot"]
+        delta = data["delta"]
+        if isinstance(stale, ColumnarBucketState) and stale.catches_up_to(data):
+            engine = stale.cluster
+            chunks = delta[len(stale.delta) :]
+        else:
+            stale = None
+            if name is None:
+                engine = AuditedColumnarState(default_min_isr=data["minIsr"], bucket=(bucket, buckets))
+            elif snapshots is None:
+                raise SnapshotError(
+                    f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed"
+                )
+            else:
+                path = os.path.join(snapshots.path, name)
+                if not os.path.exists(path):
+                    raise SnapshotError(
+                        f"bucket {bucket}: snapshot {path} referenced by the checkpoint is missing (--state-dir "
+                        "must be the same directory, shared by every executor, for the life of the checkpoint)"
+                    )
+                try:
+                    engine = columnar_snapshot.load(path, AuditedColumnarState)
+                except columnar_snapshot.SnapshotError as exc:
+                    raise SnapshotError(f"bucket {bucket}: {exc}") from None
+            chunks = delta
+        _replay(engine, chunks)
+        bs = cls(engine, data["counts"], data["emitted"])
+        bs.run, bs.snapshot, bs.delta = data["run"], name, delta
+        bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
+        bs.caught_up = stale is not None
+        return bs
+
+
+def apply_records(
+    bucket: int,
+    buckets: int,
+    records: Iterator[tuple[bytes, Record]],
+    bs: BucketState,
+    quarantined: list[Any],
+) -> None:
+    """Apply ``records`` ((encoded, record), in log order, this bucket's to apply) with ``apply_batch``: journal
+    them and count what this bucket reports. ``quarantined`` (appended to while ``records`` is consumed) gets each
+    reported quarantined record in its place in the log order."""
+    engine: AuditedColumnarState = bs.cluster
+    counts = bs.counts
+    journal = bs.journal.append
+    pending: list[Record] = []
+    slots: list[int] = []  # per pending record: its place in ``quarantined`` when it reports, else -1
+
+    def flush() -> None:
+        outcomes, errors = engine.apply_batch(pending)
+        for record, slot, outcome, error in zip(pending, slots, outcomes, errors, strict=True):
+            if slot < 0:
+                continue
+            if outcome is Outcome.APPLIED:
+                counts.applied += 1
+            elif outcome is Outcome.DUPLICATE:
+                counts.duplicates += 1
+            elif outcome is Outcome.QUARANTINED and error is not None:
+                if not error.raw:
+                    error.raw = orjson.dumps(record.envelope()).decode()
+                counts.quarantined_by_reason[error.reason] += 1
+                quarantined[slot] = error.to_dict()
+        pending.clear()
+        slots.clear()
+
+    for rec, record in records:
+        journal(rec)
+        pending.append(record)
+        if reporter(record.type, record.data, buckets) == bucket:
+            counts.events_by_type[record.type] += 1
+            if record.timestamp_ms is not None and (
+                counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
+            ):
+                counts.last_event_ms = record.timestamp_ms
+            slots.append(len(quarantined))
+            quarantined.append(None)
+        else:
+            slots.append(-1)
+        if len(pending) >= CHUNK:
+            flush()
+    if pending:
+        flush()
+    engine.quarantined = []  # reported above, in the payload (the core's drain forgets its own too)
+    quarantined[:] = [q for q in quarantined if q is not None]
+
+
+def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
+    """`bucket.bucket_payload` of a columnar bucket, from `columnar_output`."""
+    engine: AuditedColumnarState = bs.cluster
+    counts = bs.counts
+    own = engine.partition_violations
+
+    def kinds(topic_id: str, partition_id: int) -> list[str]:
+        return [v.kind for v in own(topic_id, partition_id)]
+
+    out = columnar_output.drain(engine, kinds)
+    violations = []
+    for row in out.partitions:
+        for v in own(row[0], row[1]):
+            violations.append({"topic": row[2], "topicId": row[0], "partitionId": row[1], **v.to_dict()})
+    topics = columnar_output.topic_documents(engine, out, bs.emitted_topic_counts)
+    result: dict[str, Any] = {
+        "bucket": bucket,
+        "partitions": out.partitions,
+        "removed": out.removed,
+        "transitions": [t.to_dict() for t in out.transitions],
+        "quarantined": quarantined,
+        "violations": violations,
+        "topics": topics,
+        "removedTopics": out.removed_topics,
+        "gauges": encode_gauges(columnar_output.partition_gauges(engine)),
+        "counts": {
+            "eventsByType": dict(counts.events_by_type),
+            "quarantinedByReason": dict(counts.quarantined_by_reason),
+            "duplicates": counts.duplicates,
+            "skippedByType": dict(counts.skipped_by_type),
+            "ignoredLines": counts.ignored_lines,
+            "applied": counts.applied,
+            "lastEventMs": counts.last_event_ms,
+        },
+    }
+    if bucket == 0:
+        core = engine.core
+        result["shared"] = encode_gauges(shared_gauges(core))
+        result["brokers"] = [report.broker_doc(b) for b in out.brokers]
+        result["cluster"] = report.cluster_doc(core)
+    return result

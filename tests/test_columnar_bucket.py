@@ -1,0 +1,186 @@
+"""The state stage with the columnar engine (``--state-engine columnar``) against the object engine, at the bucket
+level: the same routed rows through `bucket.run_bucket`, batch after batch, restarts from the state row in between,
+give equal payloads."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from elrwatch.state.eventgen import scenario
+from elrwatch.state.records import Record, parse_line
+from elrwatch.state.routing import ALL_BUCKETS, targets
+from elrwatch.streaming import bucket as bucket_module
+from elrwatch.streaming import payload as payload_module
+from elrwatch.streaming import route
+from elrwatch.streaming.columnar_bucket import check_engine
+from elrwatch.streaming.config import JobConfig
+from elrwatch.streaming.snapshots import SnapshotError
+
+BUCKETS = 3
+
+
+def _lines() -> list[str]:
+    """A scenario with faults: a bad line, quarantined records, a violation, duplicates and a re-sent range."""
+    events = [json.loads(x) for x in scenario(3, 10, 4, steps=24, churn=150, seed=11)]
+    topic = next(e["data"] for e in events if e["type"] == "PARTITION_RECORD" and e["data"]["partitionId"] == 1)
+    tid = topic["topicId"]
+    faults = [
+        (40, {"type": "PARTITION_CHANGE_RECORD", "version": 2, "data": {"partitionId": 1, "topicId": "X" * 22}}),
+        (80, {"type": "PARTITION_CHANGE_RECORD", "version": 2, "data": {"partitionId": 1, "topicId": tid, "isr": []}}),
+        (
+            120,
+            {
+                "type": "PARTITION_CHANGE_RECORD",
+                "version": 2,
+                "data": {
+                    "partitionId": 1,
+                    "topicId": tid,
+                    "isr": [topic["replicas"][0]],
+                    "leader": topic["replicas"][1],
+                },
+            },
+        ),
+        (300, {"type": "PARTITION_RECORD", "version": 2, "data": {"partitionId": 2, "topicId": tid, "replicas": "x"}}),
+    ]
+    for at, event in reversed(faults):
+        events.insert(at, event)
+    for i, event in enumerate(events):
+        event["offset"], event["timestamp"] = i, 1_732_100_000_000 + i
+    lines = [json.dumps(e, separators=(",", ":")) for e in events]
+    lines.insert(9, "not json")
+    lines.insert(200, lines[150])  # a duplicate
+    lines[400:400] = lines[330:360]  # a re-sent range
+    return lines
+
+
+def _python_routed(lines: list[str]) -> dict[int, list[bucket_module.Row]]:
+    n = len(lines)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(lines),
+            pa.array(["ev"] * n),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
+        ],
+        names=["value", "topic", "partition", "offset", "timestamp"],
+    )
+    routed = pa.Table.from_batches(list(route.route_batches(iter([batch]), BUCKETS))).to_pandas()
+    return {b: list(bucket_module._ordered_rows(routed[routed.bucket == b])) for b in range(BUCKETS)}
+
+
+def _jvm_routed(lines: list[str]) -> dict[int, list[bucket_module.Row]]:
+    """The rows `route.route_in_jvm` gives: raw lines placed in their bucket, or sent to every bucket."""
+    out: dict[int, list[bucket_module.Row]] = {b: [] for b in range(BUCKETS)}
+    for seq, line in enumerate(lines):
+        parsed = parse_line(line.encode())
+        target = targets(parsed.type, parsed.data, BUCKETS) if isinstance(parsed, Record) else ALL_BUCKETS
+        for b in range(BUCKETS) if target == ALL_BUCKETS else (target,):
+            kind = route.KIND_RAW if target != ALL_BUCKETS else route.KIND_RAW_BROADCAST
+            out[b].append((kind, "ev/0", seq, line.encode()))
+    return out
+
+
+def _canonical_transitions(transitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """In order; those of one record sorted by partition (the core refreshes a broker's partitions in set order)."""
+    groups: list[list[dict[str, Any]]] = []
+    for t in transitions:
+        if groups and (groups[-1][0]["offset"], groups[-1][0]["position"]) == (t["offset"], t["position"]):
+            groups[-1].append(t)
+        else:
+            groups.append([t])
+    return [t for g in groups for t in sorted(g, key=lambda t: (t["topicId"], t["partitionId"]))]
+
+
+def _comparable(bodies: list[bytes]) -> dict[str, Any]:
+    (head,), chunks = payload_module.decode_payloads(bodies)
+    rows = list(payload_module.iter_partition_rows(chunks))
+    assert len(rows) == head.pop("partitionCount")
+    head.pop("timing")
+    head["partitions"] = sorted(rows, key=lambda r: (r[0], r[1]))
+    head["transitions"] = _canonical_transitions(head["transitions"])
+    head["violations"] = sorted(head["violations"], key=lambda v: (v["topicId"], v["partitionId"], v["kind"]))
+    head["brokers"] = sorted(head.get("brokers", []), key=lambda b: json.dumps(b, sort_keys=True))
+    return head
+
+
+def _run(engine: str, routed: dict[int, list[bucket_module.Row]], tmp: str, cache_mode: str) -> list[dict[str, Any]]:
+    """Every bucket through batches of 37 rows; restarts (cache gone) after every other batch, or no cache."""
+    settings = bucket_module.StateSettings(
+        BUCKETS, 1, cache_mode != "off", "snapshot", os.path.join(tmp, engine), delta_max_records=90, engine=engine
+    )
+    out = []
+    for b in range(BUCKETS):
+        rows = routed[b]
+        row = None
+        cache: dict[int, Any] = {}
+        for n, i in enumerate(range(0, len(rows), 37)):
+            if n % 2 == 1:
+                cache = {}
+            batch = rows[i : i + 37]
+            token, blob, bodies = bucket_module.run_bucket(b, settings, row, iter(batch), len(batch), cache)
+            row = (token, blob)
+            out.append(_comparable(bodies))
+    return out
+
+
+@pytest.mark.parametrize("routing", ["python", "jvm"])
+@pytest.mark.parametrize("cache_mode", ["off", "restarts"])
+def test_columnar_bucket_payloads_equal_the_object_engine(tmp_path, routing: str, cache_mode: str) -> None:
+    lines = _lines()
+    routed = (_python_routed if routing == "python" else _jvm_routed)(lines)
+    objects = _run("objects", routed, str(tmp_path), cache_mode)
+    columnar = _run("columnar", routed, str(tmp_path), cache_mode)
+    assert len(objects) == len(columnar) > 3 * BUCKETS
+    for n, (ref, fast) in enumerate(zip(objects, columnar, strict=True)):
+        for part in ref.keys() | fast.keys():
+            assert ref.get(part) == fast.get(part), f"payload {n} ({ref['bucket']}): {part} differs"
+    # not vacuous: the inputs exercise what is compared
+    assert sum(len(p["transitions"]) for p in objects) > 50
+    assert sum(len(p["violations"]) for p in objects) > 0
+    reasons = {q["reason"] for p in objects for q in p["quarantined"]}
+    assert reasons >= {"invalid_json", "unknown_topic", "invalid_field"}
+    assert any(p["counts"]["duplicates"] for p in objects)
+    assert any(os.listdir(tmp_path / "columnar")), "delta_max_records=90 must have forced Arrow snapshots"
+
+
+def test_the_columnar_engine_refuses_blob_mode_and_another_engine_s_checkpoint(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"^--state-engine columnar needs --state-mode snapshot"):
+        check_engine("columnar", "blob")
+    with pytest.raises(ValueError, match=r"^--state-engine must be one of objects, columnar, got 'x'$"):
+        JobConfig(checkpoint=str(tmp_path / "ck"), state_engine="x").state_settings()
+    lines = _lines()[:60]
+    rows = _python_routed(lines)[0]
+    settings = {
+        e: bucket_module.StateSettings(1, 1, False, "snapshot", str(tmp_path), engine=e)
+        for e in ("objects", "columnar")
+    }
+    token, blob, _ = bucket_module.run_bucket(0, settings["objects"], None, iter(rows), len(rows), {})
+    with pytest.raises(SnapshotError, match=r"^bucket 0: the checkpoint's state was written by --state-engine objects"):
+        bucket_module.run_bucket(0, settings["columnar"], (token, blob), iter(()), 0, {})
+    token, blob, _ = bucket_module.run_bucket(0, settings["columnar"], None, iter(rows), len(rows), {})
+    with pytest.raises(SnapshotError, match=r"^bucket 0: the checkpoint's state was written by --state-engine col"):
+        bucket_module.run_bucket(0, settings["objects"], (token, blob), iter(()), 0, {})
+
+
+def test_a_missing_or_corrupt_columnar_snapshot_is_a_one_line_error(tmp_path) -> None:
+    rows = _python_routed(_lines()[:80])[0]
+    settings = bucket_module.StateSettings(
+        1, 1, False, "snapshot", str(tmp_path), delta_max_records=5, engine="columnar"
+    )
+    row = bucket_module.run_bucket(0, settings, None, iter(rows), len(rows), {})[:2]
+    (name,) = os.listdir(tmp_path)
+    path = tmp_path / name
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(SnapshotError) as err:
+        bucket_module.run_bucket(0, settings, row, iter(()), 0, {})
+    assert "\n" not in str(err.value) and str(err.value).startswith("bucket 0: ") and name in str(err.value)
+    os.remove(path)
+    with pytest.raises(SnapshotError) as err:
+        bucket_module.run_bucket(0, settings, row, iter(()), 0, {})
+    assert str(err.value).startswith(f"bucket 0: snapshot {path} referenced by the checkpoint is missing")
