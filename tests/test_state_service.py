@@ -172,8 +172,16 @@ def test_a_client_without_the_key_is_refused_and_the_server_goes_on(settings):
     service = _service(settings)
     try:
         assert service.wait_listening()
-        with pytest.raises(AuthenticationError):
-            Client(service.addresses[0], family="AF_UNIX", authkey=b"not the key")
+        # The socket file exists from bind(); until listen() a connection is refused: poll until one is answered.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with pytest.raises(AuthenticationError):
+                    Client(service.addresses[0], family="AF_UNIX", authkey=b"not the key")
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline, "the state server never listened"
+                time.sleep(0.02)
         (bucket, batches), *_ = list(_batches(3))
         _, _, bodies = service.client().call(bucket, keys[bucket], None, batches[0])
         assert _payload(bodies)[0]["bucket"] == bucket
