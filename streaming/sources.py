@@ -42,7 +42,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from elrwatch.kafkaio.clients import make_consumer
-from elrwatch.kafkaio.config import DEFAULT_TIMEOUT_MS, Options, SourceError, kafka_python_config
+from elrwatch.kafkaio.config import (
+    DEFAULT_TIMEOUT_MS,
+    READER_FETCH_MAX_WAIT_MS,
+    Options,
+    SourceError,
+    kafka_python_config,
+)
 from elrwatch.kafkaio.jvm import native_kafka_options
 from elrwatch.state.records import DumpReader
 from elrwatch.streaming.route import ROUTED_SCHEMA, route_batches
@@ -299,6 +305,7 @@ def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: 
         max_poll_records=5000,
         fetch_max_bytes=64 * 1024 * 1024,
         max_partition_fetch_bytes=16 * 1024 * 1024,
+        fetch_max_wait_ms=READER_FETCH_MAX_WAIT_MS,
         **kafka_python_config(options),
     )
     try:
