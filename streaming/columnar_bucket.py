@@ -25,9 +25,10 @@ import orjson
 from elrwatch.state import columnar_output, columnar_snapshot, report
 from elrwatch.state.cluster import Outcome
 from elrwatch.state.columnar_audit import AuditedColumnarState
-from elrwatch.state.gauges import PipelineCounts, encode_gauges, shared_gauges
+from elrwatch.state.gauges import PipelineCounts, encode_gauges
 from elrwatch.state.records import Record
 from elrwatch.state.routing import reporter
+from elrwatch.streaming.payload import shared_parts
 from elrwatch.streaming.route import decode_record
 from elrwatch.streaming.snapshots import BucketState, SnapshotDir, SnapshotError
 
@@ -191,7 +192,6 @@ def apply_records(
 def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
     """`bucket.bucket_payload` of a columnar bucket, from `columnar_output`."""
     engine: AuditedColumnarState = bs.cluster
-    counts = bs.counts
     own = engine.partition_violations
 
     def kinds(topic_id: str, partition_id: int) -> list[str]:
@@ -201,7 +201,7 @@ def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, A
     violations = []
     for row in out.partitions:
         for v in own(row[0], row[1]):
-            violations.append({"topic": row[2], "topicId": row[0], "partitionId": row[1], **v.to_dict()})
+            violations.append(report.violation_doc(row[2], row[0], row[1], v))
     topics = columnar_output.topic_documents(engine, out, bs.emitted_topic_counts)
     result: dict[str, Any] = {
         "bucket": bucket,
@@ -213,19 +213,8 @@ def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, A
         "topics": topics,
         "removedTopics": out.removed_topics,
         "gauges": encode_gauges(columnar_output.partition_gauges(engine)),
-        "counts": {
-            "eventsByType": dict(counts.events_by_type),
-            "quarantinedByReason": dict(counts.quarantined_by_reason),
-            "duplicates": counts.duplicates,
-            "skippedByType": dict(counts.skipped_by_type),
-            "ignoredLines": counts.ignored_lines,
-            "applied": counts.applied,
-            "lastEventMs": counts.last_event_ms,
-        },
+        "counts": bs.counts.to_payload(),
     }
     if bucket == 0:
-        core = engine.core
-        result["shared"] = encode_gauges(shared_gauges(core))
-        result["brokers"] = [report.broker_doc(b) for b in out.brokers]
-        result["cluster"] = report.cluster_doc(core)
+        result.update(shared_parts(engine.core, out.brokers))
     return result

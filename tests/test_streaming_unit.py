@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -134,6 +135,18 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     assert gauges_during_write == oracle and oracle["elrwatch_partition_count"] > 0
     assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
     assert as_samples(health.gauges) == gauges_during_write
+
+
+def test_pipeline_counts_cross_the_payload_whole_and_the_driver_sums_the_buckets():
+    a = PipelineCounts(Counter({"X": 3, "Y": 1}), Counter({"conflict": 2}), 4, Counter({"Y": 1}), 5, 6, 1_000)
+    b = PipelineCounts(Counter({"X": 1}), applied=1)
+    wire = [json.loads(json.dumps(c.to_payload())) for c in (a, b)]  # the payload and the side file are JSON
+    assert [PipelineCounts.from_payload(w) for w in wire] == [a, b]
+    aggregator = sink.Aggregator(2)
+    aggregator.bucket_counts = dict(enumerate(wire))
+    assert aggregator.counts() == PipelineCounts(
+        Counter({"X": 4, "Y": 1}), Counter({"conflict": 2}), 4, Counter({"Y": 1}), 5, 7, 1_000
+    )
 
 
 def test_trigger_parsing():
