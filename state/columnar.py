@@ -42,6 +42,7 @@ from elrwatch.state.cluster import (
     ClusterState,
     Outcome,
     Transition,
+    keep_log_info,
 )
 from elrwatch.state.model import EMPTY, NO_LEADER, NO_LEADER_CHANGE, PartitionState
 from elrwatch.state.records import Record, RecordError
@@ -939,21 +940,8 @@ class ColumnarState:
             return Outcome.NOT_OWNED
         if self.row_of(topic_id, data["partitionId"]) is None:
             return self._error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
-        infos = self.log_info.setdefault((topic_id, data["partitionId"]), {})
-        previous = infos.get(data["brokerId"])
-        if previous is not None:
-            at = previous.get("offset")
-            if record.offset is not None and at is not None and record.offset <= at:
-                return Outcome.DUPLICATE
-        infos[data["brokerId"]] = {
-            "brokerId": data["brokerId"],
-            "brokerEpoch": data["brokerEpoch"],
-            "logEndOffset": data["logEndOffset"],
-            "lastWrittenLeaderEpoch": data["lastWrittenLeaderEpoch"],
-            "currentLeaderEpoch": data["currentLeaderEpoch"],
-            "offset": record.offset,
-            "timestampMs": record.timestamp_ms,
-        }
+        if not keep_log_info(self.log_info, topic_id, record):
+            return Outcome.DUPLICATE
         if slot >= 0:
             self.core.recent_offsets[slot] = record.offset  # type: ignore[assignment]
             self.core.recent_records[slot] = record

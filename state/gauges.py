@@ -374,6 +374,31 @@ class PipelineCounts:
         if other.last_event_ms is not None:
             self.last_event_ms = max(self.last_event_ms or 0, other.last_event_ms)
 
+    def to_payload(self) -> dict[str, Any]:
+        """The counts as a bucket payload's ``counts`` (plain JSON; `from_payload` reads it back)."""
+        return {
+            "eventsByType": dict(self.events_by_type),
+            "quarantinedByReason": dict(self.quarantined_by_reason),
+            "duplicates": self.duplicates,
+            "skippedByType": dict(self.skipped_by_type),
+            "ignoredLines": self.ignored_lines,
+            "applied": self.applied,
+            "lastEventMs": self.last_event_ms,
+        }
+
+    @classmethod
+    def from_payload(cls, doc: Mapping[str, Any]) -> PipelineCounts:
+        """The counts of a bucket payload's ``counts`` (`to_payload`)."""
+        return cls(
+            events_by_type=Counter(doc["eventsByType"]),
+            quarantined_by_reason=Counter(doc["quarantinedByReason"]),
+            duplicates=doc["duplicates"],
+            skipped_by_type=Counter(doc["skippedByType"]),
+            ignored_lines=doc["ignoredLines"],
+            applied=doc["applied"],
+            last_event_ms=doc.get("lastEventMs"),
+        )
+
 
 def pipeline_gauges(counts: PipelineCounts) -> Gauges:
     """Pipeline health gauges from the counts."""

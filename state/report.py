@@ -17,6 +17,7 @@ import orjson
 from elrwatch.state import insight
 from elrwatch.state import metadata_version as mv
 from elrwatch.state.advice import advice_of, partition_advice
+from elrwatch.state.audit import Violation
 from elrwatch.state.cluster import ClusterState, polled_unknown
 from elrwatch.state.controller import TopicContext
 from elrwatch.state.gauges import PipelineCounts, all_gauges
@@ -304,6 +305,11 @@ def cluster_doc(cluster: ClusterState) -> dict[str, Any]:
     }
 
 
+def violation_doc(topic: str, topic_id: str, partition_id: int, violation: Violation) -> dict[str, Any]:
+    """A violation with its partition (topic name, topic ID, partition ID)."""
+    return {"topic": topic, "topicId": topic_id, "partitionId": partition_id, **violation.to_dict()}
+
+
 def violation_docs(cluster: ClusterState) -> list[dict[str, Any]]:
     """Every current violation with its partition, sorted by (topic, partition, kind)."""
     out = []
@@ -311,7 +317,7 @@ def violation_docs(cluster: ClusterState) -> list[dict[str, Any]]:
         topic = cluster.topics.get(topic_id)
         name = topic.name if topic is not None else topic_id
         for violation in violations:
-            out.append({"topic": name, "topicId": topic_id, "partitionId": partition_id, **violation.to_dict()})
+            out.append(violation_doc(name, topic_id, partition_id, violation))
     out.sort(key=lambda v: (v["topic"], v["partitionId"], v["kind"]))
     return out
 

@@ -29,14 +29,14 @@ import orjson
 
 from elrwatch.state import report
 from elrwatch.state.cluster import ClusterState, Outcome
-from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges, shared_gauges
+from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges
 from elrwatch.state.partition_row import partition_row
 from elrwatch.state.records import Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
 from elrwatch.streaming import columnar_bucket
 from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE, ROW_TAG, ColumnarBucketState
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
-from elrwatch.streaming.payload import encode_payload, write_rows_file
+from elrwatch.streaming.payload import encode_payload, shared_parts, write_rows_file
 from elrwatch.streaming.route import (
     KIND_ERROR,
     KIND_RAW,
@@ -283,7 +283,7 @@ def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict
     0 adds the shared gauges, the changed brokers and the cluster document."""
     if isinstance(bs, ColumnarBucketState):
         return columnar_bucket.payload(bucket, bs, quarantined)
-    cluster, counts = bs.cluster, bs.counts
+    cluster = bs.cluster
     changes = cluster.drain_changes()
     rows_out = []
     violations = []
@@ -292,9 +292,7 @@ def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict
         stored = stored_partition(cluster, topic, partition)
         rows_out.append(partition_row(topic.name, partition, min_isr_of(topic), stored))
         for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
-            violations.append(
-                {"topic": topic.name, "topicId": topic.topic_id, "partitionId": partition.partition_id, **v.to_dict()}
-            )
+            violations.append(report.violation_doc(topic.name, topic.topic_id, partition.partition_id, v))
     topics: dict[str, dict[str, Any]] = {}
     dirty = {t.topic_id for t in changes.topics}
     for topic in cluster.topics.values():
@@ -315,20 +313,10 @@ def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict
         "topics": topics,
         "removedTopics": removed_topics,
         "gauges": encode_gauges(partition_gauges(cluster)),
-        "counts": {
-            "eventsByType": dict(counts.events_by_type),
-            "quarantinedByReason": dict(counts.quarantined_by_reason),
-            "duplicates": counts.duplicates,
-            "skippedByType": dict(counts.skipped_by_type),
-            "ignoredLines": counts.ignored_lines,
-            "applied": counts.applied,
-            "lastEventMs": counts.last_event_ms,
-        },
+        "counts": bs.counts.to_payload(),
     }
     if bucket == 0:
-        payload["shared"] = encode_gauges(shared_gauges(cluster))
-        payload["brokers"] = [report.broker_doc(b) for b in changes.brokers]
-        payload["cluster"] = report.cluster_doc(cluster)
+        payload.update(shared_parts(cluster, changes.brokers))
     return payload
 
 

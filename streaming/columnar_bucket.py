@@ -25,11 +25,12 @@ import orjson
 from elrwatch.state import columnar_output, columnar_snapshot, report
 from elrwatch.state.cluster import Outcome
 from elrwatch.state.columnar_audit import AuditedColumnarState
-from elrwatch.state.gauges import PipelineCounts, encode_gauges, shared_gauges
+from elrwatch.state.gauges import PipelineCounts, encode_gauges
 from elrwatch.state.records import Record
 from elrwatch.state.routing import reporter
+from elrwatch.streaming.payload import shared_parts
 from elrwatch.streaming.route import decode_record
-from elrwatch.streaming.snapshots import DELTA_MAX_BYTES, DELTA_MAX_RECORDS, BucketState, SnapshotDir, SnapshotError
+from elrwatch.streaming.snapshots import BucketState, SnapshotDir, SnapshotError
 
 ENGINES = ("objects", "columnar")
 DEFAULT_ENGINE = "objects"
@@ -65,45 +66,18 @@ class ColumnarBucketState(BucketState):
     """A bucket's `AuditedColumnarState` (in ``cluster``), its counts and emitted topic counts (snapshot mode)."""
 
     __slots__ = ()
+    ROW_TAG = ROW_TAG
 
     def to_blob(self) -> bytes:
         raise ValueError("--state-engine columnar needs --state-mode snapshot (blob mode is not supported)")
 
-    def to_row(
-        self,
-        snapshots: SnapshotDir,
-        bucket: int,
-        token: str,
-        max_records: int = DELTA_MAX_RECORDS,
-        max_bytes: int = DELTA_MAX_BYTES,
-    ) -> bytes:
-        """Append this batch's records to the delta, or write a new Arrow snapshot when it is big."""
-        journal, self.journal = self.journal, []
-        if journal:
-            chunk = zlib.compress(marshal.dumps(journal), 1)
-            self.delta.append(chunk)
-            self.delta_rows += len(journal)
-            self.delta_bytes += len(chunk)
-        if self.must_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
-            name = SnapshotDir.name(self.run, bucket, token)
-            os.makedirs(snapshots.path, exist_ok=True)
-            columnar_snapshot.save(self.cluster, os.path.join(snapshots.path, name))
-            snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
-            self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
-            self.must_snapshot = False
-        return ROW_TAG + pickle.dumps(
-            {
-                "run": self.run,
-                "snapshot": self.snapshot,
-                "minIsr": self.cluster.core.default_min_isr,
-                "delta": self.delta,
-                "deltaRows": self.delta_rows,
-                "deltaBytes": self.delta_bytes,
-                "counts": self.counts,
-                "emitted": self.emitted_topic_counts,
-            },
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
+    def _write_snapshot(self, snapshots: SnapshotDir, name: str) -> None:
+        """An Arrow IPC snapshot (`columnar_snapshot.save`), memory-mapped when loaded."""
+        os.makedirs(snapshots.path, exist_ok=True)
+        columnar_snapshot.save(self.cluster, os.path.join(snapshots.path, name))
+
+    def _default_min_isr(self) -> int:
+        return self.cluster.core.default_min_isr
 
     @classmethod
     def new(cls, bucket: int, buckets: int, default_min_isr: int) -> ColumnarBucketState:
@@ -218,7 +192,6 @@ def apply_records(
 def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
     """`bucket.bucket_payload` of a columnar bucket, from `columnar_output`."""
     engine: AuditedColumnarState = bs.cluster
-    counts = bs.counts
     own = engine.partition_violations
 
     def kinds(topic_id: str, partition_id: int) -> list[str]:
@@ -228,7 +201,7 @@ def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, A
     violations = []
     for row in out.partitions:
         for v in own(row[0], row[1]):
-            violations.append({"topic": row[2], "topicId": row[0], "partitionId": row[1], **v.to_dict()})
+            violations.append(report.violation_doc(row[2], row[0], row[1], v))
     topics = columnar_output.topic_documents(engine, out, bs.emitted_topic_counts)
     result: dict[str, Any] = {
         "bucket": bucket,
@@ -240,19 +213,8 @@ def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, A
         "topics": topics,
         "removedTopics": out.removed_topics,
         "gauges": encode_gauges(columnar_output.partition_gauges(engine)),
-        "counts": {
-            "eventsByType": dict(counts.events_by_type),
-            "quarantinedByReason": dict(counts.quarantined_by_reason),
-            "duplicates": counts.duplicates,
-            "skippedByType": dict(counts.skipped_by_type),
-            "ignoredLines": counts.ignored_lines,
-            "applied": counts.applied,
-            "lastEventMs": counts.last_event_ms,
-        },
+        "counts": bs.counts.to_payload(),
     }
     if bucket == 0:
-        core = engine.core
-        result["shared"] = encode_gauges(shared_gauges(core))
-        result["brokers"] = [report.broker_doc(b) for b in out.brokers]
-        result["cluster"] = report.cluster_doc(core)
+        result.update(shared_parts(engine.core, out.brokers))
     return result

@@ -12,10 +12,13 @@ from __future__ import annotations
 import marshal
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
+
+from elrwatch.state import report
+from elrwatch.state.gauges import encode_gauges, shared_gauges
 
 PAYLOAD_HEAD, PAYLOAD_ROWS = b"H", b"P"
 
@@ -27,6 +30,16 @@ ROWS_SUFFIX = ".rows"
 ROWS_MAGIC = b"ELRROWS1"
 #: The head's key naming the bucket's rows file of the batch (absent: nothing changed, or the lists are inline).
 ROWS_FILE = "rowsFile"
+
+
+def shared_parts(cluster: Any, brokers: Iterable[Any]) -> dict[str, Any]:
+    """What bucket 0 adds to its payload of state every bucket holds in full (``cluster``, a ``ClusterState``):
+    the shared gauges, the documents of the changed ``brokers`` and the cluster document."""
+    return {
+        "shared": encode_gauges(shared_gauges(cluster)),
+        "brokers": [report.broker_doc(b) for b in brokers],
+        "cluster": report.cluster_doc(cluster),
+    }
 
 
 class RowsFileError(RuntimeError):

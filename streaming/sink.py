@@ -119,14 +119,7 @@ class Aggregator:
     def counts(self) -> Any:
         total = PipelineCounts()
         for c in self.bucket_counts.values():
-            total.events_by_type.update(c["eventsByType"])
-            total.quarantined_by_reason.update(c["quarantinedByReason"])
-            total.skipped_by_type.update(c["skippedByType"])
-            total.duplicates += c["duplicates"]
-            total.ignored_lines += c["ignoredLines"]
-            total.applied += c["applied"]
-            if c.get("lastEventMs") is not None:
-                total.last_event_ms = max(total.last_event_ms or 0, c["lastEventMs"])
+            total.merge(PipelineCounts.from_payload(c))
         return total
 
     def gauges(self) -> Gauges:

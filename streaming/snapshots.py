@@ -147,6 +147,9 @@ class BucketState:
         bs.must_snapshot = True
         return bs
 
+    #: The first byte of this engine's snapshot-mode state row (a blob row starts with anything else).
+    ROW_TAG = b"S"
+
     def to_row(
         self,
         snapshots: SnapshotDir,
@@ -155,7 +158,8 @@ class BucketState:
         max_records: int = DELTA_MAX_RECORDS,
         max_bytes: int = DELTA_MAX_BYTES,
     ) -> bytes:
-        """Snapshot mode: append this batch's records to the delta, or write a new snapshot when it is big."""
+        """Snapshot mode: append this batch's records to the delta, or write a new snapshot when it is big
+        (`_write_snapshot`, old ones rotated); the state row, ``ROW_TAG`` + the pickled `_row_fields`."""
         journal, self.journal = self.journal, []
         if journal:
             chunk = zlib.compress(marshal.dumps(journal), 1)
@@ -164,23 +168,32 @@ class BucketState:
             self.delta_bytes += len(chunk)
         if self.must_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
             name = SnapshotDir.name(self.run, bucket, token)
-            snapshots.write(name, self.cluster.to_bytes())
+            self._write_snapshot(snapshots, name)
             snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
             self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
             self.must_snapshot = False
-        return b"S" + pickle.dumps(
-            {
-                "run": self.run,
-                "snapshot": self.snapshot,
-                "minIsr": self.cluster.default_min_isr,
-                "delta": self.delta,
-                "deltaRows": self.delta_rows,
-                "deltaBytes": self.delta_bytes,
-                "counts": self.counts,
-                "emitted": self.emitted_topic_counts,
-            },
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
+        return self.ROW_TAG + pickle.dumps(self._row_fields(), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _write_snapshot(self, snapshots: SnapshotDir, name: str) -> None:
+        """Write the state as snapshot ``name`` in ``snapshots`` (the engine's snapshot format)."""
+        snapshots.write(name, self.cluster.to_bytes())
+
+    def _default_min_isr(self) -> int:
+        """The state's default min.insync.replicas (the empty state of a row without snapshot gets it)."""
+        return self.cluster.default_min_isr
+
+    def _row_fields(self) -> dict[str, Any]:
+        """What the snapshot-mode state row holds (`from_row` reads it back)."""
+        return {
+            "run": self.run,
+            "snapshot": self.snapshot,
+            "minIsr": self._default_min_isr(),
+            "delta": self.delta,
+            "deltaRows": self.delta_rows,
+            "deltaBytes": self.delta_bytes,
+            "counts": self.counts,
+            "emitted": self.emitted_topic_counts,
+        }
 
     @classmethod
     def from_row(
@@ -197,7 +210,7 @@ class BucketState:
         built from (same run and snapshot, same first chunks), only the newer chunks are applied to it: the
         batches another worker processed since (a cache "catch-up" instead of a snapshot read).
         """
-        if row[:1] != b"S":
+        if row[:1] != cls.ROW_TAG:
             return cls.from_blob(row)
         data = pickle.loads(row[1:])
         name = data["snapshot"]

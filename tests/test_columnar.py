@@ -548,3 +548,68 @@ def test_corner_cases(bucket: tuple[int, int] | None, batch: int) -> None:
     result = run_both(cut(lines, [batch] * len(lines)), bucket=bucket)
     assert result.transitions > 0
     assert result.outcomes.get("quarantined", 0) == 1  # the change of the removed topic's partition
+
+
+def replica_log_stream() -> list[Item]:
+    """Replica log infos: per broker, a later one replaces the kept one, a resent or older one is a duplicate, one
+    without an offset applies; an unknown partition and an unknown topic are quarantined; the topic removed and
+    created again has none."""
+    from core_events import base_cluster, envelope, line, partition, remove_topic, topic, uuid_of
+
+    t = "FbrrdcfiR-KC2CPSTHaJrg"
+
+    def info(p: int, broker: int, end: int, topic_id: str = t) -> tuple[str, int, dict[str, Any]]:
+        data = {
+            "topicId": topic_id,
+            "partitionId": p,
+            "brokerId": broker,
+            "brokerEpoch": 100,
+            "logEndOffset": end,
+            "lastWrittenLeaderEpoch": 1,
+            "currentLeaderEpoch": 2,
+        }
+        return "REPLICA_LOG_INFO_RECORD", 0, data
+
+    recs: list[tuple[Any, int | None]] = [(r, None) for r in base_cluster((0, 1, 2))]
+    recs += [(topic("t", t), 10)] + [(partition(t, p, replicas=(0, 1, 2)), 11 + p) for p in range(4)]
+    recs += [(info(p, b, 50 + p + b), 20 + 3 * p + b) for p in range(4) for b in range(3)]
+    recs += [
+        (info(1, 1, 70), 40),  # replaces broker 1's
+        (info(1, 1, 70), 40),  # resent: a duplicate
+        (info(1, 1, 72), 39),  # older than broker 1's kept one: a duplicate
+        (info(2, 0, 73), None),  # no offset: applies
+        (info(9, 0, 74), 41),  # unknown partition
+        (info(0, 0, 75, uuid_of(99)), 42),  # unknown topic
+        (remove_topic(t), 43),
+        (topic("t", t), 44),
+        (partition(t, 0, replicas=(0, 1, 2)), 45),
+        (info(0, 2, 76), 46),
+    ]
+    out: list[Item] = []
+    offset = 0
+    for (type_name, version, data), at in recs:
+        offset = at if at is not None else offset
+        out.append(line(envelope(type_name, version, data, at, 1_732_100_000_000 + offset)))
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 5, 10_000])
+@pytest.mark.parametrize("bucket", buckets_of(2))
+def test_replica_log_infos(bucket: tuple[int, int] | None, batch: int) -> None:
+    result = run_both(cut(replica_log_stream(), [batch] * 100), bucket=bucket)
+    if bucket is None:
+        t = "FbrrdcfiR-KC2CPSTHaJrg"
+        assert result.outcomes["duplicate"] == 2 and result.quarantined == 2
+        assert result.state is not None and list(result.state.log_info) == [(t, 0)]
+        before_removal = run_both([replica_log_stream()[:-4]]).state
+        assert before_removal is not None
+        assert before_removal.log_info[(t, 1)][1] == {
+            "brokerId": 1,
+            "brokerEpoch": 100,
+            "logEndOffset": 70,
+            "lastWrittenLeaderEpoch": 1,
+            "currentLeaderEpoch": 2,
+            "offset": 40,
+            "timestampMs": 1_732_100_000_040,
+        }
+        assert before_removal.log_info[(t, 2)][0]["offset"] is None

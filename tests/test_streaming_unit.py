@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -133,6 +135,18 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     assert gauges_during_write == oracle and oracle["elrwatch_partition_count"] > 0
     assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
     assert as_samples(health.gauges) == gauges_during_write
+
+
+def test_pipeline_counts_cross_the_payload_whole_and_the_driver_sums_the_buckets():
+    a = PipelineCounts(Counter({"X": 3, "Y": 1}), Counter({"conflict": 2}), 4, Counter({"Y": 1}), 5, 6, 1_000)
+    b = PipelineCounts(Counter({"X": 1}), applied=1)
+    wire = [json.loads(json.dumps(c.to_payload())) for c in (a, b)]  # the payload and the side file are JSON
+    assert [PipelineCounts.from_payload(w) for w in wire] == [a, b]
+    aggregator = sink.Aggregator(2)
+    aggregator.bucket_counts = dict(enumerate(wire))
+    assert aggregator.counts() == PipelineCounts(
+        Counter({"X": 4, "Y": 1}), Counter({"conflict": 2}), 4, Counter({"Y": 1}), 5, 7, 1_000
+    )
 
 
 def test_trigger_parsing():
@@ -322,6 +336,40 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
         _run(fn, 0, routed.iloc[:25], retry)  # an old, already applied range: duplicates, still journaled
     assert base in os.listdir(tmp_path)
     assert len(os.listdir(tmp_path)) == snapshot_module.SNAPSHOTS_KEPT + 1
+
+
+@pytest.mark.parametrize(("engine", "tag"), [("objects", b"S"), ("columnar", b"C")])
+def test_the_state_row_format_of_each_engine_is_fixed_so_existing_checkpoints_load(tmp_path, engine, tag):
+    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
+    routed = _routed(lines, 1)
+    settings = bucket_module.StateSettings(
+        1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9, engine=engine
+    )
+    state = _State()
+    _run(bucket_module.make_state_function(settings), 0, routed, state)
+    kept = bucket_module._CACHE[0][1]
+    row = state.row[1]
+    assert row[:1] == tag and kept.snapshot is None and len(kept.delta) == 1
+    fields = {
+        "run": kept.run,
+        "snapshot": None,
+        "minIsr": 2,
+        "delta": kept.delta,
+        "deltaRows": len(routed),
+        "deltaBytes": len(kept.delta[0]),
+        "counts": kept.counts,
+        "emitted": kept.emitted_topic_counts,
+    }
+    assert row == tag + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+    # a due snapshot: written in the engine's format, the delta emptied, and the row still loads the same state
+    snapshots = snapshot_module.SnapshotDir(str(tmp_path))
+    row = kept.to_row(snapshots, 0, "t", max_records=0)
+    assert pickle.loads(row[1:]) == {**fields, "snapshot": kept.snapshot, "delta": [], "deltaRows": 0, "deltaBytes": 0}
+    assert os.listdir(tmp_path) == [kept.snapshot]
+    loaded = bucket_module.load_row(row, snapshots, 0, 1, engine)
+    assert type(loaded) is type(kept) and loaded.counts == kept.counts
+    after_load, after_batch = (bucket_module.process_bucket(0, 1, iter(()), bs) for bs in (loaded, kept))
+    assert after_load["gauges"] == after_batch["gauges"] and after_load["counts"] == after_batch["counts"]
 
 
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
