@@ -14,6 +14,8 @@ with its target.
   produced to the store (last event time) and the metrics port (last event time, fenced broker gauge) both
   showing it; each of the two is printed too (the gauges, which alerts read, come before the store write).
   RSS: peak resident memory of the whole job (Python driver + JVM + Python workers) with that state.
+  Then, after ``--idle-seconds`` of nothing (default 75: Spark stops Python workers idle for 60 s), one record to
+  the gauges: the first batch of an incident after a quiet minute.
 * restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
   restart to the first completed batch. ``--cold-restart`` drops the page cache first (root), as on a rebooted
   node: every jar, module, archive and state file is read from disk again.
@@ -460,6 +462,7 @@ def phase_storm_restart(
     cold_restart: bool = False,
     source: str = "kafka",
     spark: SparkCluster | None = None,
+    idle_s: float = 0.0,
 ) -> None:
     """The load, the storm and (``restart``) a restart, with ``--source source``; ``spark``: on that standalone
     cluster (snapshot state mode with a --state-dir every executor shares), else local mode."""
@@ -628,9 +631,8 @@ def phase_storm_restart(
         report(f"  RSS after the load, {partitions:,} partitions", after_load, "MB", "<= 2,000", after_load <= 2000)
         print_breakdown("after the load", job.proc.pid, extra_roots=extra_roots)
 
-        # 2. The floor: one record to the gauges, the job otherwise idle (median of 5).
-        floors = []
-        for _ in range(5):
+        def one_record_to_gauges() -> float:
+            """Seconds from one churn record acknowledged to the gauges showing it."""
             one = new_producer()
             line = list(gen.churn(1))
             one_ms = gen.now_ms
@@ -648,7 +650,12 @@ def phase_storm_restart(
                 job,
                 every=0.02,
             )
-            floors.append(time.monotonic() - t_one)
+            return time.monotonic() - t_one
+
+        # 2. The floor: one record to the gauges, the job otherwise idle (median of 5).
+        floors = []
+        for _ in range(5):
+            floors.append(one_record_to_gauges())
             sent_total += 1
             time.sleep(1.0)
         floor = sorted(floors)[len(floors) // 2]
@@ -671,6 +678,14 @@ def phase_storm_restart(
             "the storm batch's log line",
             job,
         )
+        # 4. One record after an idle spell (Spark stops Python workers idle for 60 s: the first batch of an
+        # incident after a quiet minute; `--keep-workers-warm` exists for it).
+        if idle_s > 0:
+            time.sleep(idle_s)
+            after_idle = one_record_to_gauges()
+            sent_total = storm_lines_total + 1
+            report(f"one record after {idle_s:.0f} s idle -> gauges", after_idle, "s", "-", None)
+            report("  ratio to the floor", after_idle / max(floor, 1e-3), "x", "-", None)
         if not restart:
             return
         # Kill the job once Spark has committed the storm's batch (its commit log file): killed before, the
@@ -695,7 +710,7 @@ def phase_storm_restart(
             every=0.1,
         )
         took = time.monotonic() - job.started
-        report("restart from checkpoint -> first completed batch", took, "s", "<= 30", took <= 30)
+        report("restart from checkpoint -> first completed batch", took, "s", "<= 10", took <= 10)
         after_restart = rss_tree_mb(job.proc.pid) + sum(rss_tree_mb(r) for r in extra_roots)
         report(f"RSS after restart, {partitions:,} partitions", after_restart, "MB", "<= 3,000", None)
         print_breakdown("after restart", job.proc.pid, extra_roots=extra_roots)
@@ -809,6 +824,13 @@ def main() -> None:
         action="store_true",
         help=f"restart: drop the page cache first (root; writes {DROP_CACHES}), as on a rebooted node",
     )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=75.0,
+        help="storm: after the storm, the job idle this long, then one record -> gauges (Spark stops Python "
+        "workers idle for 60 s; --keep-workers-warm is for this); 0: skip",
+    )
     args = parser.parse_args()
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     STORM_PRODUCER[0] = args.storm_producer
@@ -855,6 +877,7 @@ def main() -> None:
                                 cold_restart=args.cold_restart,
                                 source=source,
                                 spark=spark,
+                                idle_s=args.idle_seconds,
                             )
     except BaseException:
         print(f"work directory kept for inspection (job logs, store, checkpoint): {workdir}", flush=True)
