@@ -700,17 +700,32 @@ def phase_storm_restart(
         if cold_restart:
             drop_page_cache()
             print("restart: page cache dropped (--cold-restart)", flush=True)
+        # Spark's last committed batch: the store writer runs behind the batches, so the store may still lack
+        # some that the restarted job's writer then writes first from its write-ahead list; the restart's own
+        # first batch is a newer one, and its gauges show the churn produced now
+        commits = os.path.join(workdir, f"{name}-ck", "commits")
+        committed = max((int(n) for n in os.listdir(commits) if n.isdigit()), default=-1)
         job = Job(workdir, "restart", *args)
         produce_lines(opts, topic, gen.churn(10), out=None, producer=producer)
+        churn_ms = gen.now_ms
+
+        def restarted() -> bool:
+            try:
+                gauges = scrape(metrics_url)
+            except OSError:
+                return False  # not serving yet
+            return gauges.get("elrwatch_last_event_timestamp_seconds", 0) >= churn_ms / 1000 - 1e-6
+
+        poll(restarted, 600, "first batch after restart in the gauges", job, every=0.1)
+        took = time.monotonic() - job.started
         poll(
-            lambda: (meta(url).get("lastBatchId") or -1) > (before or -1),
+            lambda: (meta(url).get("lastBatchId") or -1) > max(committed, before or -1),
             600,
-            "first batch after restart",
+            "first batch after restart in the store",
             job,
             every=0.1,
         )
-        took = time.monotonic() - job.started
-        report("restart from checkpoint -> first completed batch", took, "s", "<= 10", took <= 10)
+        report("restart from checkpoint -> first batch in the gauges", took, "s", "<= 10", took <= 10)
         after_restart = rss_tree_mb(job.proc.pid) + sum(rss_tree_mb(r) for r in extra_roots)
         report(f"RSS after restart, {partitions:,} partitions", after_restart, "MB", "<= 3,000", None)
         print_breakdown("after restart", job.proc.pid, extra_roots=extra_roots)
