@@ -310,6 +310,19 @@ def report(name: str, value: float, unit: str, target: str, ok: bool | None) -> 
 
 
 THROUGHPUT_BATCH_CAP = 100_000  # events a churn batch (--max-records-per-batch), as a steady stream is read
+GAUGES_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): gauges served after")
+
+
+def gauges_times(job: Job) -> dict[int, float]:
+    """Batch id -> epoch seconds its gauges were served (the batch's log line with ``events=`` follows its store
+    write, which runs behind the batches)."""
+    out = {}
+    for line in Path(job.log_path).read_text(errors="replace").splitlines():
+        m = GAUGES_LINE.match(line)
+        if m:
+            day, millis = m.group(1).split(",")
+            out[int(m.group(2))] = time.mktime(time.strptime(day, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+    return out
 
 
 def throughput_target(raw_jvm: float) -> float:
@@ -449,7 +462,7 @@ def phase_throughput(
             print(f"throughput --source {source}: {len(batches)} churn batch(es), no rate\n{job.tail()}", flush=True)
             continue
         (t0, _, e0), (t1, _, e1) = batches[0], batches[-1]
-        rate = (e1 - e0) / (t1 - t0)
+        rate = (e1 - e0) / (t1 - t0)  # by the batches' log lines, each after its store write (as before)
         report(
             f"stream sustained on {partitions:,} partitions, --source {source} (churn batches 2..n)",
             rate,
@@ -457,6 +470,16 @@ def phase_throughput(
             f">= {target:,.0f} (min(100k, 0.5 x raw JVM))",
             rate >= target,
         )
+        served = gauges_times(job)
+        (b0, b1) = batches[0][1], batches[-1][1]
+        if b0 in served and b1 in served and served[b1] > served[b0]:
+            report(
+                "  the same by the gauges' times (the store writes behind)",
+                (e1 - e0) / (served[b1] - served[b0]),
+                "events/s",
+                "-",
+                None,
+            )
         report("  ratio to 100k events/s", rate / 100_000, "x", ">= 1 (or the JVM ratio >= 0.5)", None)
         report("  ratio to raw JVM consumption", rate / raw_jvm, "x", ">= 0.5 (or 100k/s)", None)
         report("  ratio to raw kafka-python consumption", rate / raw, "x", "-", None)
