@@ -2,11 +2,16 @@
 with its target.
 
     python bench/streaming.py                      # all phases (throughput, freshness, storm, restart)
-    python bench/streaming.py --phases throughput --events 300000
+    python bench/streaming.py --phases throughput --partitions 1000000 --events 300000
+    python bench/streaming.py --phases throughput --partitions 10000    # the small state, quickly
     python bench/streaming.py --phases storm,restart --partitions 1000000 --storm-partitions 100000
 
-* throughput: sustained events/s of `elrwatch stream` (steady-state batches, cap 100k events/batch) on a
-  10k-partition cluster, and its ratio to raw kafka-python consumption of the same topic in the same run.
+* throughput: sustained events/s of `elrwatch stream` on a state of ``--partitions`` partitions (the storm
+  phase's cluster). The job loads the cluster (one batch, ``--available-now``), then restarts from its checkpoint
+  over a backlog of ``--events`` churn records (leader moves) read 100k a batch (``--max-records-per-batch``):
+  events/s over the churn batches after the first (the load and the restart not counted), with the churn's RSS
+  peak and batch count; ratios to raw consumption of the same churn records (a copy topic of the same layout) by
+  Kafka's JVM consumer (ConsumerPerformance: the target's) and by kafka-python, in the same run.
 * freshness: events produced at 1k/s with wall-clock timestamps; latency = first time the store's last event
   time covers the event − the event's timestamp; p50/p99 (store polled every 50 ms).
 * storm: a cluster of ``--partitions`` partitions is loaded, then one broker is fenced: the controller-style
@@ -24,10 +29,10 @@ The jobs map the JVM class archive a first clean stop writes (`streaming/local/j
 a short clean run writes it if this machine has none yet, as an operator's first stop (or the image) would.
 ``--no-class-archive`` measures without it.
 
-The storm/restart phases also print the RSS by process kind (Python driver, JVM, Python workers, ...) and the
-job's batch log lines, which say where each batch's time went (Spark run incl. each bucket's state load with
-cache hit / catch-up / miss, apply + documents, state save; driver merge; store write). Job options can be
-changed through the environment (e.g. ELRWATCH_STATE_MODE=blob, ELRWATCH_STATE_TASKS=2).
+The throughput, storm and restart phases also print the RSS by process kind (Python driver, JVM, Python workers,
+...) and the job's batch log lines, which say where each batch's time went (Spark run incl. each bucket's state
+load with cache hit / catch-up / miss, apply + documents, state save; driver merge; store write). Job options can
+be changed through the environment (e.g. ELRWATCH_STATE_MODE=blob, ELRWATCH_STATE_TASKS=2).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -305,34 +311,95 @@ def report(name: str, value: float, unit: str, target: str, ok: bool | None) -> 
 # ------------------------------------------------------------------------------------------------ phases
 
 
+THROUGHPUT_BATCH_CAP = 100_000  # events a churn batch (--max-records-per-batch), as a steady stream is read
+GAUGES_LINE = re.compile(r"^(\S+ \S+) INFO elrwatch.stream: batch (\d+): gauges served after")
+
+
+def gauges_times(job: Job) -> dict[int, float]:
+    """Batch id -> epoch seconds its gauges were served (the batch's log line with ``events=`` follows its store
+    write, which runs behind the batches)."""
+    out = {}
+    for line in Path(job.log_path).read_text(errors="replace").splitlines():
+        m = GAUGES_LINE.match(line)
+        if m:
+            day, millis = m.group(1).split(",")
+            out[int(m.group(2))] = time.mktime(time.strptime(day, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+    return out
+
+
 def throughput_target(raw_jvm: float) -> float:
     """The throughput target: 100k events/s, or half of raw JVM consumption where that is lower (2 cores)."""
     return min(100_000.0, 0.5 * raw_jvm)
 
 
-def phase_throughput(kafka: KafkaCluster, workdir: str, events: int, sources: list[str]) -> None:
-    gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=1)
-    lines = list(gen.bootstrap()) + list(gen.churn(events))
-    topic = "bench-throughput"
+def bench_cluster(partitions: int, storm: int, seed: int, wallclock: bool = False) -> EventGenerator:
+    """The storm phase's cluster: ``partitions`` partitions in topics of 10k (RF 3), on as many brokers as make one
+    broker's failure touch ~``storm`` partitions."""
+    brokers = max(4, round(3 * partitions / storm))  # RF 3: each broker holds ~3/brokers of the partitions
+    topics = max(1, partitions // 10_000)
+    return EventGenerator(
+        topics=topics, partitions=partitions // topics, brokers=brokers, seed=seed, wallclock=wallclock
+    )
+
+
+def event_topic_partitions(partitions: int) -> int:
+    """The event topic's partitions for a cluster of ``partitions`` (`--event-partitions`, else one per 125k
+    metadata partitions, at least 2), as the storm phase creates it."""
+    return EVENT_PARTITIONS[0] or max(2, -(-partitions // 125_000))
+
+
+def publish(kafka: KafkaCluster, topic: str, lines: Iterable[bytes]) -> tuple[int, float, str]:
+    """Publish ``lines`` with the `--storm-producer` (acks=1, `elrwatch produce`'s keys); (events, seconds incl. the
+    producer's start, who published)."""
+    began = time.monotonic()
+    if STORM_PRODUCER[0] == "jvm":
+        sent = JvmProducer(kafka.bootstrap, topic).send(lines)[0]
+        return sent, time.monotonic() - began, "Kafka ConsoleProducer (JVM)"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
-    create_topic(opts, topic, 2)
     producer = fast_producer(opts)
-    res = produce_lines(opts, topic, lines, out=None, producer=producer)
-    producer.close()
-    report("produce (kafka-python, acks=1)", res.sent / res.seconds, "events/s", "-", None)
-    n, seconds = consume_all(kafka.bootstrap, topic)
+    try:
+        sent = produce_lines(opts, topic, lines, out=None, producer=producer).sent
+    finally:
+        producer.close()
+    return sent, time.monotonic() - began, "kafka-python"
+
+
+def phase_throughput(
+    kafka: KafkaCluster, workdir: str, partitions: int, storm: int, events: int, sources: list[str]
+) -> None:
+    """Sustained events/s of the job over a churn backlog on a state of ``partitions`` partitions, per source.
+
+    Each source's job first loads the cluster (``--available-now``, one uncapped batch, as a new checkpoint reads
+    an existing cluster; its store write done before it exits), then restarts from its checkpoint with
+    ``--max-records-per-batch`` over the ``events`` churn records published meanwhile. The rate counts the churn
+    batches after the first (whose time holds the restart), from the batches' log lines."""
+    gen = bench_cluster(partitions, storm, seed=1)
+    topic = "bench-throughput"
+    topic_partitions = event_topic_partitions(partitions)
+    create_topic({"bootstrap.servers": kafka.bootstrap, "topic": topic}, topic, topic_partitions)
+    n_load, seconds, who = publish(kafka, topic, gen.bootstrap())
+    print(
+        f"throughput: loading {partitions:,} partitions ({n_load:,} events produced in {seconds:.0f}s by {who}, "
+        f"{gen.n_brokers} brokers, {topic_partitions} event-topic partitions)",
+        flush=True,
+    )
+    churn = list(gen.churn(events))
+    # Raw consumption of the same churn records: a copy topic laid out as the job's (same partitions and keys).
+    raw_topic = "bench-throughput-churn"
+    create_topic({"bootstrap.servers": kafka.bootstrap, "topic": raw_topic}, raw_topic, topic_partitions)
+    n_churn, seconds, who = publish(kafka, raw_topic, churn)
+    report(f"produce the churn ({who}, acks=1, start incl.)", n_churn / seconds, "events/s", "-", None)
+    n, seconds = consume_all(kafka.bootstrap, raw_topic)
     raw = n / seconds
-    report("raw kafka-python consumption, same topic", raw, "events/s", "-", None)
-    jvm = consume_all_jvm(kafka.bootstrap, topic, n)
+    report("raw kafka-python consumption of the churn", raw, "events/s", "-", None)
+    jvm = consume_all_jvm(kafka.bootstrap, raw_topic, n)
     raw_jvm = jvm["fetch_records_s"]
-    report("raw JVM consumption (ConsumerPerformance, no group join)", raw_jvm, "events/s", "-", None)
+    report("raw JVM consumption of the churn (ConsumerPerformance, no group join)", raw_jvm, "events/s", "-", None)
     report("  with the group join", jvm["records_s"], "events/s", "-", None)
     target = throughput_target(raw_jvm)
-    for source in sources:
-        url = f"sqlite:///{workdir}/tp-{source}.db"
-        job = Job(
-            workdir,
-            f"throughput-{source}",
+
+    def job_args(source: str) -> list[str]:
+        return [
             "--source",
             source,
             "--bootstrap-servers",
@@ -340,36 +407,93 @@ def phase_throughput(kafka: KafkaCluster, workdir: str, events: int, sources: li
             "--topic",
             topic,
             "--store",
-            url,
+            f"sqlite:///{workdir}/tp-{source}.db",
             "--checkpoint",
             f"{workdir}/tp-ck-{source}",
             "--available-now",
-            "--max-records-per-batch",
-            "100000",
             "--buckets",
             "2",
-        )
-        peak = RssPeak(job.proc.pid)
+        ]
+
+    def run(job: Job, what: str, peak: RssPeak | None = None) -> None:
+        """Wait for a drained job's exit (sampling ``peak``); its batch log lines; an error if it failed."""
+
+        def ended() -> bool:
+            if peak is not None:
+                peak.sample()
+            return job.proc.poll() is not None
+
         try:
-            poll(lambda j=job, m=peak: m.sample() or j.proc.poll() is not None, 1200, "the job's end", every=0.5)
+            poll(ended, 3600, what, every=0.5)
         finally:
             job.kill()
+            job.print_batches(what)
+        if job.proc.returncode != 0:
+            raise RuntimeError(f"{what}: the job exited with {job.proc.returncode}:\n{job.tail()}")
+
+    loaded: dict[str, int] = {}  # source -> events its job counted after the load
+    for source in sources:
+        job = Job(workdir, f"throughput-load-{source}", *job_args(source))
+        run(job, f"throughput load --source {source}")
+        loaded[source] = max((e for _, _, e in job.batches()), default=0)
+        if loaded[source] < n_load:
+            raise RuntimeError(
+                f"throughput load --source {source}: {loaded[source]:,} of {n_load:,} events\n{job.tail()}"
+            )
+        report(
+            f"load of {partitions:,} partitions, --source {source} (one batch, start and store write incl.)",
+            time.monotonic() - job.started,
+            "s",
+            "-",
+            None,
+        )
+    n_sent, seconds, who = publish(kafka, topic, churn)
+    print(f"throughput: {n_sent:,} churn events produced in {seconds:.1f}s by {who}", flush=True)
+    for source in sources:
+        job = Job(
+            workdir,
+            f"throughput-{source}",
+            *job_args(source),
+            "--max-records-per-batch",
+            str(THROUGHPUT_BATCH_CAP),
+        )
+        peak = RssPeak(job.proc.pid)
+        run(job, f"throughput churn --source {source}", peak)
         batches = job.batches()
-        if len(batches) < 3:
-            print(f"throughput --source {source}: too few batches\n{job.tail()}")
+        if len(batches) < 2:
+            print(f"throughput --source {source}: {len(batches)} churn batch(es), no rate\n{job.tail()}", flush=True)
             continue
         (t0, _, e0), (t1, _, e1) = batches[0], batches[-1]
-        rate = (e1 - e0) / (t1 - t0)
+        rate = (e1 - e0) / (t1 - t0)  # by the batches' log lines, each after its store write (as before)
         report(
-            f"stream sustained, --source {source} (batches 1..n)",
+            f"stream sustained on {partitions:,} partitions, --source {source} (churn batches 2..n)",
             rate,
             "events/s",
             f">= {target:,.0f} (min(100k, 0.5 x raw JVM))",
             rate >= target,
         )
+        served = gauges_times(job)
+        (b0, b1) = batches[0][1], batches[-1][1]
+        if b0 in served and b1 in served and served[b1] > served[b0]:
+            report(
+                "  the same by the gauges' times (the store writes behind)",
+                (e1 - e0) / (served[b1] - served[b0]),
+                "events/s",
+                "-",
+                None,
+            )
+        report("  ratio to 100k events/s", rate / 100_000, "x", ">= 1 (or the JVM ratio >= 0.5)", None)
         report("  ratio to raw JVM consumption", rate / raw_jvm, "x", ">= 0.5 (or 100k/s)", None)
         report("  ratio to raw kafka-python consumption", rate / raw, "x", "-", None)
-        report("  RSS peak, job process tree", peak.mb, "MB", "-", None)
+        report(
+            f"  churn batches (<= {THROUGHPUT_BATCH_CAP:,} events; {e1 - loaded[source]:,} of {n_sent:,} churn events)",
+            len(batches),
+            "batches",
+            "-",
+            None,
+        )
+        report(f"  RSS peak during the churn, {partitions:,} partitions", peak.mb, "MB", "<= 2,000", peak.mb <= 2000)
+        peak.print_at_peak("the churn's peak")
 
 
 def phase_freshness(kafka: KafkaCluster, workdir: str, rate: float, seconds: float, buckets: int = 2) -> None:
@@ -795,12 +919,29 @@ def main() -> None:
         default="",
         help="extra `elrwatch stream` options for every job (A/B runs), e.g. --no-state-service",
     )
-    parser.add_argument("--events", type=int, default=300_000, help="throughput: churn events")
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=300_000,
+        help=f"throughput: churn events measured on the loaded cluster, read {THROUGHPUT_BATCH_CAP:,} a batch; more "
+        "than one batch (the rate counts the batches after the first)",
+    )
     parser.add_argument("--rate", type=float, default=1000.0, help="freshness: events/s")
     parser.add_argument("--seconds", type=float, default=35.0, help="freshness: duration (first 5 s: warm-up)")
     parser.add_argument("--fresh-buckets", type=int, default=2, help="freshness: --buckets of the job")
-    parser.add_argument("--partitions", type=int, default=1_000_000, help="storm: cluster size")
-    parser.add_argument("--storm-partitions", type=int, default=100_000, help="storm: partitions touched")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1_000_000,
+        help="storm and throughput: cluster size (the state the storm and the churn apply to; e.g. 10000 for a "
+        "quick throughput run)",
+    )
+    parser.add_argument(
+        "--storm-partitions",
+        type=int,
+        default=100_000,
+        help="storm: partitions touched (it sets the cluster's broker count, the throughput phase's too)",
+    )
     parser.add_argument(
         "--sources", default="kafka,kafka-native", help="throughput and storm: the job's sources to measure"
     )
@@ -817,16 +958,17 @@ def main() -> None:
         "--event-partitions",
         type=int,
         default=0,
-        help="storm: partitions of the event topic (default: one per 125k metadata partitions, at least 2); each is "
-        "a read task of every micro-batch",
+        help="storm and throughput: partitions of the event topic (default: one per 125k metadata partitions, at "
+        "least 2); each is a read task of every micro-batch",
     )
     parser.add_argument(
         "--storm-producer",
         choices=("jvm", "kafka-python"),
         default="jvm",
-        help="storm: who publishes the load and the storm. jvm (default): Kafka's ConsoleProducer, a burst as a "
-        "controller writes a broker's failure; kafka-python: elrwatch produce's client, several times slower on "
-        "a small machine, where it competes with the job for the cores and spreads a storm over micro-batches",
+        help="storm and throughput: who publishes the load, the storm and the churn. jvm (default): Kafka's "
+        "ConsoleProducer, a burst as a controller writes a broker's failure; kafka-python: elrwatch produce's client, "
+        "several times slower on a small machine, where it competes with the job for the cores and spreads a storm "
+        "over micro-batches",
     )
     parser.add_argument(
         "--keep-workdir",
@@ -853,6 +995,10 @@ def main() -> None:
     if args.no_class_archive:
         EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
     phases = set(args.phases.split(","))
+    if args.partitions < 1 or args.storm_partitions < 1:
+        parser.error("--partitions and --storm-partitions must be at least 1")
+    if "throughput" in phases and args.events <= THROUGHPUT_BATCH_CAP:
+        parser.error(f"--events must exceed {THROUGHPUT_BATCH_CAP:,} (the throughput phase's batch cap) for a rate")
     if args.cold_restart and "restart" not in phases:
         parser.error("--cold-restart needs the restart phase (--phases storm,restart)")
     if args.cold_restart and not os.access(DROP_CACHES, os.W_OK):
@@ -866,7 +1012,7 @@ def main() -> None:
         with KafkaCluster(brokers=1, base_dir=os.path.join(workdir, "kafka")) as kafka:
             sources = [x for x in args.sources.split(",") if x]
             if "throughput" in phases:
-                phase_throughput(kafka, workdir, args.events, sources)
+                phase_throughput(kafka, workdir, args.partitions, args.storm_partitions, args.events, sources)
             if "freshness" in phases:
                 phase_freshness(kafka, workdir, args.rate, args.seconds, args.fresh_buckets)
             if "storm" in phases or "restart" in phases:
