@@ -133,8 +133,6 @@ def _kind(pid: int, root: int) -> str:
         if "deploy.worker.Worker" in cmd:
             return "worker jvm"
         return "jvm"
-    if "elrwatch.streaming.local.state_service" in cmd:
-        return "state servers"
     if "pyspark.daemon" in cmd:
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
@@ -917,7 +915,7 @@ def main() -> None:
     parser.add_argument(
         "--job-args",
         default="",
-        help="extra `elrwatch stream` options for every job (A/B runs), e.g. --no-state-service",
+        help="extra `elrwatch stream` options for every job (A/B runs), e.g. --state-engine objects",
     )
     parser.add_argument(
         "--events",

@@ -213,20 +213,9 @@ StateTasks = Annotated[
     int | None,
     option(
         "--state-tasks",
-        "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local mode "
-        "(2 with the state servers applies two buckets at a time: faster storms and restarts' first batch, "
-        "but slower small batches), one per bucket on a cluster.",
+        "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local mode, "
+        "one per bucket on a cluster.",
         min=1,
-    ),
-]
-StateService = Annotated[
-    bool | None,
-    option(
-        "--state-service/--no-state-service",
-        "Keep the buckets' state in server processes next to the driver, one per state task: buckets stay "
-        "cached whichever Python worker Spark picks, state tasks can run in parallel, and a restart preloads "
-        "the state while Spark starts; default: on in local mode (a cluster keeps the state in its "
-        "executors' Python workers).",
     ),
 ]
 
@@ -372,7 +361,6 @@ LOCAL_TUNING = OptionGroup(
         Opt("jvm_quick_start", JvmQuickStart, TUNING.jvm_quick_start),
         Opt("jvm_class_archive", JvmClassArchive, TUNING.jvm_class_archive),
         Opt("jvm_class_archive_dir", JvmClassArchiveDir, TUNING.jvm_class_archive_dir),
-        Opt("state_service", StateService, TUNING.state_service),
     ),
 )
 

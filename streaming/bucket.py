@@ -10,8 +10,7 @@ documents whose owned partition count changed, and its gauge contributions and c
 job's rows directory, the store lists go to a rows file named by the bucket's new state token
 (`payload.write_rows_file`) and Spark's output carries only the rest (the head).
 
-The same `run_bucket` runs in a Spark Python worker (`state_function`) or in a local state server
-(``local/state_service.py``). No Spark import.
+`run_bucket` runs in a Spark Python worker (`make_state_function`). No Spark import.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
 
 @dataclass(frozen=True)
 class StateSettings:
-    """What the state stage needs to apply a bucket's micro-batch (the same in a Spark worker or a state server)."""
+    """What the state stage needs to apply a bucket's micro-batch."""
 
     buckets: int
     default_min_isr: int = 1
@@ -386,12 +385,11 @@ def save_bucket(
 
 
 def make_state_function(
-    settings: StateSettings, service: Any = None, keys: list[int] | None = None
+    settings: StateSettings, keys: list[int] | None = None
 ) -> Callable[[tuple, Iterator[Any], Any], Iterator[Any]]:
-    """The applyInPandasWithState function (closure over the job's settings).
+    """The applyInPandasWithState function (closure over the job's settings): `run_bucket` in the Spark Python
+    worker, with the worker's cache (`_CACHE`).
 
-    ``service``: a `state_service.ServiceClient` when the buckets live in the job's state servers (local mode):
-    the function then only forwards each group to its bucket's server and stores the state row it returns.
     ``keys``: the group key of each bucket (`route.group_keys`); None: the bucket number is the key.
     """
     bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
@@ -410,15 +408,8 @@ def make_state_function(
         del frames
         rows = _ordered_rows(pdf) if pdf is not None else iter(())
         n_rows = len(pdf) if pdf is not None else 0
-        if service is not None:
-            rows_list = list(rows)
-            del pdf, rows
-            token, blob, bodies = service.call(bucket, group_key, row, rows_list)
-            del rows_list
-            trim_after_big_batch(n_rows)  # a big batch's rows and request
-        else:
-            del pdf
-            token, blob, bodies = run_bucket(bucket, settings, row, rows, n_rows)
+        del pdf
+        token, blob, bodies = run_bucket(bucket, settings, row, rows, n_rows)
         state.update((token, blob))
         yield pd.DataFrame({"bucket": [bucket] * len(bodies), "payload": bodies})
 

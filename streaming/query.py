@@ -42,7 +42,6 @@ from elrwatch.streaming.connector import ConnectorError, ConnectorJars
 from elrwatch.streaming.connector import resolve as resolve_connector
 from elrwatch.streaming.local.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.local.memory import ARROW_POOL_ENV
-from elrwatch.streaming.local.state_service import remove_restart_hints
 from elrwatch.streaming.metrics import Health, start_exporter
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
@@ -109,7 +108,6 @@ def run(
         if partitions is None and master is not None:
             partitions = state_tasks(config, master)
         keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
-        accelerators.start_state_service(config.state_settings(), partitions or 1, keys)
         code = _run_query(
             config,
             store,
@@ -135,7 +133,6 @@ def run(
         return code
     finally:
         writer.close(STOP_GRACE_S)  # after a failure: what is not written in time stays in the write-ahead list
-        accelerators.stop()
         store.dispose()
         if exporter is not None:
             exporter.shutdown()
@@ -163,10 +160,6 @@ def start_fresh(config: JobConfig, store: Any, driver_file: str, snapshot_dir: s
         )
     with contextlib.suppress(FileNotFoundError):
         os.remove(driver_file)
-    if snapshot_dir and config.state_dir and os.path.isdir(snapshot_dir):
-        # a shared --state-dir keeps other runs' snapshots, but the state servers' restart hints of an
-        # earlier checkpoint would only be preloaded for nothing
-        remove_restart_hints(snapshot_dir)
     if snapshot_dir and not config.state_dir and os.path.isdir(snapshot_dir):
         # the default directory belongs to this checkpoint: a new checkpoint starts without old snapshots
         for name in os.listdir(snapshot_dir):
@@ -216,12 +209,10 @@ def state_keys(checkpoint: str, fresh: bool, buckets: int, partitions: int | Non
 def state_tasks(config: JobConfig, master: str) -> int:
     """Parallel state tasks (``spark.sql.shuffle.partitions``; a checkpoint keeps the value it started with).
 
-    Local mode: one task by default. With the state servers (one per task, local/state_service.py) ``--state-tasks 2``
-    applies two buckets at a time: a storm's or the initial load's state work takes half as long, but every
-    micro-batch pays a second task and state store (a slower freshness at 1k events/s; docs/PERFORMANCE.md,
-    "Tried and dropped") and two buckets' rows are built at once (a higher transient RSS peak). Without the
-    servers one task lets one Python worker keep (and hit) every bucket. A cluster: one task per bucket, each
-    executor keeping the buckets Spark's state-store locality sends it.
+    Local mode: one task by default, so that one Python worker of the state pool keeps (and hits) every bucket;
+    with more, Spark hands each task any idle worker of the pool and the workers swap buckets (cache misses),
+    and every micro-batch pays another task and state store. A cluster: one task per bucket, each executor
+    keeping the buckets Spark's state-store locality sends it.
     """
     if config.state_tasks:
         return config.state_tasks
@@ -318,9 +309,9 @@ def build_spark(
     return spark
 
 
-def build_query(spark: Any, config: JobConfig, sink: Any, service: Any = None, keys: list[int] | None = None) -> Any:
-    """Wire source → route → state → foreachBatch(sink) and start the query (``service``: a state_service
-    client when the buckets live in the driver's state servers; ``keys``: each bucket's group key)."""
+def build_query(spark: Any, config: JobConfig, sink: Any, keys: list[int] | None = None) -> Any:
+    """Wire source → route → state → foreachBatch(sink) and start the query (``keys``: each bucket's group
+    key)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -341,13 +332,11 @@ def build_query(spark: Any, config: JobConfig, sink: Any, service: Any = None, k
     # (one per concurrent state task) that see the same buckets again: their cache hits. Sharing the pool with
     # the source and route stages, the state landed on a random one of ~11 workers: always a miss, and stale
     # copies of every bucket in many processes.
-    # With the state servers the state function holds no state, but its own pool still keeps a big batch's
-    # transient buffers out of the source's workers (and tells the processes apart in the bench's breakdown).
     env = spark.sparkContext.environment
     env[STATE_POOL_ENV] = "state"
     try:
         updates = routed.groupBy("bucket").applyInPandasWithState(
-            make_state_function(config.state_settings(), service, keys),
+            make_state_function(config.state_settings(), keys),
             OUTPUT_SCHEMA,
             STATE_SCHEMA,
             "append",
@@ -394,8 +383,7 @@ def _run_query(
     query = None
     try:
         try:
-            client = accelerators.state_client()
-            query = build_query(spark, config, Sink(writer, aggregator, health), client, keys)
+            query = build_query(spark, config, Sink(writer, aggregator, health), keys)
         except SourceError as exc:
             raise JobError(str(exc)) from None
         health.up = 1

@@ -1,7 +1,7 @@
 """How a bucket's state is kept between micro-batches: in Spark's state row as a whole blob (``--state-mode
 blob``), or as an immutable snapshot file plus the delta of records applied since (``snapshot``, the default).
 
-No Spark import: the functions run in Spark's Python workers and in the local state servers.
+No Spark import: the functions run in Spark's Python workers.
 """
 
 from __future__ import annotations

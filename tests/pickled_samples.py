@@ -1,4 +1,4 @@
-"""Objects the state servers and bucket snapshots pickle, one of each class (test_compiled_core.py)."""
+"""Objects bucket snapshots pickle, one of each class (test_compiled_core.py)."""
 
 from __future__ import annotations
 

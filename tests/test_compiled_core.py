@@ -2,7 +2,7 @@
 
 This process imports the compiled build (PYTHONPATH=build/compiled); a subprocess without that path imports the
 editable, pure-Python install. Both must replay the same records to the same document, and each must read the
-other's pickles: bucket snapshots and state-server messages survive switching builds.
+other's pickles: bucket snapshots and the core objects they hold survive switching builds.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_a_snapshot_written_by_either_build_loads_in_the_other(simulated: Path, 
     )
 
 
-def test_state_server_messages_written_by_either_build_load_in_the_other(tmp_path: Path) -> None:
+def test_pickled_core_objects_written_by_either_build_load_in_the_other(tmp_path: Path) -> None:
     here = [repr(m) for m in messages()]
     (tmp_path / "compiled.pkl").write_bytes(pickle.dumps(messages(), protocol=pickle.HIGHEST_PROTOCOL))
     done = pure_python(

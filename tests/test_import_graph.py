@@ -78,7 +78,7 @@ def test_the_graph_covers_every_package() -> None:
     for package in ("elrwatch.state", "elrwatch.store", "elrwatch.streaming.local", "elrwatch.api.routers"):
         assert any(name.startswith(package) for name in graph), package
     assert "elrwatch.store" in graph["elrwatch.api.dependencies"]
-    assert "elrwatch.streaming.bucket" in graph["elrwatch.streaming.local.state_service"]
+    assert "elrwatch.streaming.bucket" in graph["elrwatch.streaming.local.accelerators"]
 
 
 def test_cycles_are_found() -> None:

@@ -427,25 +427,88 @@ def test_local_workers_run_this_interpreter_unless_told_otherwise(monkeypatch):
     assert accelerators.local_worker_python(JobConfig(), "local[2]") is None
 
 
-def test_state_servers_by_default_in_local_mode_only(monkeypatch):
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    assert accelerators.use_state_service(JobConfig())
-    assert not accelerators.use_state_service(JobConfig(local=LocalTuning(state_service=False)))
-    assert not accelerators.use_state_service(JobConfig(spark_master="k8s://https://kubernetes.default.svc"))
-    with pytest.raises(ValueError, match="needs a local Spark master"):
-        accelerators.use_state_service(
-            JobConfig(spark_master="spark://host:7077", local=LocalTuning(state_service=True))
-        )
-    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1234")  # launched by spark-submit: its master, no servers
-    assert not accelerators.use_state_service(JobConfig())
+# hash(cast(id as int)) from Spark 4 (`spark.range(-3, 5).selectExpr("hash(cast(id as int))")`)
+SPARK_HASHES = {
+    -3: -1573329414,
+    -2: -1160545675,
+    -1: -1604776387,
+    0: 933211791,
+    1: -559580957,
+    2: 1765031574,
+    3: -1823081949,
+    4: -397064898,
+}
+
+
+def test_spark_hash_of_an_int_is_reproduced():
+    assert {value: route.spark_hash_int(value) for value in SPARK_HASHES} == SPARK_HASHES
+
+
+@pytest.mark.parametrize(("buckets", "partitions"), [(2, 2), (4, 2), (4, 4), (16, 3), (3, 1)])
+def test_group_keys_spread_buckets_evenly_over_the_state_tasks(buckets, partitions):
+    keys = route.group_keys(buckets, partitions)
+    assert len(set(keys)) == buckets
+    assert [route.lane_of(k, partitions) for k in keys] == [b % partitions for b in range(buckets)]
+
+
+def test_grouping_by_bucket_number_would_not_spread_them():
+    """Why group keys exist: Spark's hash puts buckets 0 and 1 (of 2) in the same one of 2 tasks."""
+    assert route.lane_of(0, 2) == route.lane_of(1, 2)
+
+
+@pytest.mark.parametrize("engine", ["objects", "columnar"])
+def test_a_cached_state_newer_than_the_committed_row_is_not_used(tmp_path, engine):
+    """A batch whose Spark task failed after the worker applied it: the retry starts from the committed row,
+    so the worker rebuilds the bucket instead of using its newer cached state, and gives the same output."""
+    settings = bucket_module.StateSettings(
+        1, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50, engine=engine
+    )
+    lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=11)]
+    routed = _routed(lines, 1)
+    batches = [list(bucket_module._ordered_rows(routed.iloc[i : i + 40])) for i in range(0, 120, 40)]
+    cache: dict = {}
+
+    def apply(row, n):
+        token, blob, bodies = bucket_module.run_bucket(0, settings, row, iter(batches[n]), len(batches[n]), cache)
+        (head,), chunks = payload_module.decode_payloads(list(bodies))
+        head["partitions"] = sorted(map(repr, payload_module.iter_partition_rows(chunks)))
+        return (token, blob), head.pop("timing")["cache"], head
+
+    committed, how, _ = apply(None, 0)
+    assert how == "miss"
+    _, how, first_try = apply(committed, 1)
+    assert how == "hit"
+    retried, how, retry = apply(committed, 1)  # the committed row, not the token the worker cached last
+    assert how == "miss"
+    assert retry == first_try
+    _, how, _ = apply(retried, 2)
+    assert how == "hit"
+
+
+def test_a_background_thread_lowers_only_its_own_priority():
+    """The store writer's thread yields the CPU to the batches; the thread that called it keeps its niceness."""
+    import threading
+
+    from elrwatch.streaming.priority import lower_current_thread_priority
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: list[int] = []
+
+    def background() -> None:
+        lower_current_thread_priority(5)
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join()
+    assert seen == [min(19, before + 5)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
 
 
 def test_state_keys_are_fixed_for_the_checkpoint(tmp_path):
-    from elrwatch.streaming.route import group_keys
-
     ck = str(tmp_path / "ck")
     keys = query.state_keys(ck, True, 4, 2)
-    assert keys == group_keys(4, 2)
+    assert keys == route.group_keys(4, 2)
     assert query.state_keys(ck, False, 4, 1) == keys  # a restart keeps them, whatever the session would choose
     with pytest.raises(query.JobError, match="started with --buckets 4, not 3"):
         query.state_keys(ck, False, 3, 2)

@@ -1,11 +1,11 @@
 """The local-mode accelerators of one run of the job, behind one object (`Accelerators`) that the query's wiring
-(``query.py``) asks at fixed points: before Spark starts (state servers, the JVM's options and class archive,
-the workers' interpreter), when the query runs (the state servers' client, keeping workers warm), in its wait loop
-(restarting a dead state server, warm-ups), and after Spark stops (writing the class archive).
+(``query.py``) asks at fixed points: before Spark starts (the JVM's options and class archive, the workers'
+interpreter), when the query runs (keeping workers warm), in its wait loop (warm-ups), and after Spark stops
+(writing the class archive).
 
-Each accelerator decides here, once, whether it applies (``--state-service``, ``--keep-workers-warm``,
-``--jvm-quick-start``, ``--jvm-class-archive``: `LocalTuning`) and to which master; on a cluster the state
-servers, the class archive and the interpreter choice are off, so the cluster path runs without them.
+Each accelerator decides here, once, whether it applies (``--keep-workers-warm``, ``--jvm-quick-start``,
+``--jvm-class-archive``: `LocalTuning`) and to which master; on a cluster the class archive and the interpreter
+choice are off, so the cluster path runs without them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import os
 import sys
 from typing import Any
 
-from elrwatch.streaming.bucket import STATE_POOL_ENV, StateSettings
+from elrwatch.streaming.bucket import STATE_POOL_ENV
 from elrwatch.streaming.config import JobConfig, is_local, spark_master
 from elrwatch.streaming.local import jvm_archive
-from elrwatch.streaming.local.state_service import StateService
 from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
 
 log = logging.getLogger("elrwatch.stream")
@@ -65,17 +64,6 @@ def local_worker_python(config: JobConfig, master: str | None) -> str | None:
     return sys.executable
 
 
-def use_state_service(config: JobConfig) -> bool:
-    """Whether the buckets live in the driver's state servers: ``--state-service``, default on in local mode."""
-    master = spark_master(config)
-    local = is_local(master)
-    if config.local.state_service is None:
-        return local
-    if config.local.state_service and not local:
-        raise ValueError("--state-service needs a local Spark master (the servers run next to the driver)")
-    return config.local.state_service
-
-
 def class_archive_for(config: JobConfig) -> Any:
     """The JVM class archive (`jvm_archive.ClassArchive`) of the JVM `build_spark` is about to start, or None:
     turned off, not local mode, or a JVM already running in this process (its options are set)."""
@@ -104,21 +92,8 @@ class Accelerators:
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         self.master = spark_master(config)
-        self.service: Any = None  # state_service.StateService
         self.archive: Any = None  # jvm_archive.ClassArchive
         self.warmer: Any = None  # warm.WorkerWarmer
-
-    def start_state_service(self, settings: StateSettings, lanes: int, keys: list[int] | None) -> None:
-        """Start the state servers (before Spark: a restart's servers preload their buckets while the JVM
-        starts)."""
-        if not use_state_service(self.config):
-            return
-        self.service = StateService(settings, lanes, keys)
-        self.service.start()
-
-    def state_client(self) -> Any:
-        """What the state function needs to reach the state servers (`state_service.ServiceClient`), or None."""
-        return self.service.client() if self.service is not None else None
 
     def prepare_jvm(self) -> None:
         """Map (or arrange to write) the JVM class archive of the JVM Spark is about to start."""
@@ -143,9 +118,7 @@ class Accelerators:
         self.warmer = WorkerWarmer(spark, pools)
 
     def tick(self, batches_completed: int) -> None:
-        """From the driver's wait loop: restart a state server that died, warm the workers when idle."""
-        if self.service is not None:
-            self.service.check()
+        """From the driver's wait loop: warm the workers when idle."""
         if self.warmer is not None:
             self.warmer.tick(batches_completed)
 
@@ -154,9 +127,3 @@ class Accelerators:
         written and the job completed a batch (the streaming classes are loaded)."""
         if self.archive is not None:
             self.archive.finish(jvm, write=batches_completed > 0)
-
-    def stop(self) -> None:
-        """Stop the state servers."""
-        if self.service is not None:
-            self.service.stop()
-            self.service = None

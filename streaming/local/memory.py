@@ -1,4 +1,4 @@
-"""Memory hygiene of the streaming job's long-lived processes (Python workers, state servers, driver): the
+"""Memory hygiene of the streaming job's long-lived processes (Python workers, driver): the
 cyclic GC paused while a batch allocates, long-lived state kept out of its scans, and freed heap given back to
 the OS after big batches. No Spark import."""
 

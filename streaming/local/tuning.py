@@ -13,4 +13,3 @@ class LocalTuning:
     jvm_quick_start: bool = True  # the driver JVM compiles with C1 only (jvm.driver_java_options; any master)
     jvm_class_archive: bool = True  # jvm_archive.py: local mode maps (or writes) an archive of Spark's classes
     jvm_class_archive_dir: str | None = None  # None: jvm_archive.default_archive_dir()
-    state_service: bool | None = None  # buckets kept in the driver's state servers; None: on in local mode

@@ -34,7 +34,7 @@ SOURCE_MODULES = (
     "elrwatch.state.records",
     "elrwatch.state.routing",
 )
-STATE_MODULES = ("pandas", "pyarrow", "elrwatch.streaming.bucket", "elrwatch.streaming.local.state_service")
+STATE_MODULES = ("pandas", "pyarrow", "elrwatch.streaming.bucket")
 
 
 def warm_worker(batches: Iterator[Any], modules: tuple[str, ...]) -> Iterator[Any]:
