@@ -36,9 +36,11 @@ class _FakeSpark:
         self.defaultParallelism = 2
         self.environment: dict[str, str] = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
         self.runs: list[dict[str, str]] = []
+        self.ranges: list[tuple[int, ...]] = []
         self.fail = False
 
-    def range(self, *_args: int) -> _FakeJob:
+    def range(self, *args: int) -> _FakeJob:
+        self.ranges.append(args)
         return _FakeJob(self, dict(self.environment))
 
 
@@ -55,6 +57,14 @@ def test_each_pool_is_warmed_under_its_own_environment_which_is_then_restored():
     assert spark.environment == {"ARROW_DEFAULT_MEMORY_POOL": "system"}
     assert warmer.warm() == {"source": {1}, "state": {1}}
     assert [STATE_POOL_ENV in run for run in spark.runs] == [False, True]
+
+
+def test_the_state_pool_is_warmed_with_as_many_tasks_as_state_tasks():
+    """One state task (local mode): one warm-up task, so the pool keeps one worker, the one holding the buckets
+    (Spark hands idle workers out first in, first out); the source pool one task per core."""
+    spark = _FakeSpark()
+    WorkerWarmer(spark, _POOLS, tasks={"state": 1})
+    assert spark.ranges == [(0, 2, 1, 2), (0, 1, 1, 1)]
 
 
 def test_warms_only_after_a_batch_and_an_idle_period(monkeypatch: pytest.MonkeyPatch):

@@ -115,7 +115,8 @@ class Accelerators:
         if not self.config.local.keep_workers_warm or self.config.available_now:
             return
         pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
-        self.warmer = WorkerWarmer(spark, pools)
+        state_tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))  # the query's state tasks
+        self.warmer = WorkerWarmer(spark, pools, tasks={"state": state_tasks})
 
     def tick(self, batches_completed: int) -> None:
         """From the driver's wait loop: warm the workers when idle."""

@@ -59,19 +59,25 @@ class WorkerWarmer:
         spark: Any,
         pools: dict[str, tuple[dict[str, str], tuple[str, ...]]],
         idle_s: float = DEFAULT_WARM_AFTER_IDLE_S,
+        tasks: dict[str, int] | None = None,
     ):
         """``pools``: name → (the environment variables that select the pool, ``{}`` for the default one where the
         Python sources' read tasks run; the modules its tasks import). A function runs in the pool of the
-        environment it was defined in, so each pool's job is defined once here, under its variables."""
+        environment it was defined in, so each pool's job is defined once here, under its variables.
+
+        ``tasks``: a pool's warm-up tasks (default: one per core, every worker a batch can use). The state pool's
+        must be the state tasks' count: Spark hands out idle workers first in, first out, so a second warmed
+        worker would take the next batch's state task and miss the buckets cached in the first."""
         self.idle_s = idle_s
-        tasks = max(1, int(spark.sparkContext.defaultParallelism))  # one per core: every worker a batch can use
+        per_core = max(1, int(spark.sparkContext.defaultParallelism))
         self.jobs: dict[str, Any] = {}
         env = spark.sparkContext.environment
         for name, (variables, modules) in pools.items():
+            n = (tasks or {}).get(name, per_core)
             saved = {key: env.get(key) for key in variables}
             env.update(variables)
             try:
-                self.jobs[name] = spark.range(0, tasks, 1, tasks).mapInArrow(
+                self.jobs[name] = spark.range(0, n, 1, n).mapInArrow(
                     lambda batches, modules=modules: warm_worker(batches, modules), WARM_SCHEMA
                 )
             finally:
