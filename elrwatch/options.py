@@ -186,11 +186,11 @@ StateMode = Annotated[
     ),
 ]
 StateEngine = Annotated[
-    str,
+    str | None,
     option(
         "--state-engine",
-        "objects: each bucket holds the object core (the default); columnar: the columnar apply engine, under "
-        "evaluation (needs --state-mode snapshot; a checkpoint keeps the engine it was started with).",
+        "columnar: the columnar apply engine (the default; needs --state-mode snapshot); objects: each bucket holds "
+        "the object core (the default with --state-mode blob). A checkpoint keeps the engine it was started with.",
     ),
 ]
 StateDir = Annotated[
@@ -369,6 +369,8 @@ def job_config(*, source: str, spark_conf: list[str] | None, **values: Any) -> J
     """The job's configuration from ``elrwatch stream``'s option values (groups already made into objects)."""
     if source not in SOURCES:
         raise OptionError(f"--source must be {', '.join(SOURCES[:-1])} or {SOURCES[-1]}")
+    if values.get("state_engine") is None:  # not given: the default engine, the object core in blob mode
+        values["state_engine"] = "objects" if values.get("state_mode") == "blob" else JOB.state_engine
     return JobConfig(source=source, spark_conf=key_values(spark_conf or [], "--spark-conf"), **values)
 
 
@@ -400,7 +402,7 @@ JOB_OPTIONS = OptionGroup(
         Opt("state_cache", StateCache, JOB.state_cache),
         Opt("state_mode", StateMode, JOB.state_mode),
         Opt("state_dir", StateDir, JOB.state_dir),
-        Opt("state_engine", StateEngine, JOB.state_engine),
+        Opt("state_engine", StateEngine, None),  # job_config: the default engine, objects in blob mode
         Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
         Opt("state_tasks", StateTasks, JOB.state_tasks),
         ("local", LOCAL_TUNING),

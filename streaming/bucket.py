@@ -63,7 +63,7 @@ class StateSettings:
     state_dir: str | None = None
     delta_max_records: int = DELTA_MAX_RECORDS
     rows_dir: str | None = None  # the job's rows files (`payload.write_rows_file`); None: the rows go in the output
-    engine: str = DEFAULT_ENGINE  # "objects": a ClusterState per bucket; "columnar": `columnar_bucket` (evaluation)
+    engine: str = DEFAULT_ENGINE  # "columnar": `columnar_bucket` (snapshot mode only); "objects": a ClusterState
 
     def snapshots(self) -> SnapshotDir | None:
         return SnapshotDir(self.state_dir) if self.state_dir else None
@@ -103,7 +103,8 @@ def load_row(
         return ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale)
     if blob[:1] == ROW_TAG:
         raise SnapshotError(
-            f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects"
+            f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects: "
+            "run it with --state-engine columnar"
         )
     with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
         bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)

@@ -1,4 +1,4 @@
-"""The state stage with the columnar engine (``--state-engine columnar``, under evaluation): a bucket holds an
+"""The state stage with the columnar engine (``--state-engine columnar``, the default): a bucket holds an
 `AuditedColumnarState` instead of a ``ClusterState``.
 
 `apply_records` applies the records `bucket.apply_rows` gathers (same parsing, ownership and conflict rules) with
@@ -6,7 +6,7 @@
 `payload` builds the same payload as `bucket.bucket_payload` from `columnar_output`. `ColumnarBucketState` keeps
 the engine between batches in snapshot mode: an Arrow IPC snapshot (`columnar_snapshot`, memory-mapped on load)
 named by the state token in the `SnapshotDir`, plus the delta of records applied since, in the state row. Blob
-mode is refused.
+mode is refused (it keeps the object engine, ``--state-engine objects``).
 
 No Spark import.
 """
@@ -33,9 +33,10 @@ from elrwatch.streaming.route import decode_record
 from elrwatch.streaming.snapshots import BucketState, SnapshotDir, SnapshotError
 
 ENGINES = ("objects", "columnar")
-DEFAULT_ENGINE = "objects"
+DEFAULT_ENGINE = "columnar"
 #: A columnar state row starts with this byte (an object engine's snapshot row with ``S``, a blob otherwise).
 ROW_TAG = b"C"
+BLOB_REFUSED = "--state-engine columnar needs --state-mode snapshot: with --state-mode blob add --state-engine objects"
 #: Records per ``apply_batch`` call (log order kept across calls): bounds the per-call lists.
 CHUNK = 1 << 18
 
@@ -45,7 +46,7 @@ def check_engine(engine: str, state_mode: str) -> None:
     if engine not in ENGINES:
         raise ValueError(f"--state-engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "columnar" and state_mode != "snapshot":
-        raise ValueError("--state-engine columnar needs --state-mode snapshot (blob mode is not supported)")
+        raise ValueError(BLOB_REFUSED)
 
 
 def _replay(engine: AuditedColumnarState, chunks: list[bytes]) -> None:
@@ -69,7 +70,7 @@ class ColumnarBucketState(BucketState):
     ROW_TAG = ROW_TAG
 
     def to_blob(self) -> bytes:
-        raise ValueError("--state-engine columnar needs --state-mode snapshot (blob mode is not supported)")
+        raise ValueError(BLOB_REFUSED)
 
     def _write_snapshot(self, snapshots: SnapshotDir, name: str) -> None:
         """An Arrow IPC snapshot (`columnar_snapshot.save`), memory-mapped when loaded."""
@@ -99,7 +100,8 @@ class ColumnarBucketState(BucketState):
         newer chunks on a cached ``stale`` state the row extends)."""
         if row[:1] != ROW_TAG:
             raise SnapshotError(
-                f"bucket {bucket}: the checkpoint's state was written by --state-engine objects, not columnar"
+                f"bucket {bucket}: the checkpoint's state was written by --state-engine objects, not columnar: "
+                "run it with --state-engine objects"
             )
         data = pickle.loads(row[1:])
         name = data["snapshot"]

@@ -149,3 +149,40 @@ def test_grouped_needs_a_group() -> None:
 
     with pytest.raises(TypeError, match="no parameter that defaults to an OptionGroup"):
         grouped(command)
+
+
+def test_the_columnar_engine_is_the_default_and_blob_mode_alone_keeps_the_object_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from elrwatch.streaming import query
+    from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
+    from elrwatch.streaming.config import JobConfig
+
+    assert DEFAULT_ENGINE == "columnar" and JobConfig().state_engine == "columnar"
+    args = ["stream", "--source", "files", "--path", str(tmp_path), "--checkpoint", str(tmp_path / "ck")]
+    args += ["--store", f"sqlite:///{tmp_path}/s.db"]
+    seen: dict[str, JobConfig] = {}
+    with monkeypatch.context() as patched:
+        patched.setattr(query, "run", lambda config, **_kwargs: seen.setdefault("config", config))
+        for extra, env, want in (
+            ([], {}, ("snapshot", "columnar")),
+            (["--state-mode", "blob"], {}, ("blob", "objects")),  # blob mode alone: the object engine
+            (["--state-mode", "blob"], {"ELRWATCH_STATE_ENGINE": "objects"}, ("blob", "objects")),
+            (["--state-engine", "objects"], {}, ("snapshot", "objects")),
+            ([], {"ELRWATCH_STATE_MODE": "blob"}, ("blob", "objects")),
+        ):
+            seen.clear()
+            result = CliRunner().invoke(app, args + extra, env=env)
+            assert result.exit_code == 0, result.output
+            assert (seen["config"].state_mode, seen["config"].state_engine) == want, (extra, env)
+    # blob mode with the columnar engine asked for: one line saying what to add, before Spark starts
+    for extra, env in (
+        (["--state-mode", "blob", "--state-engine", "columnar"], {}),
+        ([], {"ELRWATCH_STATE_MODE": "blob", "ELRWATCH_STATE_ENGINE": "columnar"}),
+    ):
+        result = CliRunner().invoke(app, args + extra, env=env)
+        assert result.exit_code == 1, result.output
+        assert result.output.strip().splitlines() == [
+            "elrwatch: error: --state-engine columnar needs --state-mode snapshot: with --state-mode blob add "
+            "--state-engine objects"
+        ]

@@ -223,7 +223,7 @@ def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_st
 def _file_batches(lines: list[str], n: int, rows_dir: str) -> list[list[bytes]]:
     """The output bodies of ``n`` micro-batches of ``lines`` through `run_bucket` with a rows directory (heads only:
     the lists are in the rows files)."""
-    settings = bucket_module.StateSettings(1, state_mode="blob", rows_dir=rows_dir)
+    settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)  # default engine
     routed = _routed(lines)
     size = -(-len(routed) // n)
     row = None
@@ -326,7 +326,7 @@ def test_rows_files_named_by_pending_entries_survive_a_restart_and_are_written_o
     assert not writer.close(0.2)  # the job dies with its batches unwritten: their entries name their files
     named = sorted(f for b in batches for f in _named_files(b))
     # an attempt of batch 3 whose entry was never written (the driver died in it): Spark never committed it
-    settings = bucket_module.StateSettings(1, state_mode="blob", rows_dir=rows_dir)
+    settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)  # default engine
     _, _, orphan = bucket_module.run_bucket(0, settings, None, bucket_module._ordered_rows(_routed(lines)), 1, {})
     torn = os.path.join(rows_dir, ".b0000-x.rows.1.tmp")
     open(torn, "wb").close()

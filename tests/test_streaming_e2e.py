@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
 from elrwatch.streaming.config import ROWS_SUBDIR_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -212,12 +213,11 @@ def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
     pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
 
 
-@pytest.mark.parametrize(
-    ("source", "engine"), [("kafka", "objects"), ("kafka-native", "objects"), ("kafka", "columnar")]
-)
+@pytest.mark.parametrize(("source", "engine"), [("kafka", None), ("kafka-native", None), ("kafka-native", "objects")])
 def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_path, source, engine):
     """3-partition event topic, malformed + duplicate records mixed in, continuous trigger, metrics scraped; with
-    each state engine (the columnar one on one source: its equality with the object engine is tested per bucket)."""
+    the default state engine (``engine`` None: the columnar one) on both sources, and the object engine on one (its
+    equality with the columnar engine is tested per bucket)."""
     from elrwatch.devtools.kafka_cluster import free_port
     from elrwatch.streaming.metrics import scrape
 
@@ -246,8 +246,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
         "3",
         "--trigger",
         "1s",
-        "--state-engine",
-        engine,
+        *(["--state-engine", engine] if engine else []),
     )
     try:
         want = oracle["counts"]["events"]
@@ -271,7 +270,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
         assert job.wait(90) == 0, job.output()[-3000:]
         # the job names its core: `make test-compiled` runs this test on the compiled one
         core = "compiled (mypyc)" if os.environ.get("ELRWATCH_EXPECT_COMPILED") == "1" else "interpreted"
-        assert f"state engine {engine}, core {core})" in job.output()
+        assert f"state engine {engine or 'columnar'}, core {core})" in job.output()
     finally:
         job.kill()
     assert_same_as_oracle(_store_doc(url), oracle)
@@ -279,6 +278,8 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
 
 @KAFKA_SOURCES
 def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server, fresh_topic, tmp_path, source):
+    """kill -9 of the job (default state engine, snapshot mode) mid-stream, then a restart from its checkpoint: the
+    store equals the oracle, every transition once; then a torn and a lost bucket snapshot are one-line errors."""
     events = _events(tmp_path, records=3000, seed=11)
     oracle = _replay(events)
     topic = fresh_topic("meta-restart")
@@ -316,6 +317,7 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
         assert second.wait(240) == 0, second.output()[-3000:]
     finally:
         second.kill()
+    assert f"state engine {DEFAULT_ENGINE}," in first.output() and f"state engine {DEFAULT_ENGINE}," in second.output()
     doc = _store_doc(url)
     # epochs equal to the oracle's prove no PartitionChangeRecord was applied twice
     assert_same_as_oracle(doc, oracle)
@@ -330,16 +332,27 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     for bucket in ("-b0000-", "-b0001-"):  # rotated: the newest few per bucket (+ one a committed row may hold)
         assert 1 <= sum(bucket in name for name in snapshots) <= 4, snapshots
     assert all(name.endswith(".snap") for name in snapshots), snapshots
-    # snapshots lost (e.g. --state-dir not shared or not kept with the checkpoint): a one-line error, no traceback
-    for name in snapshots:
-        os.remove(tmp_path / "ck" / "bucket-snapshots" / name)
     more = tmp_path / "more.jsonl"
     more.write_text(events.read_text().splitlines()[-1] + "\n")
     _produce(kafka_server, more, topic, 1)
+    # snapshots torn (e.g. a disk fault): a one-line error naming one, no traceback
+    for name in snapshots:
+        path = tmp_path / "ck" / "bucket-snapshots" / name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    done = _cli("stream", *common, "--available-now", timeout=240)
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
+    assert len(errors) == 1 and "corrupt" in errors[0], done.stderr[-3000:]
+    assert any(name in errors[0] for name in snapshots), errors[0]
+    assert "Traceback" not in done.stderr
+    # snapshots lost (e.g. --state-dir not shared or not kept with the checkpoint): a one-line error, no traceback
+    for name in snapshots:
+        os.remove(tmp_path / "ck" / "bucket-snapshots" / name)
     done = _cli("stream", *common, "--available-now", timeout=240)
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
     assert len(errors) == 1 and "snapshot" in errors[0] and "is missing" in errors[0], done.stderr[-3000:]
+    assert any(name in errors[0] for name in snapshots), errors[0]
     assert "Traceback" not in done.stderr
 
 
@@ -600,5 +613,6 @@ def test_event_topic_leader_killed_mid_stream_the_job_goes_on(real_kafka_cluster
     finally:
         job.kill()
         cluster.start_broker(leader)  # the session's cluster is shared: every broker back
+    assert f"state engine {DEFAULT_ENGINE}," in job.output()
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)

@@ -255,7 +255,7 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines.insert(60, lines[44])  # a duplicate
     routed = _routed(lines, 2)
     fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40)
+        bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40, engine="objects")
     )
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     for b in range(2):
@@ -282,7 +282,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     loads = []
     for mode in ("blob", "snapshot"):
         fn = bucket_module.make_state_function(
-            bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60)
+            bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60, engine="objects")
         )
         workers = [{}, {}]
         got = []
@@ -376,7 +376,7 @@ def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
     fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10)
+        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10, engine="objects")
     )
     state = _State()
     _run(fn, 0, routed, state)
@@ -533,7 +533,7 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
     part = _routed(lines, 1)
     fns = {
         m: bucket_module.make_state_function(
-            bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)
+            bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25, engine="objects")
         )
         for m in STATE_MODES
     }
