@@ -258,7 +258,7 @@ def main() -> None:
     parser.add_argument(
         "--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)"
     )
-    parser.add_argument("--engine", default="objects", help="state engines to compare, e.g. objects,columnar")
+    parser.add_argument("--engine", default="columnar", help="state engines to compare, e.g. columnar,objects")
     args = parser.parse_args()
     engines = args.engine.split(",")
     print(f"python {sys.version.split()[0]}; one process")

@@ -69,7 +69,7 @@ class JobConfig:
     state_mode: str = DEFAULT_STATE_MODE  # snapshot: snapshot files + delta in the state row; blob: the whole state
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
-    state_engine: str = DEFAULT_ENGINE  # objects (ClusterState per bucket) or columnar (under evaluation)
+    state_engine: str = DEFAULT_ENGINE  # columnar (`columnar_bucket`) or objects (a ClusterState per bucket)
     state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: see state_tasks()
     local: LocalTuning = field(default_factory=LocalTuning)  # the local-mode accelerators' knobs
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
