@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import pickle
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -49,20 +48,6 @@ def check_engine(engine: str, state_mode: str) -> None:
         raise ValueError(BLOB_REFUSED)
 
 
-def _replay(engine: AuditedColumnarState, chunks: list[bytes]) -> None:
-    """Apply journal chunks (records emitted when first applied) and forget what they changed."""
-    records: list[Record] = []
-    for chunk in chunks:
-        records.extend(decode_record(rec) for rec in marshal.loads(zlib.decompress(chunk)))
-        if len(records) >= CHUNK:
-            engine.apply_batch(records)
-            records = []
-    if records:
-        engine.apply_batch(records)
-    columnar_output.drain(engine)
-    engine.quarantined = []
-
-
 class ColumnarBucketState(BucketState):
     """A bucket's `AuditedColumnarState` (in ``cluster``), its counts and emitted topic counts (snapshot mode)."""
 
@@ -88,53 +73,38 @@ class ColumnarBucketState(BucketState):
         )
 
     @classmethod
-    def from_row(  # type: ignore[override]
-        cls,
-        row: bytes,
-        snapshots: SnapshotDir | None,
-        bucket: int,
-        buckets: int,
-        stale: BucketState | None = None,
-    ) -> ColumnarBucketState:
-        """The bucket of a columnar state row: its snapshot loaded memory-mapped, the delta replayed (only the
-        newer chunks on a cached ``stale`` state the row extends)."""
-        if row[:1] != ROW_TAG:
-            raise SnapshotError(
-                f"bucket {bucket}: the checkpoint's state was written by --state-engine objects, not columnar: "
-                "run it with --state-engine objects"
-            )
-        data = pickle.loads(row[1:])
-        name = data["snapshot"]
-        delta = data["delta"]
-        if isinstance(stale, ColumnarBucketState) and stale.catches_up_to(data):
-            engine = stale.cluster
-            chunks = delta[len(stale.delta) :]
-        else:
-            stale = None
-            if name is None:
-                engine = AuditedColumnarState(default_min_isr=data["minIsr"], bucket=(bucket, buckets))
-            elif snapshots is None:
-                raise SnapshotError(
-                    f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed"
-                )
-            else:
-                path = os.path.join(snapshots.path, name)
-                if not os.path.exists(path):
-                    raise SnapshotError(
-                        f"bucket {bucket}: snapshot {path} referenced by the checkpoint is missing (--state-dir "
-                        "must be the same directory, shared by every executor, for the life of the checkpoint)"
-                    )
-                try:
-                    engine = columnar_snapshot.load(path, AuditedColumnarState)
-                except columnar_snapshot.SnapshotError as exc:
-                    raise SnapshotError(f"bucket {bucket}: {exc}") from None
-            chunks = delta
-        _replay(engine, chunks)
-        bs = cls(engine, data["counts"], data["emitted"])
-        bs.run, bs.snapshot, bs.delta = data["run"], name, delta
-        bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
-        bs.caught_up = stale is not None
-        return bs
+    def _from_other_row(cls, row: bytes, bucket: int) -> BucketState:
+        raise SnapshotError(
+            f"bucket {bucket}: the checkpoint's state was written by --state-engine objects, not columnar: "
+            "run it with --state-engine objects"
+        )
+
+    @staticmethod
+    def _empty_state(default_min_isr: int, bucket: int, buckets: int) -> Any:
+        return AuditedColumnarState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
+
+    @staticmethod
+    def _read_snapshot(snapshots: SnapshotDir, bucket: int, name: str) -> Any:
+        """The Arrow snapshot, memory-mapped (`columnar_snapshot.load`), or a one-line SnapshotError."""
+        path = snapshots.existing(bucket, name)
+        try:
+            return columnar_snapshot.load(path, AuditedColumnarState)
+        except columnar_snapshot.SnapshotError as exc:
+            raise SnapshotError(f"bucket {bucket}: {exc}") from None
+
+    @staticmethod
+    def _replay(cluster: Any, chunks: list[bytes]) -> None:
+        """Apply delta chunks with ``apply_batch`` (bounded lists) and forget what they changed."""
+        records: list[Record] = []
+        for chunk in chunks:
+            records.extend(decode_record(rec) for rec in marshal.loads(zlib.decompress(chunk)))
+            if len(records) >= CHUNK:
+                cluster.apply_batch(records)
+                records = []
+        if records:
+            cluster.apply_batch(records)
+        columnar_output.drain(cluster)
+        cluster.quarantined = []
 
 
 def apply_records(

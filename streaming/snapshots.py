@@ -64,17 +64,22 @@ class SnapshotDir:
         finally:
             os.close(dir_fd)
 
-    def read(self, bucket: int, name: str) -> Any:
-        """The ClusterState of a snapshot, or a one-line SnapshotError."""
+    def existing(self, bucket: int, name: str) -> str:
+        """The path of snapshot ``name``, or a one-line SnapshotError when it is missing."""
         path = os.path.join(self.path, name)
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
+        if not os.path.exists(path):
             raise SnapshotError(
                 f"bucket {bucket}: snapshot {path} referenced by the checkpoint is missing (--state-dir must be "
                 "the same directory, shared by every executor, for the life of the checkpoint)"
-            ) from None
+            )
+        return path
+
+    def read(self, bucket: int, name: str) -> Any:
+        """The ClusterState of a snapshot, or a one-line SnapshotError."""
+        path = self.existing(bucket, name)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
         except OSError as exc:
             raise SnapshotError(f"bucket {bucket}: cannot read snapshot {path}: {exc.strerror or exc}") from None
         try:
@@ -211,24 +216,51 @@ class BucketState:
         batches another worker processed since (a cache "catch-up" instead of a snapshot read).
         """
         if row[:1] != cls.ROW_TAG:
-            return cls.from_blob(row)
+            return cls._from_other_row(row, bucket)
         data = pickle.loads(row[1:])
         name = data["snapshot"]
         delta = data["delta"]
-        if stale is not None and stale.catches_up_to(data):
+        if type(stale) is cls and stale.catches_up_to(data):
             cluster = stale.cluster
             chunks = delta[len(stale.delta) :]
         else:
             stale = None
             if name is None:
-                cluster = ClusterState(default_min_isr=data["minIsr"], bucket=(bucket, buckets))
+                cluster = cls._empty_state(data["minIsr"], bucket, buckets)
             elif snapshots is None:
                 raise SnapshotError(
                     f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed"
                 )
             else:
-                cluster = snapshots.read(bucket, name)
+                cluster = cls._read_snapshot(snapshots, bucket, name)
             chunks = delta
+        cls._replay(cluster, chunks)
+        bs = cls(cluster, data["counts"], data["emitted"])
+        bs.run, bs.snapshot, bs.delta = data["run"], name, delta
+        bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
+        bs.caught_up = stale is not None
+        return bs
+
+    # What each engine says in `from_row` (the columnar one, `columnar_bucket.ColumnarBucketState`, overrides them).
+
+    @classmethod
+    def _from_other_row(cls, row: bytes, bucket: int) -> BucketState:
+        """A row without this engine's snapshot-mode tag: a blob-mode row."""
+        return cls.from_blob(row)
+
+    @staticmethod
+    def _empty_state(default_min_isr: int, bucket: int, buckets: int) -> Any:
+        """The state of a row that names no snapshot yet."""
+        return ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
+
+    @staticmethod
+    def _read_snapshot(snapshots: SnapshotDir, bucket: int, name: str) -> Any:
+        """The state of snapshot ``name``, or a one-line SnapshotError."""
+        return snapshots.read(bucket, name)
+
+    @staticmethod
+    def _replay(cluster: Any, chunks: list[bytes]) -> None:
+        """Apply delta chunks (records journalled when first applied) without emitting their changes again."""
         apply = cluster.apply
         tracking, cluster.track_changes = cluster.track_changes, False  # changes were emitted when first applied
         try:
@@ -238,11 +270,6 @@ class BucketState:
         finally:
             cluster.track_changes = tracking
         cluster.drain_changes()
-        bs = cls(cluster, data["counts"], data["emitted"])
-        bs.run, bs.snapshot, bs.delta = data["run"], name, delta
-        bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
-        bs.caught_up = stale is not None
-        return bs
 
     def catches_up_to(self, data: dict[str, Any]) -> bool:
         """Whether this state (snapshot + its delta) is a prefix of the row ``data`` (snapshot + delta)."""
