@@ -127,21 +127,6 @@ SparkLogLevel = Annotated[
         "Spark's log level (WARN, INFO, ...); default FATAL: a failing batch is reported once, as one line.",
     ),
 ]
-ChangelogCheckpointing = Annotated[
-    bool,
-    option(
-        "--changelog-checkpointing/--no-changelog-checkpointing",
-        "RocksDB state store changelog checkpointing (faster commits of the small per-bucket state rows).",
-    ),
-]
-StateCache = Annotated[
-    bool,
-    option(
-        "--state-cache/--no-state-cache",
-        "Keep each bucket's state in memory between micro-batches (off: every batch reloads it from the "
-        "committed row and snapshot; for debugging, much slower).",
-    ),
-]
 KeepWorkersWarm = Annotated[
     bool,
     option(
@@ -206,15 +191,6 @@ StateDeltaMaxRecords = Annotated[
     option(
         "--state-delta-max-records",
         "Snapshot mode: write a new bucket snapshot once this many records were applied since the last one.",
-        min=1,
-    ),
-]
-StateTasks = Annotated[
-    int | None,
-    option(
-        "--state-tasks",
-        "Parallel state tasks (spark.sql.shuffle.partitions, fixed per checkpoint); default: 1 in local mode, "
-        "one per bucket on a cluster.",
         min=1,
     ),
 ]
@@ -398,13 +374,10 @@ JOB_OPTIONS = OptionGroup(
         Opt("spark_jars_packages", SparkJarsPackages, JOB.spark_jars_packages),
         Opt("spark_jars", SparkJars, JOB.spark_jars),
         Opt("spark_log_level", SparkLogLevel, JOB.spark_log_level),
-        Opt("changelog_checkpointing", ChangelogCheckpointing, JOB.changelog_checkpointing),
-        Opt("state_cache", StateCache, JOB.state_cache),
         Opt("state_mode", StateMode, JOB.state_mode),
         Opt("state_dir", StateDir, JOB.state_dir),
         Opt("state_engine", StateEngine, None),  # job_config: the default engine, objects in blob mode
         Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
-        Opt("state_tasks", StateTasks, JOB.state_tasks),
         ("local", LOCAL_TUNING),
     ),
 )

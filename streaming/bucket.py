@@ -58,7 +58,7 @@ class StateSettings:
 
     buckets: int
     default_min_isr: int = 1
-    use_cache: bool = True
+    use_cache: bool = True  # False: every batch rebuilds its buckets from the committed rows (tests of that path)
     state_mode: str = DEFAULT_STATE_MODE
     state_dir: str | None = None
     delta_max_records: int = DELTA_MAX_RECORDS

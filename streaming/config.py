@@ -64,13 +64,10 @@ class JobConfig:
     spark_jars_packages: str | None = None  # spark.jars.packages, e.g. the Kafka connector for kafka-native
     spark_jars: str | None = None  # kafka-native's connector jars: a folder or a list (streaming/connector.py)
     spark_log_level: str | None = None  # None: FATAL, the job reports a failing batch itself as one line
-    changelog_checkpointing: bool = True
-    state_cache: bool = True
     state_mode: str = DEFAULT_STATE_MODE  # snapshot: snapshot files + delta in the state row; blob: the whole state
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
     state_engine: str = DEFAULT_ENGINE  # columnar (`columnar_bucket`) or objects (a ClusterState per bucket)
-    state_tasks: int | None = None  # parallel state tasks (spark.sql.shuffle.partitions); None: see state_tasks()
     local: LocalTuning = field(default_factory=LocalTuning)  # the local-mode accelerators' knobs
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
 
@@ -112,12 +109,11 @@ class JobConfig:
         return StateSettings(
             self.buckets,
             self.default_min_isr,
-            self.state_cache,
-            self.state_mode,
-            self.snapshot_dir(),
-            self.state_delta_max_records,
-            self.rows_dir(),
-            self.state_engine,
+            state_mode=self.state_mode,
+            state_dir=self.snapshot_dir(),
+            delta_max_records=self.state_delta_max_records,
+            rows_dir=self.rows_dir(),
+            engine=self.state_engine,
         )
 
     def source_options(self) -> dict[str, str]:

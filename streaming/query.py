@@ -209,13 +209,11 @@ def state_keys(checkpoint: str, fresh: bool, buckets: int, partitions: int | Non
 def state_tasks(config: JobConfig, master: str) -> int:
     """Parallel state tasks (``spark.sql.shuffle.partitions``; a checkpoint keeps the value it started with).
 
-    Local mode: one task by default, so that one Python worker of the state pool keeps (and hits) every bucket;
+    Local mode: one task, so that one Python worker of the state pool keeps (and hits) every bucket;
     with more, Spark hands each task any idle worker of the pool and the workers swap buckets (cache misses),
-    and every micro-batch pays another task and state store. A cluster: one task per bucket, each executor
-    keeping the buckets Spark's state-store locality sends it.
+    and every micro-batch pays another task and state store (measured: docs/PERFORMANCE.md). A cluster: one task
+    per bucket, each executor keeping the buckets Spark's state-store locality sends it.
     """
-    if config.state_tasks:
-        return config.state_tasks
     return 1 if master.startswith("local") else config.buckets
 
 
@@ -280,10 +278,8 @@ def build_spark(
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
-        .config(
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-            "true" if config.changelog_checkpointing else "false",
-        )
+        # changelog checkpointing: faster commits of the small per-bucket state rows
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
         .config("spark.python.worker.reuse", "true")

@@ -53,8 +53,6 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
         "ELRWATCH_SPARK_DRIVER_MEMORY": "3g",
         "ELRWATCH_SPARK_JARS_PACKAGES": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0",
         "ELRWATCH_SPARK_LOG_LEVEL": "WARN",
-        "ELRWATCH_CHANGELOG_CHECKPOINTING": "false",
-        "ELRWATCH_STATE_CACHE": "false",
         "ELRWATCH_KEEP_WORKERS_WARM": "false",
         "ELRWATCH_JVM_QUICK_START": "false",
         "ELRWATCH_JVM_CLASS_ARCHIVE": "false",
@@ -68,8 +66,6 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert config.spark_driver_memory == "3g"
     assert config.spark_jars_packages == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
     assert config.spark_log_level == "WARN"
-    assert config.changelog_checkpointing is False
-    assert config.state_cache is False
     assert config.local.keep_workers_warm is False
     assert config.local.jvm_quick_start is False
     assert config.local.jvm_class_archive is False and config.local.jvm_class_archive_dir == "/var/lib/elrwatch/jvm"
@@ -79,7 +75,7 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
-    assert config.changelog_checkpointing is True and config.state_cache is True and config.local.keep_workers_warm
+    assert config.local.keep_workers_warm
     assert (
         config.local.jvm_quick_start and config.local.jvm_class_archive and config.local.jvm_class_archive_dir is None
     )
@@ -139,6 +135,13 @@ def test_a_bad_option_of_a_group_is_one_line() -> None:
     assert result.output.strip() == "elrwatch: error: --spark-conf takes KEY=VALUE, got 'novalue'"
     result = CliRunner().invoke(app, ["stream", "--source", "nope"])
     assert result.exit_code == 2 and "--source must be kafka, kafka-native or files" in result.output
+
+
+@pytest.mark.parametrize("removed", ["--state-tasks=2", "--no-state-cache", "--no-changelog-checkpointing"])
+def test_removed_tuning_options_are_unknown(removed: str) -> None:
+    """One state task locally, the bucket cache and changelog checkpointing are no longer options."""
+    result = CliRunner().invoke(app, ["stream", removed])
+    assert result.exit_code == 2 and "No such option" in result.output
 
 
 def test_grouped_needs_a_group() -> None:

@@ -413,7 +413,6 @@ def test_one_state_task_in_local_mode_one_per_bucket_on_a_cluster():
     config = JobConfig(buckets=4)
     assert query.state_tasks(config, "local[2]") == 1  # small batches: one task and one state store per batch
     assert query.state_tasks(config, "k8s://https://kubernetes.default.svc") == 4
-    assert query.state_tasks(JobConfig(buckets=4, state_tasks=2), "local[2]") == 2
 
 
 def test_local_workers_run_this_interpreter_unless_told_otherwise(monkeypatch):
