@@ -32,7 +32,7 @@ a short clean run writes it if this machine has none yet, as an operator's first
 The throughput, storm and restart phases also print the RSS by process kind (Python driver, JVM, Python workers,
 ...) and the job's batch log lines, which say where each batch's time went (Spark run incl. each bucket's state
 load with cache hit / catch-up / miss, apply + documents, state save; driver merge; store write). Job options can
-be changed through the environment (e.g. ELRWATCH_STATE_MODE=blob, ELRWATCH_STATE_TASKS=2).
+be changed through the environment (e.g. ELRWATCH_STATE_MODE=blob, ELRWATCH_BUCKETS=4).
 """
 
 from __future__ import annotations
