@@ -572,7 +572,7 @@ def phase_freshness(kafka: KafkaCluster, workdir: str, rate: float, seconds: flo
     p50 = latencies[len(latencies) // 2]
     p99 = latencies[int(len(latencies) * 0.99) - 1]
     report(f"freshness p50 at {rate:g} events/s (trigger 250ms, {buckets} buckets)", p50, "s", "-", None)
-    report(f"freshness p99 at {rate:g} events/s", p99, "s", "<= 2", p99 <= 2)
+    report(f"freshness p99 at {rate:g} events/s", p99, "s", "<= 1", p99 <= 1)
 
 
 def phase_storm_restart(
