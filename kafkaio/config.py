@@ -25,7 +25,7 @@ DEFAULT_TIMEOUT_MS = 15000
 #: The readers' ``fetch.max.wait.ms``. They read offset ranges known to exist, so a fetch never needs to wait for
 #: data; with Kafka's default (500 ms) the broker holds a fetch that reaches the end of what is there, and a read
 #: task of a storm waits for it. A bare Spark read of a 100k-record storm on 8 partitions: 3.3-3.5 s with the
-#: default, 1.3-1.6 s with 10 ms (docs/PERFORMANCE.md, Storm).
+#: default, 1.5-2.1 s with 10 ms (medians; docs/PERFORMANCE.md, Storm).
 READER_FETCH_MAX_WAIT_MS = 10
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Environment variables holding the secrets when no password file is given.

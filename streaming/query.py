@@ -107,6 +107,7 @@ def run(
         partitions = checkpoint_shuffle_partitions(config.checkpoint)
         if partitions is None and master is not None:
             partitions = state_tasks(config, master)
+        accelerators.state_tasks = partitions
         keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
         code = _run_query(
             config,

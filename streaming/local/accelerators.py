@@ -94,6 +94,9 @@ class Accelerators:
         self.master = spark_master(config)
         self.archive: Any = None  # jvm_archive.ClassArchive
         self.warmer: Any = None  # warm.WorkerWarmer
+        #: The query's state tasks (`query.run` sets it: a checkpoint keeps the count it started with, which the
+        #: session's ``spark.sql.shuffle.partitions`` does not show); None: the session's value.
+        self.state_tasks: int | None = None
 
     def prepare_jvm(self) -> None:
         """Map (or arrange to write) the JVM class archive of the JVM Spark is about to start."""
@@ -115,7 +118,7 @@ class Accelerators:
         if not self.config.local.keep_workers_warm or self.config.available_now:
             return
         pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
-        state_tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))  # the query's state tasks
+        state_tasks = self.state_tasks or int(spark.conf.get("spark.sql.shuffle.partitions"))
         self.warmer = WorkerWarmer(spark, pools, tasks={"state": state_tasks})
 
     def tick(self, batches_completed: int) -> None:
