@@ -370,6 +370,18 @@ class ColumnarState:
         self._positions = []
         return out
 
+    def forget_changes(self) -> None:
+        """Forget what changed since the previous drain (`columnar_output.drain`) without building it: a delta
+        replayed on load was emitted when first applied, and building its rows and transitions only to drop
+        them was most of a load's time."""
+        self.table.cols["changed"][: self.table.size] = False
+        self._transitions = []
+        self._positions = []
+        self.removed_out = []
+        self.removed_topics_out = []
+        self.dirty_brokers = set()
+        self.dirty_topics = set()
+
     # --- apply ----------------------------------------------------------------------------------------------
 
     def apply_batch(self, batch: Iterable[Record]) -> tuple[list[Outcome], list[RecordError | None]]:

@@ -166,10 +166,7 @@ def drain(state: ColumnarState, violations: ViolationKinds | None = None) -> Out
         brokers=[core.brokers[b] for b in sorted(state.dirty_brokers) if b in core.brokers],
         topics=sorted(t for t in state.dirty_topics if t in core.topics),
     )
-    state.removed_out = []
-    state.removed_topics_out = []
-    state.dirty_brokers = set()
-    state.dirty_topics = set()
+    state.forget_changes()
     return out
 
 

@@ -103,7 +103,7 @@ class ColumnarBucketState(BucketState):
                 records = []
         if records:
             cluster.apply_batch(records)
-        columnar_output.drain(cluster)
+        cluster.forget_changes()
         cluster.quarantined = []
 
 
