@@ -27,6 +27,11 @@ DEFAULT_TIMEOUT_MS = 15000
 #: task of a storm waits for it. A bare Spark read of a 100k-record storm on 8 partitions: 3.3-3.5 s with the
 #: default, 1.5-2.1 s with 10 ms (medians; docs/PERFORMANCE.md, Storm).
 READER_FETCH_MAX_WAIT_MS = 10
+#: Spark's Kafka source's ``max.poll.records`` (Kafka's default: 500). Spark's consumer polls once per 500 records
+#: of what it already fetched; a bare Spark read + routing + shuffle of a 100k-record storm on 8 partitions took
+#: 0.91 s (median of 6) with 500 and 0.79 s with 10,000 (docs/PERFORMANCE.md, Storm). A poll hands out records
+#: already fetched, so the fetch sizes, not this, bound the memory.
+NATIVE_MAX_POLL_RECORDS = 10_000
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Environment variables holding the secrets when no password file is given.
 SASL_PASSWORD_ENV = "ELRWATCH_SASL_PASSWORD"

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from elrwatch.kafkaio.config import READER_FETCH_MAX_WAIT_MS, Options, SourceError, kafka_python_config
+from elrwatch.kafkaio.config import (
+    NATIVE_MAX_POLL_RECORDS,
+    READER_FETCH_MAX_WAIT_MS,
+    Options,
+    SourceError,
+    kafka_python_config,
+)
 
 
 def _pem_blocks(path: str) -> set[str]:
@@ -48,6 +54,7 @@ def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
         "kafka.request.timeout.ms": str(cfg["request_timeout_ms"]),
         "kafka.default.api.timeout.ms": str(cfg["request_timeout_ms"]),
         "kafka.fetch.max.wait.ms": str(READER_FETCH_MAX_WAIT_MS),
+        "kafka.max.poll.records": str(NATIVE_MAX_POLL_RECORDS),
     }
     if options.get("maxOffsetsPerTrigger"):
         out["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]

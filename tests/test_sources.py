@@ -200,6 +200,8 @@ def test_security_options_pass_through(tmp_path, monkeypatch):
     assert native["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert 'username="alice" password="s3cret"' in native["kafka.sasl.jaas.config"]
     assert native["subscribe"] == "t" and native["kafka.security.protocol"] == "SASL_SSL"
+    # the read tuning reaches Spark's consumer (kafkaio/config.py says why)
+    assert native["kafka.fetch.max.wait.ms"] == "10" and native["kafka.max.poll.records"] == "10000"
     with pytest.raises(SourceError, match="not set"):
         kafka_python_config({**opts, "ssl.password.env": "EW_TEST_UNSET_VAR"})
     with pytest.raises(SourceError, match="not supported"):
