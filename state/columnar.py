@@ -242,6 +242,7 @@ class ColumnarState:
         self.removed_topics_out: list[tuple[str, str]] = []
         self.dirty_topics: set[str] = set()
         self.dirty_brokers: set[int] = set()
+        self._owned = False  # `apply_batch`'s ``owned``
         self._segment_reset()
 
     # --- lookups --------------------------------------------------------------------------------------------
@@ -384,8 +385,13 @@ class ColumnarState:
 
     # --- apply ----------------------------------------------------------------------------------------------
 
-    def apply_batch(self, batch: Iterable[Record]) -> tuple[list[Outcome], list[RecordError | None]]:
-        """Apply records in log order; each one's outcome, and its error when quarantined."""
+    def apply_batch(
+        self, batch: Iterable[Record], owned: bool = False
+    ) -> tuple[list[Outcome], list[RecordError | None]]:
+        """Apply records in log order; each one's outcome, and its error when quarantined. ``owned``: the caller
+        routed them (every partition record is of this bucket or of partition 0), so ownership is not computed
+        again."""
+        self._owned = owned
         outcomes: list[Outcome] = []
         errors: list[RecordError | None] = []
         classify = self._classify
@@ -470,7 +476,12 @@ class ColumnarState:
             return self._unknown_topic(record)
         pid = data["partitionId"]
         bucket = self.bucket
-        if bucket is not None and bucket[1] > 1 and bucket_of(topic_id, pid, bucket[1]) != bucket[0]:
+        if (
+            not self._owned
+            and bucket is not None
+            and bucket[1] > 1
+            and bucket_of(topic_id, pid, bucket[1]) != bucket[0]
+        ):
             return Outcome.NOT_OWNED
         t = self.topic_index.get(topic_id)
         if t is None:

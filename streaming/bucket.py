@@ -30,6 +30,7 @@ from elrwatch.state import report
 from elrwatch.state.cluster import ClusterState, Outcome
 from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges
 from elrwatch.state.partition_row import partition_row
+from elrwatch.state.record_types import PARTITION_ROUTED
 from elrwatch.state.records import Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
 from elrwatch.streaming import columnar_bucket
@@ -196,9 +197,8 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
         return quarantined
     cluster, counts = bs.cluster, bs.counts
     journal = bs.journal.append
-    for rec, record in records:
+    for rec, record, reports in records:
         journal(rec)
-        reports = reporter(record.type, record.data, buckets) == bucket
         outcome = cluster.apply(record)
         if not reports:
             continue
@@ -223,9 +223,10 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
 
 def _records(
     bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
-) -> Iterator[tuple[bytes, Record]]:
-    """The records of ``rows`` this bucket applies, in order, as (encoded, record); what is not one (bad lines,
-    skipped types, errors, records of another bucket) is counted and quarantined here as `apply_rows` says."""
+) -> Iterator[tuple[bytes, Record, bool]]:
+    """The records of ``rows`` this bucket applies, in order, as (encoded, record, whether this bucket reports it:
+    `routing.reporter`); what is not one (bad lines, skipped types, errors, records of another bucket) is counted
+    and quarantined here as `apply_rows` says. Every partition record it gives is this bucket's or partition 0's."""
     loads = pickle.loads
 
     def report_error(error: Any) -> None:
@@ -234,8 +235,9 @@ def _records(
         quarantined.append(error.to_dict())
 
     for kind, src, seq, rec in rows:
-        if kind == KIND_RECORD:
+        if kind == KIND_RECORD:  # routed by the Python source to its `targets`
             record = decode_record(rec)
+            reports = reporter(record.type, record.data, buckets) == bucket
         elif kind in (KIND_RAW, KIND_RAW_BROADCAST):
             parsed = parse_line(rec or b"", src, seq, f"{src}@{seq}")
             if parsed.__class__ is not Record:
@@ -262,6 +264,12 @@ def _records(
                     error = RecordError(record.position, "conflict", "topicId", message, raw, record.type)
                     report_error(error)
                 continue
+            # the owner reports its partition's records; of the rest (every bucket's), bucket 0, or partition 0's owner
+            reports = owner == bucket or (
+                bucket == 0
+                if record.type not in PARTITION_ROUTED
+                else reporter(record.type, record.data, buckets) == bucket
+            )
             rec = encode_record(record)
         elif kind == KIND_ERROR:
             report_error(loads(rec))
@@ -274,7 +282,7 @@ def _records(
         else:
             counts.ignored_lines += 1
             continue
-        yield rec, record
+        yield rec, record, reports
 
 
 def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:

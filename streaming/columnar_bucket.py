@@ -26,7 +26,6 @@ from elrwatch.state.cluster import Outcome
 from elrwatch.state.columnar_audit import AuditedColumnarState
 from elrwatch.state.gauges import PipelineCounts, encode_gauges
 from elrwatch.state.records import Record
-from elrwatch.state.routing import reporter
 from elrwatch.streaming.payload import shared_parts
 from elrwatch.streaming.route import decode_record
 from elrwatch.streaming.snapshots import BucketState, SnapshotDir, SnapshotError
@@ -99,10 +98,10 @@ class ColumnarBucketState(BucketState):
         for chunk in chunks:
             records.extend(decode_record(rec) for rec in marshal.loads(zlib.decompress(chunk)))
             if len(records) >= CHUNK:
-                cluster.apply_batch(records)
+                cluster.apply_batch(records, owned=True)  # journalled by `apply_records`: owned
                 records = []
         if records:
-            cluster.apply_batch(records)
+            cluster.apply_batch(records, owned=True)
         cluster.forget_changes()
         cluster.quarantined = []
 
@@ -110,13 +109,14 @@ class ColumnarBucketState(BucketState):
 def apply_records(
     bucket: int,
     buckets: int,
-    records: Iterator[tuple[bytes, Record]],
+    records: Iterator[tuple[bytes, Record, bool]],
     bs: BucketState,
     quarantined: list[Any],
 ) -> None:
-    """Apply ``records`` ((encoded, record), in log order, this bucket's to apply) with ``apply_batch``: journal
-    them and count what this bucket reports. ``quarantined`` (appended to while ``records`` is consumed) gets each
-    reported quarantined record in its place in the log order."""
+    """Apply ``records`` ((encoded, record, whether this bucket reports it), in log order, this bucket's or
+    partition 0's: `bucket._records`) with ``apply_batch``: journal them and count what this bucket reports.
+    ``quarantined`` (appended to while ``records`` is consumed) gets each reported quarantined record in its place
+    in the log order."""
     engine: AuditedColumnarState = bs.cluster
     counts = bs.counts
     journal = bs.journal.append
@@ -124,7 +124,7 @@ def apply_records(
     slots: list[int] = []  # per pending record: its place in ``quarantined`` when it reports, else -1
 
     def flush() -> None:
-        outcomes, errors = engine.apply_batch(pending)
+        outcomes, errors = engine.apply_batch(pending, owned=True)
         for record, slot, outcome, error in zip(pending, slots, outcomes, errors, strict=True):
             if slot < 0:
                 continue
@@ -140,10 +140,10 @@ def apply_records(
         pending.clear()
         slots.clear()
 
-    for rec, record in records:
+    for rec, record, reports in records:
         journal(rec)
         pending.append(record)
-        if reporter(record.type, record.data, buckets) == bucket:
+        if reports:
             counts.events_by_type[record.type] += 1
             if record.timestamp_ms is not None and (
                 counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
