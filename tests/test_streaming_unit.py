@@ -372,6 +372,34 @@ def test_the_state_row_format_of_each_engine_is_fixed_so_existing_checkpoints_lo
     assert after_load["gauges"] == after_batch["gauges"] and after_load["counts"] == after_batch["counts"]
 
 
+@pytest.mark.parametrize("engine", ["objects", "columnar"])
+def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, monkeypatch, engine):
+    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
+    routed = _routed(lines, 1)
+    settings = bucket_module.StateSettings(
+        1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9, engine=engine
+    )
+    fn = bucket_module.make_state_function(settings)
+    monkeypatch.setattr(snapshot_module, "QUIET_BATCH_RECORDS", 5)
+    for cls in (snapshot_module.BucketState, bucket_module.ColumnarBucketState):
+        if cls.QUIET_DELTA is not None:
+            monkeypatch.setattr(cls, "QUIET_DELTA", 20)
+    state = _State()
+    bucket_module._CACHE.clear()
+    _run(fn, 0, routed.iloc[:-3], state)  # a busy batch past the quiet bound: the storm does not pay for it
+    kept = bucket_module._CACHE[0][1]
+    assert kept.snapshot is None and kept.delta_rows == len(routed) - 3
+    _run(fn, 0, routed.iloc[-3:], state)  # a quiet batch: the columnar engine snapshots, the object engine does not
+    kept = bucket_module._CACHE[0][1]
+    if engine == "columnar":
+        assert kept.snapshot is not None and kept.delta_rows == 0 and os.listdir(tmp_path) == [kept.snapshot]
+    else:
+        assert kept.snapshot is None and kept.delta_rows == len(routed) and os.listdir(tmp_path) == []
+    bucket_module._CACHE.clear()
+    loaded = bucket_module.load_row(state.row[1], settings.snapshots(), 0, 1, engine)
+    assert loaded.counts == kept.counts
+
+
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
