@@ -356,7 +356,7 @@ def run_bucket(
         processed = time.perf_counter()
         token = uuid.uuid4().hex
         snapshot_before = bs.snapshot
-        blob = save_bucket(bs, settings, snapshots, bucket, token)
+        blob = save_bucket(bs, settings, snapshots, bucket, token, quiet=how == "hit")
         if settings.use_cache:
             _remember(bucket, token, bs, settings.buckets, cache)
         saved = time.perf_counter()
@@ -383,12 +383,19 @@ def run_bucket(
 
 
 def save_bucket(
-    bs: BucketState, settings: StateSettings, snapshots: SnapshotDir | None, bucket: int, token: str
+    bs: BucketState,
+    settings: StateSettings,
+    snapshots: SnapshotDir | None,
+    bucket: int,
+    token: str,
+    quiet: bool = True,
 ) -> bytes:
-    """The bucket's new Spark state row: the delta (and a new snapshot when due) in snapshot mode, else the blob."""
+    """The bucket's new Spark state row: the delta (and a new snapshot when due) in snapshot mode, else the blob.
+    ``quiet``: a quiet batch may write a snapshot (`BucketState.to_row`); False when this batch loaded the bucket
+    (the first batch after a restart has paid for loads already)."""
     if settings.state_mode == "snapshot":
         assert snapshots is not None  # make_state_function checks it
-        return bs.to_row(snapshots, bucket, token, settings.delta_max_records)
+        return bs.to_row(snapshots, bucket, token, settings.delta_max_records, quiet=quiet)
     bs.journal = []
     return bs.to_blob()
 

@@ -169,17 +169,18 @@ class BucketState:
         token: str,
         max_records: int = DELTA_MAX_RECORDS,
         max_bytes: int = DELTA_MAX_BYTES,
+        quiet: bool = True,
     ) -> bytes:
         """Snapshot mode: append this batch's records to the delta, or write a new snapshot when it is big, or
-        past `QUIET_DELTA` in a quiet batch (`_write_snapshot`, old ones rotated); the state row, ``ROW_TAG`` +
-        the pickled `_row_fields`."""
+        past `QUIET_DELTA` in a quiet batch when ``quiet`` allows it (`_write_snapshot`, old ones rotated); the
+        state row, ``ROW_TAG`` + the pickled `_row_fields`."""
         journal, self.journal = self.journal, []
         if journal:
             chunk = zlib.compress(marshal.dumps(journal), 1)
             self.delta.append(chunk)
             self.delta_rows += len(journal)
             self.delta_bytes += len(chunk)
-        quiet = self.QUIET_DELTA is not None and self.delta_rows > self.QUIET_DELTA
+        quiet = quiet and self.QUIET_DELTA is not None and self.delta_rows > self.QUIET_DELTA
         if quiet and len(journal) > QUIET_BATCH_RECORDS:
             quiet = False
         if self.must_snapshot or quiet or self.delta_rows > max_records or self.delta_bytes > max_bytes:

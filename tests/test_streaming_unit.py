@@ -389,7 +389,11 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
     _run(fn, 0, routed.iloc[:-3], state)  # a busy batch past the quiet bound: the storm does not pay for it
     kept = bucket_module._CACHE[0][1]
     assert kept.snapshot is None and kept.delta_rows == len(routed) - 3
-    _run(fn, 0, routed.iloc[-3:], state)  # a quiet batch: the columnar engine snapshots, the object engine does not
+    bucket_module._CACHE.clear()  # as after a restart: the next batch loads the bucket
+    _run(fn, 0, routed.iloc[-3:-1], state)  # quiet, but it paid for a load: no snapshot yet
+    kept = bucket_module._CACHE[0][1]
+    assert kept.snapshot is None and kept.delta_rows == len(routed) - 1
+    _run(fn, 0, routed.iloc[-1:], state)  # a quiet batch: the columnar engine snapshots, the object engine does not
     kept = bucket_module._CACHE[0][1]
     if engine == "columnar":
         assert kept.snapshot is not None and kept.delta_rows == 0 and os.listdir(tmp_path) == [kept.snapshot]
