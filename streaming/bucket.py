@@ -193,7 +193,7 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
     quarantined: list[dict[str, Any]] = []
     records = _records(bucket, buckets, rows, bs.counts, quarantined)
     if isinstance(bs, ColumnarBucketState):
-        columnar_bucket.apply_records(bucket, buckets, records, bs, quarantined)
+        columnar_bucket.apply_records(records, bs, quarantined)
         return quarantined
     cluster, counts = bs.cluster, bs.counts
     journal = bs.journal.append

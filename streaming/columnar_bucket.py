@@ -109,13 +109,7 @@ class ColumnarBucketState(BucketState):
         cluster.quarantined = []
 
 
-def apply_records(
-    bucket: int,
-    buckets: int,
-    records: Iterator[tuple[bytes, Record, bool]],
-    bs: BucketState,
-    quarantined: list[Any],
-) -> None:
+def apply_records(records: Iterator[tuple[bytes, Record, bool]], bs: BucketState, quarantined: list[Any]) -> None:
     """Apply ``records`` ((encoded, record, whether this bucket reports it), in log order, this bucket's or
     partition 0's: `bucket._records`) with ``apply_batch``: journal them and count what this bucket reports.
     ``quarantined`` (appended to while ``records`` is consumed) gets each reported quarantined record in its place

@@ -180,9 +180,12 @@ class BucketState:
             self.delta.append(chunk)
             self.delta_rows += len(journal)
             self.delta_bytes += len(chunk)
-        quiet = quiet and self.QUIET_DELTA is not None and self.delta_rows > self.QUIET_DELTA
-        if quiet and len(journal) > QUIET_BATCH_RECORDS:
-            quiet = False
+        quiet = (
+            quiet
+            and self.QUIET_DELTA is not None
+            and self.delta_rows > self.QUIET_DELTA
+            and len(journal) <= QUIET_BATCH_RECORDS
+        )
         if self.must_snapshot or quiet or self.delta_rows > max_records or self.delta_bytes > max_bytes:
             name = SnapshotDir.name(self.run, bucket, token)
             self._write_snapshot(snapshots, name)
