@@ -74,7 +74,9 @@ class Health:
         self.aggregator = aggregator
         self.lock = threading.Lock()
         self.up = 0
-        self.batches = 0
+        self.batches = 0  # in the store
+        #: Micro-batches Spark ran (gauges served), the store may hold fewer: what keeps Python workers busy.
+        self.batches_run = 0
         self.last_batch_id: int | None = None
         self.last_duration: float | None = None
         self.last_input_rows: int | None = None
@@ -91,6 +93,7 @@ class Health:
         write (seconds for a storm's documents). A batch whose write then fails is re-run from the same state."""
         with self.lock:
             self.gauges = gauges
+            self.batches_run += 1
 
     def batch_written(
         self, batch_id: int, gauges: Gauges | None, sink_seconds: float, input_events: int | None = None

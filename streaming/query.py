@@ -400,7 +400,9 @@ def _run_query(
                 # Polled, not a StreamingQueryListener: PySpark converts each listener event field by field over
                 # py4j (~60 ms of driver CPU per batch, measured); lastProgress is one call returning JSON.
                 health.progress_of(query)
-                accelerators.tick(health.batches)
+                # Spark's batches, not the store's: a store catching up after a big batch is no Python work, and
+                # Spark stops Python workers idle for 60 s (with the buckets cached in them)
+                accelerators.tick(health.batches_run)
         except KeyboardInterrupt:
             stop_event.set()
         except StreamingQueryException as exc:

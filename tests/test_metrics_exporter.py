@@ -38,3 +38,14 @@ def test_every_computed_gauge_is_served_with_its_table_type() -> None:
         family = families[served]
         assert isinstance(family, CounterMetricFamily if METRICS[name].kind == "counter" else GaugeMetricFamily)
         assert family.documentation == METRICS[name].help
+
+
+def test_batches_spark_ran_are_counted_apart_from_the_store_s() -> None:
+    # the warm-ups (streaming/local/warm.py) watch the batches Spark ran: a store catching up behind them is not
+    # Python work, and counting it as activity let Spark stop the idle state worker with the buckets cached in it
+    health = Health(aggregator=None)
+    health.gauges_ready({})
+    health.gauges_ready({})
+    assert (health.batches_run, health.batches) == (2, 0)
+    health.batch_written(0, None, 1.0)
+    assert (health.batches_run, health.batches) == (2, 1)
