@@ -117,7 +117,9 @@ class Accelerators:
         """Keep the Python workers warm through quiet periods (not for a run that drains its source and ends)."""
         if not self.config.local.keep_workers_warm or self.config.available_now:
             return
-        pools = {"source": ({}, SOURCE_MODULES), "state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
+        pools = {"state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
+        if self.config.source != "kafka-native":  # Spark's JVM source reads without Python workers: none to keep
+            pools["source"] = ({}, SOURCE_MODULES)
         state_tasks = self.state_tasks or int(spark.conf.get("spark.sql.shuffle.partitions"))
         self.warmer = WorkerWarmer(spark, pools, tasks={"state": state_tasks})
 
