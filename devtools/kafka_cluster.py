@@ -370,6 +370,15 @@ class KafkaCluster:
         return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers.values())
 
     @property
+    def answering_bootstrap(self) -> str:
+        """Bootstrap servers of the brokers that run and are not SIGSTOPped: a client started after brokers went
+        down bootstraps from these (kafka-python picks bootstrap brokers at random and can time out on dead ones)."""
+        live = [b for b in self.brokers.values() if b.running and not b.stopped]
+        if not live:
+            raise ClusterError("no broker is running")
+        return ",".join(f"127.0.0.1:{b.port}" for b in live)
+
+    @property
     def secure_bootstrap(self) -> str:
         """Bootstrap servers of the extra (e.g. SASL_SSL) listener, on the first broker."""
         if self.listener_security is None:

@@ -232,7 +232,7 @@ def _wait_caught_up(cluster: Any, what: str) -> None:
     def equal() -> bool:
         ok = True
         for topic in EVENT_TOPICS:
-            state, quarantined = replay(consume_lines(cluster.bootstrap, topic))
+            state, quarantined = replay(consume_lines(cluster.answering_bootstrap, topic))
             diff = mismatches(cluster, state)
             last[topic] = (diff, [str(q) for q in quarantined][:3])
             ok = ok and not diff and not quarantined
@@ -254,14 +254,14 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
         if index == 3:
             # Restart both bridges from their state files: nothing is published again, nothing is lost.
             bridges.stop()
-            before = {t: consume_lines(cluster.bootstrap, t) for t in EVENT_TOPICS}
+            before = {t: consume_lines(cluster.answering_bootstrap, t) for t in EVENT_TOPICS}
             bridges.start()
             cluster.wait_for(
                 lambda: bridges.admin.steps >= 4 and bridges.log.steps >= 4, "a few polls of both restarted bridges"
             )
             for topic in EVENT_TOPICS:
                 old = before[topic]
-                new = consume_lines(cluster.bootstrap, topic)[len(old) :]
+                new = consume_lines(cluster.answering_bootstrap, topic)[len(old) :]
                 # Whatever the restarted bridge published is new: offsets above every offset published before (a
                 # record Kafka appended meanwhile may come; a re-publication of an old one must not).
                 top = max(orjson.loads(line)["offset"] for line in old)
@@ -273,8 +273,8 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
                 ]
                 assert not again, (topic, again)
     # The polled state says what it cannot know; the log's state does not.
-    admin_state, _ = replay(consume_lines(cluster.bootstrap, "ev-admin"))
-    log_state, _ = replay(consume_lines(cluster.bootstrap, "ev-log"))
+    admin_state, _ = replay(consume_lines(cluster.answering_bootstrap, "ev-admin"))
+    log_state, _ = replay(consume_lines(cluster.answering_bootstrap, "ev-log"))
     from elrwatch.state.report import cluster_doc
 
     # The configs that matter to elrwatch, polled (DescribeConfigs, the cluster default included) and logged, agree.
@@ -408,7 +408,7 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
 
         def caught_up() -> bool:
             return all(
-                not mismatches(cluster, replay(consume_lines(cluster.bootstrap, t))[0])
+                not mismatches(cluster, replay(consume_lines(cluster.answering_bootstrap, t))[0])
                 for t in ("ev-cli-admin", "ev-cli-log")
             )
 

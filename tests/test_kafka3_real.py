@@ -149,7 +149,7 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
                 if last["exposure"] != ({exposure[0]}, exposure[1]):
                     return False
                 if mode == "kraft":
-                    state, quarantined = replay(consume_lines(cluster.bootstrap, "ev-log"))
+                    state, quarantined = replay(consume_lines(cluster.answering_bootstrap, "ev-log"))
                     last["log"] = (state_answer(state, brokers), [str(q) for q in quarantined][:3])
                     if last["log"] != (want, []):
                         return False
