@@ -61,7 +61,7 @@ def produce(cluster: Any, count: int, acks: int | str, tag: str) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap.split(","), acks=acks, linger_ms=20, retries=5, request_timeout_ms=10000
+        bootstrap_servers=cluster.answering_bootstrap.split(","), acks=acks, linger_ms=20, retries=5, request_timeout_ms=10000
     )
     try:
         for i in range(count):
@@ -306,7 +306,7 @@ def consume_all(cluster: Any) -> list[bytes]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
-        bootstrap_servers=cluster.bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000
+        bootstrap_servers=cluster.answering_bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000
     )
     try:
         tp = TopicPartition(TOPIC, 0)

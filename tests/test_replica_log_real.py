@@ -60,7 +60,7 @@ def produce(cluster: Any, topic: str, count: int, batches: int, compression: str
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap.split(","),
+        bootstrap_servers=cluster.answering_bootstrap.split(","),
         acks="all",
         linger_ms=50,
         compression_type=compression,
