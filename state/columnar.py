@@ -345,31 +345,38 @@ class ColumnarState:
         values, counts = np.unique(self.table.flags[:size][live], return_counts=True)
         return {int(v): int(n) for v, n in zip(values, counts, strict=True)}
 
-    def drain_transitions(self) -> list[Transition]:
-        """Every status transition since the previous call, in order."""
-        out: list[Transition] = []
-        ids, names = self.topic_ids, self.topic_names
-        for (rows, old, new, at_ms, offsets), positions in zip(self._transitions, self._positions, strict=True):
-            topics = self.table.cols["topic"][rows].tolist()
-            pids = self.table.cols["pid"][rows].tolist()
-            for t, pid, was, to, at, offset, position in zip(
-                topics, pids, old.tolist(), new.tolist(), at_ms.tolist(), offsets.tolist(), positions, strict=True
-            ):
-                out.append(
-                    Transition(
-                        ids[t],
-                        pid,
-                        names[t],
-                        STATUSES[was] if was >= 0 else None,
-                        STATUSES[to],
-                        None if at == NONE else at,
-                        None if offset == NONE else offset,
-                        position,
-                    )
-                )
+    def transition_columns(self) -> tuple[np.ndarray, ...] | None:
+        """Every status transition since the previous call, in order, as columns (topic index, partition id, old
+        status code (-1: none), new status code, at ms, offset (`NONE`: none)) and their positions; None if none.
+        Forgets them."""
+        if not self._transitions:
+            return None
+        rows, old, new, at_ms, offsets = (np.concatenate(parts) for parts in zip(*self._transitions, strict=True))
+        positions = np.array([p for part in self._positions for p in part], dtype=object)
         self._transitions = []
         self._positions = []
-        return out
+        cols = self.table.cols
+        return cols["topic"][rows], cols["pid"][rows], old, new, at_ms, offsets, positions
+
+    def drain_transitions(self) -> list[Transition]:
+        """Every status transition since the previous call, in order (`transition_columns` as objects)."""
+        columns = self.transition_columns()
+        if columns is None:
+            return []
+        ids, names = self.topic_ids, self.topic_names
+        return [
+            Transition(
+                ids[t],
+                pid,
+                names[t],
+                STATUSES[was] if was >= 0 else None,
+                STATUSES[to],
+                None if at == NONE else at,
+                None if offset == NONE else offset,
+                position,
+            )
+            for t, pid, was, to, at, offset, position in zip(*(c.tolist() for c in columns), strict=True)
+        ]
 
     def forget_changes(self) -> None:
         """Forget what changed since the previous drain (`columnar_output.drain`) without building it: a delta

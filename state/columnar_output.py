@@ -1,9 +1,9 @@
 """What a bucket emits after a batch, built from a `columnar.ColumnarState`'s columns: the object core's
 `streaming.bucket.bucket_payload` parts that come from `ClusterState.drain_changes` and `gauges.partition_gauges`.
 
-* `drain`: the rows changed since the previous drain as `partition_row` lists (their stored form as
-  `report.stored_partition` writes it), the removed partitions and topics, the status transitions, the changed
-  brokers and topics;
+* `drain`: the rows changed since the previous drain as an Arrow table (`changed_table`, no Python object per
+  row; `rows_of` gives their `partition_row` lists, the stored form as `report.stored_partition` writes it), the
+  removed partitions and topics, the status transitions, the changed brokers and topics;
 * `partition_gauges`: `gauges.partition_gauges` of the bucket's partitions (status and flag counts, electable
   leaders, election counters, unclean recovery candidates, and the operator-insight gauges of `state/insight.py`
   as bincounts over the columns, `insight_counts`), without the invariant-violation gauges;
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from elrwatch.state import insight
 from elrwatch.state.audit import VIOLATION_KINDS
-from elrwatch.state.cluster import Transition
 from elrwatch.state.columnar import NONE, ColumnarState
 from elrwatch.state.columnar_elections import LEADER_CHANGES
 from elrwatch.state.gauges import ELECTABLE_LABELS, Gauges, insight_gauges, key
@@ -51,24 +51,42 @@ ViolationKinds = Callable[[str, int], list[str]]
 class Output:
     """What changed since the previous `drain` (the parts of a bucket's payload that `drain_changes` feeds)."""
 
-    partitions: list[list[Any]] = field(default_factory=list)  # `partition_row` lists, in row order
+    partitions: Any = None  # the changed rows (`changed_table`, in row order; `rows_of` gives the lists)
     removed: list[list[Any]] = field(default_factory=list)  # [topic id, partition id]
     removed_topics: list[str] = field(default_factory=list)
-    transitions: list[Transition] = field(default_factory=list)
+    transitions: Any = None  # `transition_table` (in order; `transitions_of` gives the dicts)
     brokers: list[BrokerState] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)  # ids of live topics that changed, sorted
 
 
-def _opt_list(values: np.ndarray) -> list[int | None]:
-    return [None if v == NONE else v for v in values.tolist()]
+def _nullable(values: np.ndarray) -> Any:
+    """An int64 Arrow array with `NONE` as null."""
+    return pa.array(values, pa.int64(), mask=values == NONE)
 
 
-def _no_violations(_topic_id: str, _partition_id: int) -> list[str]:
-    return []
+def _names(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> Any:
+    """``names[code]`` per code (Python's indexing, negative codes included) as a dictionary array."""
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.asarray(codes, dtype=np.int64) % max(1, len(names)), pa.int32()), pa.array(list(names), pa.string())
+    )
 
 
-def changed_rows(state: ColumnarState, violations: ViolationKinds | None = None) -> list[list[Any]]:
-    """The live rows changed since the previous call as `partition_row` lists; clears the changed mask."""
+def _tuple_lists(state: ColumnarState, ids: np.ndarray) -> Any:
+    """The interned broker-id tuples ``ids`` as a list<int32> array (vectorized over the tuple table)."""
+    lengths, members = state.tuples.arrays()
+    counts = lengths[ids]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    picked = members[ids]
+    dense = picked[np.arange(picked.shape[1]) < counts[:, None]]  # row-major: each tuple's members in order
+    values = np.array(state.tuples.broker_ids, dtype=np.int32)[dense] if len(dense) else dense.astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
+
+
+def changed_table(state: ColumnarState, violations: ViolationKinds | None = None) -> Any:
+    """The live rows changed since the previous call as an Arrow table (`CHANGED_COLUMNS`, in row order), built
+    from the columns with no Python object per row; None when none changed. Clears the changed mask. `rows_of`
+    turns it into `partition_row` lists (the store writer does, behind the gauges)."""
     table = state.table
     size = table.size
     c = table.cols
@@ -76,82 +94,134 @@ def changed_rows(state: ColumnarState, violations: ViolationKinds | None = None)
     rows = np.flatnonzero(mask & c["alive"][:size])
     mask[:] = False
     if len(rows) == 0:
-        return []
-    kinds_of = violations or _no_violations
-    tup = state.tuples.tuples
-    topic_ids, names = state.topic_ids, state.topic_names
-    min_isr = state.topic_min_isr
-    log_info = state.log_info
-    brokers_of: dict[tuple[int, int], list[int]] = {}
-    out = []
-    columns = zip(
-        c["topic"][rows].tolist(),
-        c["pid"][rows].tolist(),
-        c["replicas"][rows].tolist(),
-        c["isr"][rows].tolist(),
-        c["elr"][rows].tolist(),
-        c["lke"][rows].tolist(),
-        c["leader"][rows].tolist(),
-        c["le"][rows].tolist(),
-        c["pe"][rows].tolist(),
-        c["lrs"][rows].tolist(),
-        c["adding"][rows].tolist(),
-        c["removing"][rows].tolist(),
-        c["status"][rows].tolist(),
-        _opt_list(c["since_ms"][rows]),
-        _opt_list(c["since_offset"][rows]),
-        c["llc"][rows].tolist(),
-        c["position"][rows].tolist(),
-        _opt_list(c["last_offset"][rows]),
-        _opt_list(c["last_ts"][rows]),
+        return None
+    topics = c["topic"][rows]
+    pids = c["pid"][rows]
+    topic_ids = pa.DictionaryArray.from_arrays(pa.array(topics, pa.int32()), pa.array(state.topic_ids, pa.string()))
+    columns: dict[str, Any] = {
+        "topicId": topic_ids,
+        "partitionId": pa.array(pids, pa.int32()),
+        "topic": pa.DictionaryArray.from_arrays(pa.array(topics, pa.int32()), pa.array(state.topic_names, pa.string())),
+        "status": _names(c["status"][rows], STATUSES),
+        "leader": pa.array(c["leader"][rows], pa.int32()),
+        "minIsr": pa.array(np.array(state.topic_min_isr, dtype=np.int64)[topics], pa.int64()),
+        "sinceMs": _nullable(c["since_ms"][rows]),
+        "replicas": _tuple_lists(state, c["replicas"][rows]),
+        "isr": _tuple_lists(state, c["isr"][rows]),
+        "elr": _tuple_lists(state, c["elr"][rows]),
+        "lastKnownElr": _tuple_lists(state, c["lke"][rows]),
+        "leaderEpoch": pa.array(c["le"][rows], pa.int64()),
+        "partitionEpoch": pa.array(c["pe"][rows], pa.int64()),
+        "leaderRecoveryState": pa.array(c["lrs"][rows], pa.int8()),
+        "adding": _tuple_lists(state, c["adding"][rows]),
+        "removing": _tuple_lists(state, c["removing"][rows]),
+        "sinceOffset": _nullable(c["since_offset"][rows]),
+        "lastLeaderChange": _names(c["llc"][rows], LEADER_CHANGES),
+        "position": pa.array(c["position"][rows].tolist(), pa.string()),
+        "lastOffset": _nullable(c["last_offset"][rows]),
+        "lastTimestamp": _nullable(c["last_ts"][rows]),
+    }
+    if violations is not None:  # the audit's kinds: a Python call per row, only when some partition breaks one
+        ids, names = topic_ids.to_pylist(), pids.tolist()
+        columns["violations"] = pa.array(
+            [violations(t, p) for t, p in zip(ids, names, strict=True)], pa.list_(pa.string())
+        )
+    if state.log_info:  # replicas' log end offsets, kept for the partitions that need an unclean election (few)
+        at = {state.row_of(tid, pid): info for (tid, pid), info in state.log_info.items() if info}
+        found = [(i, at[r]) for i, r in enumerate(rows.tolist()) if r in at] if at else []
+        if found:
+            texts: list[str | None] = [None] * len(rows)
+            for i, info in found:
+                texts[i] = orjson.dumps(info, option=orjson.OPT_NON_STR_KEYS).decode()
+            columns["logInfo"] = pa.array(texts, pa.string())
+    return pa.table(columns)
+
+
+def _pylist(column: Any) -> list[Any]:
+    """A column's values as a list; a dictionary column through its indices (Arrow's own conversion of one is
+    ~25x slower)."""
+    if pa.types.is_dictionary(column.type):
+        out: list[Any] = []
+        for chunk in column.chunks:
+            names = chunk.dictionary.to_pylist()
+            if chunk.null_count:
+                out.extend([None if i is None else names[i] for i in chunk.indices.to_pylist()])
+            else:
+                out.extend([names[i] for i in chunk.indices.to_pylist()])
+        return out
+    return column.to_pylist()
+
+
+def rows_of(table: Any) -> Iterator[list[Any]]:
+    """The `partition_row` lists of a `changed_table` (or of a table read back from its Arrow IPC form): what the
+    object core's `report.stored_partition` gives for the same partitions, the stored form as JSON."""
+    if table is None or table.num_rows == 0:
+        return
+    col = {name: _pylist(table.column(name)) for name in table.column_names}
+    n = table.num_rows
+    none_list: list[Any] = [None] * n
+    kinds = col.get("violations") or [[]] * n
+    infos = col.get("logInfo") or none_list
+    dumps, loads, non_str = orjson.dumps, orjson.loads, orjson.OPT_NON_STR_KEYS
+    for (
+        topic_id, pid, name, status, leader, min_isr, ms, replicas, isr, elr, lke, le, pe, lrs, adding, removing,
+        so, llc, pos, lo, lts, kind, info,
+    ) in zip(
+        col["topicId"], col["partitionId"], col["topic"], col["status"], col["leader"], col["minIsr"],
+        col["sinceMs"], col["replicas"], col["isr"], col["elr"], col["lastKnownElr"], col["leaderEpoch"],
+        col["partitionEpoch"], col["leaderRecoveryState"], col["adding"], col["removing"], col["sinceOffset"],
+        col["lastLeaderChange"], col["position"], col["lastOffset"], col["lastTimestamp"], kinds, infos,
         strict=True,
-    )
-    dumps, non_str = orjson.dumps, orjson.OPT_NON_STR_KEYS
-    for t, pid, rep, isr, elr, lke, leader, le, pe, lrs, adding, removing, st, ms, so, llc, pos, lo, lts in columns:
-        topic_id = topic_ids[t]
-        status = STATUSES[st]
-        replicas = tup[rep]
-        isr_tuple = tup[isr]
+    ):  # fmt: skip
         stored = (
-            replicas,
-            isr_tuple,
-            tup[elr],
-            tup[lke],
-            leader,
-            le,
-            pe,
-            lrs,
-            tup[adding],
-            tup[removing],
+            replicas, isr, elr, lke, leader, le, pe, lrs, adding, removing, status, ms, so, llc, pos, lo, lts,
+            kind, None if info is None else loads(info),
+        )  # fmt: skip
+        yield [
+            topic_id,
+            pid,
+            name,
             status,
+            leader,
+            len(isr),
+            min_isr,
             ms,
-            so,
-            LEADER_CHANGES[llc],
-            pos,
-            lo,
-            lts,
-            kinds_of(topic_id, pid),
-            log_info.get((topic_id, pid)) or None,
-        )
-        pair = (rep, adding)
-        brokers = brokers_of.get(pair)
-        if brokers is None:
-            brokers = brokers_of[pair] = sorted({*replicas, *tup[adding]})
-        out.append(
-            [
-                topic_id,
-                pid,
-                names[t],
-                status,
-                leader,
-                len(isr_tuple),
-                min_isr[t],
-                ms,
-                dumps(stored, option=non_str).decode(),
-                list(brokers),
-            ]
-        )
-    return out
+            dumps(stored, option=non_str).decode(),
+            sorted({*replicas, *adding}),
+        ]
+
+
+def transition_table(state: ColumnarState) -> Any:
+    """Every status transition since the previous call, in order, as an Arrow table (the store's transition
+    fields, `Transition.to_dict`'s names); None if none. Forgets them. `transitions_of` gives the dicts."""
+    columns = state.transition_columns()
+    if columns is None:
+        return None
+    topics, pids, old, new, at_ms, offsets, positions = columns
+    index = pa.array(topics, pa.int32())
+    return pa.table(
+        {
+            "topic": pa.DictionaryArray.from_arrays(index, pa.array(state.topic_names, pa.string())),
+            "topicId": pa.DictionaryArray.from_arrays(index, pa.array(state.topic_ids, pa.string())),
+            "partitionId": pa.array(pids, pa.int32()),
+            "from": pa.DictionaryArray.from_arrays(
+                pa.array(np.maximum(old, 0), pa.int32(), mask=old < 0), pa.array(STATUSES, pa.string())
+            ),
+            "to": _names(new, STATUSES),
+            "atMs": _nullable(at_ms),
+            "offset": _nullable(offsets),
+            "position": pa.array(positions.tolist(), pa.string()),
+        }
+    )
+
+
+def transitions_of(table: Any) -> list[dict[str, Any]]:
+    """The `Transition.to_dict` dicts of a `transition_table` (or one read back from its Arrow IPC form)."""
+    if table is None or table.num_rows == 0:
+        return []
+    names = table.column_names
+    columns = [_pylist(table.column(n)) for n in names]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def drain(state: ColumnarState, violations: ViolationKinds | None = None) -> Output:
@@ -159,10 +229,10 @@ def drain(state: ColumnarState, violations: ViolationKinds | None = None) -> Out
     ``violations``: each changed partition's violation kinds for its stored form (none by default)."""
     core = state.core
     out = Output(
-        partitions=changed_rows(state, violations),
+        partitions=changed_table(state, violations),
         removed=[[tid, pid] for tid, pid, _name in state.removed_out],
         removed_topics=[tid for tid, _name in state.removed_topics_out],
-        transitions=state.drain_transitions(),
+        transitions=transition_table(state),
         brokers=[core.brokers[b] for b in sorted(state.dirty_brokers) if b in core.brokers],
         topics=sorted(t for t in state.dirty_topics if t in core.topics),
     )

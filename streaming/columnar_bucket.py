@@ -169,15 +169,22 @@ def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, A
     audited = bool(engine.violations)  # no partition breaks an invariant (the usual case): nothing to look up
     out = columnar_output.drain(engine, kinds if audited else None)
     violations = []
-    for row in out.partitions if audited else ():
-        for v in own(row[0], row[1]):
-            violations.append(report.violation_doc(row[2], row[0], row[1], v))
+    if audited and out.partitions is not None:
+        changed = out.partitions
+        for topic_id, pid, name in zip(
+            changed.column("topicId").to_pylist(),
+            changed.column("partitionId").to_pylist(),
+            changed.column("topic").to_pylist(),
+            strict=True,
+        ):
+            for v in own(topic_id, pid):
+                violations.append(report.violation_doc(name, topic_id, pid, v))
     topics = columnar_output.topic_documents(engine, out, bs.emitted_topic_counts)
     result: dict[str, Any] = {
         "bucket": bucket,
         "partitions": out.partitions,
         "removed": out.removed,
-        "transitions": [t.to_dict() for t in out.transitions],
+        "transitions": out.transitions,  # an Arrow table (or None): the rows file keeps it as one
         "quarantined": quarantined,
         "violations": violations,
         "topics": topics,

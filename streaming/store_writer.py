@@ -39,9 +39,9 @@ from typing import Any
 import orjson
 
 from elrwatch.streaming.payload import (
-    PAYLOAD_ROWS,
     ROWS_FILE,
     ROWS_SUFFIX,
+    ROWS_TAGS,
     RowsFileError,
     check_rows_file,
     concat_payloads,
@@ -209,7 +209,7 @@ class StoreWriter:
                 self._rerun_files.setdefault(batch_id, []).extend(files)
                 return
         write_wal(os.path.join(self.wal_dir, wal_name(batch_id)), batch_id, bodies, merged)
-        args = store_args(merged, [b for b in bodies if b[:1] == PAYLOAD_ROWS], merged)
+        args = store_args(merged, [b for b in bodies if b[:1] in ROWS_TAGS], merged)
         args[FILES] = files
         self._enqueue(batch_id, args, info)
 

@@ -62,7 +62,7 @@ class OutputCheck:
 
         out = columnar_output.drain(fast, kinds if ref.violations or own is not None else None)
         ref_rows = sorted(reference_rows(ref, changes), key=lambda r: (r[0], r[1]))
-        fast_rows = sorted(out.partitions, key=lambda r: (r[0], r[1]))
+        fast_rows = sorted(columnar_output.rows_of(out.partitions), key=lambda r: (r[0], r[1]))
         same(f"{where} changed rows", ref_rows, fast_rows)
         self.rows += len(fast_rows)
         same(f"{where} removed", [[tid, pid] for tid, pid, _ in changes.removed], out.removed)

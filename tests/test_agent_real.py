@@ -61,7 +61,11 @@ def produce(cluster: Any, count: int, acks: int | str, tag: str) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
-        bootstrap_servers=cluster.answering_bootstrap.split(","), acks=acks, linger_ms=20, retries=5, request_timeout_ms=10000
+        bootstrap_servers=cluster.answering_bootstrap.split(","),
+        acks=acks,
+        linger_ms=20,
+        retries=5,
+        request_timeout_ms=10000,
     )
     try:
         for i in range(count):

@@ -50,15 +50,36 @@ def test_a_drain_forgets_what_it_returned() -> None:
     first = columnar_output.drain(fast)
     assert first.partitions and first.topics and first.brokers and first.transitions
     again = columnar_output.drain(fast)
-    assert again.partitions == again.removed == again.transitions == again.brokers == again.topics == []
+    assert again.partitions is None and again.transitions is None
+    assert again.removed == again.brokers == again.topics == []
     fast.apply_batch(parser.records(batches[1]))  # a fence: only the broker's partitions changed
     storm = columnar_output.drain(fast)
     assert 0 < len(storm.partitions) < len(first.partitions)
-    row = dict(zip(PARTITION_ROW_FIELDS, storm.partitions[0], strict=True))
+    row = dict(zip(PARTITION_ROW_FIELDS, next(columnar_output.rows_of(storm.partitions)), strict=True))
     stored = dict(zip((*STORED_FIELDS, "violations", "logInfo"), orjson.loads(row["state"]), strict=True))
     p = fast.partition(row["topicId"], row["partitionId"])
     assert p is not None and stored["isr"] == list(p.isr) and stored["violations"] == []
     assert (row["status"], row["isrSize"], stored["status"]) == (p.status, len(p.isr), p.status)
+
+
+def test_the_transition_table_holds_what_the_transition_objects_hold() -> None:
+    """`transition_table` → `transitions_of` (what the store gets) equals `drain_transitions`' objects as dicts,
+    registrations (no previous status: null) included."""
+    batches = generator_batches(5)
+    engines = [ColumnarState(default_min_isr=2, bucket=(1, 3)) for _ in range(2)]
+    parsers = [Parser("s"), Parser("s")]
+    for batch in batches[:3]:
+        for engine, parser in zip(engines, parsers, strict=True):
+            engine.apply_batch(parser.records(batch))
+        objects = [t.to_dict() for t in engines[0].drain_transitions()]
+        dicts = columnar_output.transitions_of(columnar_output.transition_table(engines[1]))
+        assert objects == dicts
+        assert columnar_output.transition_table(engines[1]) is None  # forgotten
+    assert columnar_output.transitions_of(None) == []
+    first = ColumnarState(default_min_isr=2, bucket=(1, 3))
+    first.apply_batch(Parser("s").records(batches[0]))
+    registered = columnar_output.transitions_of(columnar_output.transition_table(first))
+    assert registered and any(t["from"] is None for t in registered) and all(t["to"] for t in registered)
 
 
 def test_topic_documents_follow_the_owned_partition_count() -> None:
