@@ -356,7 +356,7 @@ def run_bucket(
         processed = time.perf_counter()
         token = uuid.uuid4().hex
         snapshot_before = bs.snapshot
-        blob = save_bucket(bs, settings, snapshots, bucket, token, quiet=how == "hit")
+        blob = save_bucket(bs, settings, snapshots, bucket, token, quiet_allowed=how == "hit")
         if settings.use_cache:
             _remember(bucket, token, bs, settings.buckets, cache)
         saved = time.perf_counter()
@@ -388,14 +388,14 @@ def save_bucket(
     snapshots: SnapshotDir | None,
     bucket: int,
     token: str,
-    quiet: bool = True,
+    quiet_allowed: bool = True,
 ) -> bytes:
     """The bucket's new Spark state row: the delta (and a new snapshot when due) in snapshot mode, else the blob.
-    ``quiet``: a quiet batch may write a snapshot (`BucketState.to_row`); False when this batch loaded the bucket
-    (the first batch after a restart has paid for loads already)."""
+    ``quiet_allowed``: a quiet batch may write a snapshot (`BucketState.to_row`); False when this batch loaded the
+    bucket (the first batch after a restart has paid for loads already)."""
     if settings.state_mode == "snapshot":
         assert snapshots is not None  # make_state_function checks it
-        return bs.to_row(snapshots, bucket, token, settings.delta_max_records, quiet=quiet)
+        return bs.to_row(snapshots, bucket, token, settings.delta_max_records, quiet_allowed=quiet_allowed)
     bs.journal = []
     return bs.to_blob()
 

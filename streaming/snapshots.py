@@ -169,10 +169,10 @@ class BucketState:
         token: str,
         max_records: int = DELTA_MAX_RECORDS,
         max_bytes: int = DELTA_MAX_BYTES,
-        quiet: bool = True,
+        quiet_allowed: bool = True,
     ) -> bytes:
         """Snapshot mode: append this batch's records to the delta, or write a new snapshot when it is big, or
-        past `QUIET_DELTA` in a quiet batch when ``quiet`` allows it (`_write_snapshot`, old ones rotated); the
+        past `QUIET_DELTA` in a quiet batch when ``quiet_allowed`` (`_write_snapshot`, old ones rotated); the
         state row, ``ROW_TAG`` + the pickled `_row_fields`."""
         journal, self.journal = self.journal, []
         if journal:
@@ -180,13 +180,13 @@ class BucketState:
             self.delta.append(chunk)
             self.delta_rows += len(journal)
             self.delta_bytes += len(chunk)
-        quiet = (
-            quiet
+        quiet_snapshot = (
+            quiet_allowed
             and self.QUIET_DELTA is not None
             and self.delta_rows > self.QUIET_DELTA
             and len(journal) <= QUIET_BATCH_RECORDS
         )
-        if self.must_snapshot or quiet or self.delta_rows > max_records or self.delta_bytes > max_bytes:
+        if self.must_snapshot or quiet_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
             name = SnapshotDir.name(self.run, bucket, token)
             self._write_snapshot(snapshots, name)
             snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
