@@ -74,6 +74,23 @@ class StateSettings:
 # a worker wrote last time is usually still in memory: when the state row's token matches, nothing is read or
 # replayed (see build_query and state_tasks for how the job makes the same worker see the same buckets).
 _CACHE: dict[int, tuple[str, BucketState]] = {}
+#: The snapshot directory of the cached buckets (`on_idle` writes there).
+_CACHE_SNAPSHOTS: list[SnapshotDir] = []
+
+
+def on_idle() -> int:
+    """Run by the warm-ups (`local.warm.warm_worker`) in a state worker while the job is idle: each cached bucket
+    whose delta is long writes its state as a snapshot (`BucketState.compact`), so that a restart or a cache miss
+    reads it instead of replaying the delta. The buckets compacted; never raises (the warm-up goes on)."""
+    if not _CACHE_SNAPSHOTS:
+        return 0
+    done = 0
+    for bucket, (token, bs) in list(_CACHE.items()):
+        try:
+            done += bs.compact(_CACHE_SNAPSHOTS[0], bucket, token)
+        except Exception:  # a full disk, say: the next batch's own rules still snapshot
+            continue
+    return done
 
 
 def _remember(
@@ -97,18 +114,19 @@ def load_row(
     buckets: int,
     engine: str = DEFAULT_ENGINE,
     stale: BucketState | None = None,
+    token: str | None = None,
 ) -> BucketState:
-    """The bucket's state from its state row with ``engine`` (`BucketState.from_row` or the columnar one); the
-    other engine's row is a one-line `SnapshotError`."""
+    """The bucket's state from its state row (of ``token``) with ``engine`` (`BucketState.from_row` or the
+    columnar one); the other engine's row is a one-line `SnapshotError`."""
     if engine == "columnar":
-        return ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale)
+        return ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale, token)
     if blob[:1] == ROW_TAG:
         raise SnapshotError(
             f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects: "
             "run it with --state-engine columnar"
         )
     with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
-        bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale)
+        bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale, token)
     keep_out_of_gc()  # long-lived
     return bs
 
@@ -139,7 +157,7 @@ def _load_bucket(
             return cached[1], "hit"
         stale = cached[1] if cached is not None else None
         del cached
-        bs = load_row(blob, snapshots, bucket, buckets, engine, stale)
+        bs = load_row(blob, snapshots, bucket, buckets, engine, stale, token)
         return bs, "catch-up" if bs.caught_up else "miss"
     cache.pop(bucket, None)
     if columnar:
@@ -359,6 +377,8 @@ def run_bucket(
         blob = save_bucket(bs, settings, snapshots, bucket, token, quiet_allowed=how == "hit")
         if settings.use_cache:
             _remember(bucket, token, bs, settings.buckets, cache)
+            if snapshots is not None and cache is _CACHE:
+                _CACHE_SNAPSHOTS[:] = [snapshots]
         saved = time.perf_counter()
         if settings.rows_dir:  # durable before the state row naming the token goes back to Spark
             write_rows_file(settings.rows_dir, payload, token)

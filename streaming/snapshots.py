@@ -93,6 +93,15 @@ class SnapshotDir:
                 f"bucket {bucket}: snapshot {path} is corrupt ({type(exc).__name__}: {str(exc)[:80]})"
             ) from None
 
+    def of_token(self, run: str, bucket: int, token: str) -> str | None:
+        """The name of a snapshot of the bucket's state at ``token`` (every snapshot is named by the token of the
+        state it holds: `name`), or None."""
+        prefix, suffix = f"{run}-b{bucket:04d}-", f"-{token}{SNAPSHOT_SUFFIX}"
+        try:
+            return next((n for n in os.listdir(self.path) if n.startswith(prefix) and n.endswith(suffix)), None)
+        except FileNotFoundError:
+            return None
+
     def rotate(self, run: str, bucket: int, keep: set[str]) -> None:
         """Delete the bucket's snapshots except ``keep`` and the newest SNAPSHOTS_KEPT (a retried or zombie
         attempt of the current batch may still commit a row referencing one of those)."""
@@ -194,6 +203,19 @@ class BucketState:
             self.must_snapshot = False
         return self.ROW_TAG + pickle.dumps(self._row_fields(), protocol=pickle.HIGHEST_PROTOCOL)
 
+    def compact(self, snapshots: SnapshotDir, bucket: int, token: str) -> bool:
+        """Between batches (the job idle): write the state at ``token`` (the committed row's) as a snapshot of its
+        own when its delta is past `QUIET_DELTA`, and make it this state's base. A load of that row then finds it
+        (`from_row`: no delta replayed); the row's older snapshot stays until a row naming the new one commits.
+        True if it wrote one."""
+        if self.QUIET_DELTA is None or self.must_snapshot or self.delta_rows <= self.QUIET_DELTA:
+            return False
+        name = SnapshotDir.name(self.run, bucket, token)
+        self._write_snapshot(snapshots, name)
+        snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
+        self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
+        return True
+
     def _write_snapshot(self, snapshots: SnapshotDir, name: str) -> None:
         """Write the state as snapshot ``name`` in ``snapshots`` (the engine's snapshot format)."""
         snapshots.write(name, self.cluster.to_bytes())
@@ -223,23 +245,34 @@ class BucketState:
         bucket: int,
         buckets: int,
         stale: BucketState | None = None,
+        token: str | None = None,
     ) -> BucketState:
         """Either format: a snapshot-mode row (snapshot file + delta replayed) or a whole blob (blob mode).
 
         ``stale``: this worker's cached state of an older row. When the row's delta extends the delta it was
         built from (same run and snapshot, same first chunks), only the newer chunks are applied to it: the
-        batches another worker processed since (a cache "catch-up" instead of a snapshot read).
+        batches another worker processed since (a cache "catch-up" instead of a snapshot read). Else, when a
+        snapshot of the row's own ``token`` exists (`compact` wrote it while the job was idle), that one is
+        read and the delta is not replayed.
         """
         if row[:1] != cls.ROW_TAG:
             return cls._from_other_row(row, bucket)
         data = pickle.loads(row[1:])
         name = data["snapshot"]
         delta = data["delta"]
-        if type(stale) is cls and stale.catches_up_to(data):
+        catching_up = stale is not None and type(stale) is cls and stale.catches_up_to(data)
+        compacted = None
+        if not catching_up and delta and token is not None and snapshots is not None:
+            compacted = snapshots.of_token(data["run"], bucket, token)
+        if catching_up:
+            assert stale is not None
             cluster = stale.cluster
             chunks = delta[len(stale.delta) :]
+        elif compacted is not None:
+            assert snapshots is not None
+            cluster = cls._read_snapshot(snapshots, bucket, compacted)
+            chunks = []
         else:
-            stale = None
             if name is None:
                 cluster = cls._empty_state(data["minIsr"], bucket, buckets)
             elif snapshots is None:
@@ -253,7 +286,9 @@ class BucketState:
         bs = cls(cluster, data["counts"], data["emitted"])
         bs.run, bs.snapshot, bs.delta = data["run"], name, delta
         bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
-        bs.caught_up = stale is not None
+        if compacted is not None:
+            bs.snapshot, bs.delta, bs.delta_rows, bs.delta_bytes = compacted, [], 0, 0
+        bs.caught_up = catching_up
         return bs
 
     # What each engine says in `from_row` (the columnar one, `columnar_bucket.ColumnarBucketState`, overrides them).

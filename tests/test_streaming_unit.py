@@ -404,6 +404,41 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
     assert loaded.counts == kept.counts
 
 
+def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tmp_path, monkeypatch):
+    from elrwatch.state.columnar_output import rows_of, transitions_of
+
+    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
+    routed = _routed(lines, 1)
+    settings = bucket_module.StateSettings(
+        1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9, engine="columnar"
+    )
+    fn = bucket_module.make_state_function(settings)
+    monkeypatch.setattr(bucket_module.ColumnarBucketState, "QUIET_DELTA", 20)
+    state = _State()
+    bucket_module._CACHE.clear()
+    _run(fn, 0, routed.iloc[:-3], state)  # a busy batch: a long delta, no snapshot
+    token, row = state.row
+    assert os.listdir(tmp_path) == [] and pickle.loads(row[1:])["deltaRows"] == len(routed) - 3
+    assert bucket_module.on_idle() == 1  # the warm-up in the idle worker: the state at the row's token
+    (name,) = os.listdir(tmp_path)
+    assert name.endswith(f"-{token}.snap") and bucket_module._CACHE[0][1].snapshot == name
+    assert bucket_module.on_idle() == 0  # nothing left to compact
+    bucket_module._CACHE.clear()  # a restart: the row still names no snapshot and the long delta
+    compacted = bucket_module.load_row(row, settings.snapshots(), 0, 1, "columnar", token=token)
+    assert compacted.snapshot == name and compacted.delta == [] and compacted.delta_rows == 0
+    replayed = bucket_module.load_row(row, settings.snapshots(), 0, 1, "columnar")  # no token: the delta replayed
+    assert replayed.snapshot is None and replayed.delta_rows == len(routed) - 3
+    after = [
+        bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed.iloc[-3:]), bs)
+        for bs in (compacted, replayed)
+    ]
+    assert list(rows_of(after[0].pop("partitions"))) == list(rows_of(after[1].pop("partitions")))
+    assert transitions_of(after[0].pop("transitions")) == transitions_of(after[1].pop("transitions"))
+    assert after[0] == after[1]
+    _run(fn, 0, routed.iloc[-3:], state)  # the job's own load after the restart: the next row builds on it
+    assert pickle.loads(state.row[1][1:])["snapshot"] == name
+
+
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)

@@ -166,3 +166,23 @@ def test_warm_ups_run_in_the_workers_the_job_s_tasks_get():
         assert warmer.warm()["source"] & warmed["source"], "the next warm-up keeps the same workers"
     finally:
         spark.stop()
+
+
+def test_a_warm_up_runs_the_idle_hook_of_the_modules_that_have_one(monkeypatch: pytest.MonkeyPatch):
+    import sys
+    import types
+
+    import pyarrow as pa
+
+    calls: list[str] = []
+    hooked = types.ModuleType("elrwatch_test_hooked")
+    hooked.on_idle = lambda: calls.append("hooked")  # type: ignore[attr-defined]
+    plain = types.ModuleType("elrwatch_test_plain")
+    monkeypatch.setitem(sys.modules, hooked.__name__, hooked)
+    monkeypatch.setitem(sys.modules, plain.__name__, plain)
+    batch = pa.RecordBatch.from_pydict({"id": [0]})
+    (out,) = warm.warm_worker(iter([batch]), (plain.__name__, hooked.__name__))
+    assert calls == ["hooked"] and out.column("pid").to_pylist() == [os.getpid()]
+    from elrwatch.streaming import bucket
+
+    assert "elrwatch.streaming.bucket" in warm.STATE_MODULES and callable(bucket.on_idle)  # the buckets compact

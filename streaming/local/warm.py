@@ -38,14 +38,17 @@ STATE_MODULES = ("pandas", "pyarrow", "elrwatch.streaming.bucket")
 
 
 def warm_worker(batches: Iterator[Any], modules: tuple[str, ...]) -> Iterator[Any]:
-    """mapInArrow body of a warm-up task: import ``modules`` (a no-op in a worker that has them) and report the
-    worker's pid."""
+    """mapInArrow body of a warm-up task: import ``modules`` (a no-op in a worker that has them), run each one's
+    ``on_idle()`` if it has one (the state worker's buckets compact their deltas: `bucket.on_idle`), and report
+    the worker's pid."""
     import os
 
     import pyarrow as pa
 
     for name in modules:
-        importlib.import_module(name)
+        idle_hook = getattr(importlib.import_module(name), "on_idle", None)
+        if idle_hook is not None:
+            idle_hook()
     for _ in batches:
         pass
     yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]}, schema=pa.schema([("pid", pa.int64())]))
