@@ -84,9 +84,10 @@ def _tuple_lists(state: ColumnarState, ids: np.ndarray) -> Any:
 
 
 def changed_table(state: ColumnarState, violations: ViolationKinds | None = None) -> Any:
-    """The live rows changed since the previous call as an Arrow table (`CHANGED_COLUMNS`, in row order), built
-    from the columns with no Python object per row; None when none changed. Clears the changed mask. `rows_of`
-    turns it into `partition_row` lists (the store writer does, behind the gauges)."""
+    """The live rows changed since the previous call as an Arrow table (one column per field of the row and of
+    its stored form, in row order), built from the columns with no Python object per row; None when none changed.
+    Clears the changed mask. `rows_of` turns it into `partition_row` lists (the store writer does, behind the
+    gauges)."""
     table = state.table
     size = table.size
     c = table.cols
