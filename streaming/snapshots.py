@@ -196,10 +196,7 @@ class BucketState:
             and len(journal) <= QUIET_BATCH_RECORDS
         )
         if self.must_snapshot or quiet_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
-            name = SnapshotDir.name(self.run, bucket, token)
-            self._write_snapshot(snapshots, name)
-            snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
-            self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
+            self._rebase(snapshots, bucket, token)
             self.must_snapshot = False
         return self.ROW_TAG + pickle.dumps(self._row_fields(), protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -210,11 +207,16 @@ class BucketState:
         True if it wrote one."""
         if self.QUIET_DELTA is None or self.must_snapshot or self.delta_rows <= self.QUIET_DELTA:
             return False
+        self._rebase(snapshots, bucket, token)
+        return True
+
+    def _rebase(self, snapshots: SnapshotDir, bucket: int, token: str) -> None:
+        """Write the state at ``token`` as a snapshot, rotate the older ones (keeping the one this state was based
+        on) and make the new one the base, with an empty delta."""
         name = SnapshotDir.name(self.run, bucket, token)
         self._write_snapshot(snapshots, name)
         snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
         self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
-        return True
 
     def _write_snapshot(self, snapshots: SnapshotDir, name: str) -> None:
         """Write the state as snapshot ``name`` in ``snapshots`` (the engine's snapshot format)."""
