@@ -366,8 +366,7 @@ def run_demo(
                 timer.daemon = True
                 timer.start()
 
-        config = JobConfig(
-            source="kafka",
+        config = JobConfig(  # the default source (kafka-native: `make demo` fetched its jars)
             kafka=KafkaSettings(kafka.bootstrap),
             topic=TOPIC,
             store=StoreSettings(store),

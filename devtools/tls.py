@@ -5,7 +5,10 @@
 * ``ca.pem``: the CA's certificate, the clients' trust store (``--ssl-cafile``);
 * ``broker.pem``: the broker's private key (unencrypted PKCS#8) followed by its certificate and the CA's: the
   single PEM file Kafka takes as ``ssl.keystore.type=PEM`` / ``ssl.keystore.location``;
-* ``client.pem``: a client key and certificate signed by the same CA, in the same layout (mutual TLS).
+* ``client.pem``: a client key and certificate signed by the same CA, in the same layout (mutual TLS);
+* ``client.key`` and ``client.crt``: the same client key and chain split the way a Kubernetes TLS Secret
+  (``tls.key``, ``tls.crt``) holds them, the key in OpenSSL's traditional form (SEC1 ``EC PRIVATE KEY``, as
+  cert-manager writes by default), which Kafka's Java client cannot read as it is.
 
 The broker's certificate names ``localhost`` and ``127.0.0.1`` (subject alternative names), so clients keep
 hostname verification on. Keys are EC P-256 (fast to generate). Needs ``cryptography`` (a dev dependency).
@@ -29,6 +32,8 @@ class Pki:
     ca_cert: Path
     broker_pem: Path
     client_pem: Path
+    client_key: Path
+    client_crt: Path
 
 
 def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", "127.0.0.1"), days: int = 2) -> Pki:
@@ -80,7 +85,9 @@ def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", 
         .sign(ca_key, hashes.SHA256())
     )
 
-    def leaf(common: str, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]) -> bytes:
+    def leaf(
+        common: str, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName], split: tuple[Path, Path] | None = None
+    ) -> bytes:
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (
             x509.CertificateBuilder()
@@ -101,7 +108,14 @@ def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", 
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
         pem = serialization.Encoding.PEM
-        return key_pem + cert.public_bytes(pem) + ca_cert.public_bytes(pem)
+        chain = cert.public_bytes(pem) + ca_cert.public_bytes(pem)
+        if split is not None:
+            traditional = key.private_bytes(
+                pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            )
+            _write_private(split[0], traditional)
+            _write_private(split[1], chain)
+        return key_pem + chain
 
     sans: list[x509.GeneralName] = []
     for host in hosts:
@@ -109,10 +123,11 @@ def make_pki(directory: str | os.PathLike, hosts: Iterable[str] = ("localhost", 
             sans.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             sans.append(x509.DNSName(host))
-    pki = Pki(out, out / "ca.pem", out / "broker.pem", out / "client.pem")
+    pki = Pki(out, out / "ca.pem", out / "broker.pem", out / "client.pem", out / "client.key", out / "client.crt")
     _write_private(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(pki.broker_pem, leaf("elrwatch test broker", ExtendedKeyUsageOID.SERVER_AUTH, sans))
-    _write_private(pki.client_pem, leaf("elrwatch test client", ExtendedKeyUsageOID.CLIENT_AUTH, []))
+    split = (pki.client_key, pki.client_crt)
+    _write_private(pki.client_pem, leaf("elrwatch test client", ExtendedKeyUsageOID.CLIENT_AUTH, [], split))
     return pki
 
 

@@ -81,7 +81,14 @@ SaslPasswordFile = Annotated[
 
 
 # --- elrwatch stream -----------------------------------------------------------------------------------------------
-Source = Annotated[str, option("--source", "kafka (Python data source), kafka-native (Spark's) or files.")]
+Source = Annotated[
+    str,
+    option(
+        "--source",
+        "kafka-native (Spark's Kafka connector, routed in the JVM; the default: needs its jars, see --spark-jars), "
+        "kafka (a Python data source: nothing beyond pip install) or files.",
+    ),
+]
 FilesPath = Annotated[str | None, option("--path", "--source files: directory of event files.")]
 Checkpoint = Annotated[str, option("--checkpoint", "Spark checkpoint directory (offsets + state).")]
 MetricsPort = Annotated[int | None, option("--metrics-port", "Serve Prometheus metrics on this port.", min=0)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 from elrwatch.kafkaio.config import (
@@ -14,31 +15,71 @@ from elrwatch.kafkaio.config import (
     kafka_python_config,
 )
 
+#: The key encodings Kafka's Java client reads (``ssl.keystore.type=PEM`` takes PKCS#8 only).
+PKCS8_KEYS = frozenset({"PRIVATE KEY", "ENCRYPTED PRIVATE KEY"})
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n.*?-----END \1-----\r?\n?", re.DOTALL)
 
-def _pem_blocks(path: str) -> set[str]:
-    """The kinds of PEM blocks in a file ("CERTIFICATE", "PRIVATE KEY", ...)."""
+
+def _pem_blocks(path: str) -> list[tuple[str, str]]:
+    """The PEM blocks of a file, in order, as (kind, text): kind is "CERTIFICATE", "PRIVATE KEY", ..."""
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             text = fh.read()
     except OSError as exc:
         raise SourceError(f"cannot read {path}: {exc.strerror}") from None
-    return {line[len("-----BEGIN ") : -len("-----")] for line in text.splitlines() if line.startswith("-----BEGIN ")}
+    return [(m[1], m[0] if m[0].endswith("\n") else m[0] + "\n") for m in _PEM_BLOCK.finditer(text)]
 
 
-def pem_keystore(certfile: str | None, keyfile: str | None) -> str:
-    """The one PEM file Kafka's Java client takes for mutual TLS (``ssl.keystore.type=PEM``): the private key and
-    its certificate chain together. kafka-python takes them as two files; Spark's Kafka source cannot, so the
-    file given must hold both (the same path for --ssl-certfile and --ssl-keyfile, or either one holding both)."""
-    candidates = list(dict.fromkeys(p for p in (keyfile, certfile) if p))
-    for path in candidates:
-        blocks = _pem_blocks(path)
-        if "CERTIFICATE" in blocks and any(b.endswith("PRIVATE KEY") for b in blocks):
-            return path
-    raise SourceError(
-        "--source kafka-native: Spark's Kafka client reads mutual TLS from one PEM file holding the private key "
-        f"and its certificate chain; {' and '.join(candidates)} do not: concatenate them "
-        "(cat client.key client.crt > client.pem) and pass that file as --ssl-certfile and --ssl-keyfile"
-    )
+def _pkcs8(key_pem: str, password: str | None, path: str) -> str:
+    """A PKCS#1 (``RSA PRIVATE KEY``) or SEC1 (``EC PRIVATE KEY``) key as unencrypted PKCS#8, which Kafka's Java
+    client reads (a Kubernetes TLS Secret from cert-manager holds PKCS#1 by default); kept in memory only."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(key_pem.encode(), password.encode() if password else None)
+    except (ValueError, TypeError) as exc:
+        raise SourceError(f"cannot read the private key in {path}: {exc}") from None
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+def native_keystore(certfile: str | None, keyfile: str | None, password: str | None) -> dict[str, str]:
+    """Kafka's Java client's PEM key store for mutual TLS (``kafka.ssl.keystore.*``), from the same files
+    kafka-python takes.
+
+    A file holding a PKCS#8 key and its certificate chain is passed by location (every Spark executor reads it
+    itself). A key and a chain in separate files (a Kubernetes TLS Secret's ``tls.key`` and ``tls.crt``), or a key
+    that is not PKCS#8, are passed as values (``ssl.keystore.key``, ``ssl.keystore.certificate.chain``): the key
+    converted to PKCS#8 in memory where needed. Spark redacts them from its logs and UI (``spark.redaction.regex``,
+    `streaming.query`); elrwatch never logs them."""
+    paths = list(dict.fromkeys(p for p in (keyfile, certfile) if p))
+    blocks = {path: _pem_blocks(path) for path in paths}
+    for path in paths:
+        kinds = {kind for kind, _ in blocks[path]}
+        if "CERTIFICATE" in kinds and kinds & PKCS8_KEYS:
+            out = {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.location": path}
+            if password:
+                out["kafka.ssl.key.password"] = password
+            return out
+    keys = [(path, kind, text) for path in paths for kind, text in blocks[path] if kind.endswith("PRIVATE KEY")]
+    chain_from = [p for p in (certfile, keyfile) if p and any(k == "CERTIFICATE" for k, _ in blocks[p])]
+    if not keys or not chain_from:
+        missing = "private key" if not keys else "certificate"
+        raise SourceError(
+            f"--source kafka-native: mutual TLS needs a private key and its certificate chain; no {missing} in "
+            f"{' or '.join(paths)} (PEM: --ssl-keyfile the key, --ssl-certfile the certificate chain)"
+        )
+    path, kind, key = keys[0]
+    chain = "".join(text for k, text in blocks[chain_from[0]] if k == "CERTIFICATE")
+    out = {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": chain}
+    if kind in PKCS8_KEYS:
+        out["kafka.ssl.keystore.key"] = key
+        if password:
+            out["kafka.ssl.key.password"] = password
+    else:
+        out["kafka.ssl.keystore.key"] = _pkcs8(key, password, path)
+    return out
 
 
 def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -58,15 +99,12 @@ def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     }
     if options.get("maxOffsetsPerTrigger"):
         out["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]
-    # PEM files: Kafka's Java client takes PEM content through ssl.*.location with type PEM.
+    # PEM files: Kafka's Java client reads them with type PEM (by location, or the key store as values).
     if cfg.get("ssl_cafile"):
         out["kafka.ssl.truststore.type"] = "PEM"
         out["kafka.ssl.truststore.location"] = cfg["ssl_cafile"]
     if cfg.get("ssl_certfile") or cfg.get("ssl_keyfile"):
-        out["kafka.ssl.keystore.type"] = "PEM"
-        out["kafka.ssl.keystore.location"] = pem_keystore(cfg.get("ssl_certfile"), cfg.get("ssl_keyfile"))
-    if cfg.get("ssl_password"):
-        out["kafka.ssl.key.password"] = cfg["ssl_password"]
+        out.update(native_keystore(cfg.get("ssl_certfile"), cfg.get("ssl_keyfile"), cfg.get("ssl_password")))
     if cfg.get("sasl_mechanism"):
         module = (
             "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -44,7 +44,7 @@ class MetricsEndpoint:
 class JobConfig:
     """Everything `elrwatch stream` needs (the CLI fills it from options / env)."""
 
-    source: str = "kafka"
+    source: str = "kafka-native"
     kafka: KafkaSettings = field(default_factory=KafkaSettings)  # servers, TLS, SASL (--source kafka*)
     topic: str | None = None
     path: str | None = None

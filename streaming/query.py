@@ -47,6 +47,9 @@ from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
 from elrwatch.streaming.store_writer import WAL_DIR, StoreWriteError, StoreWriter
 
+#: What Spark redacts from its logs, UI and plans (conf and data source options).
+REDACTION_REGEX = "(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
+
 log = logging.getLogger("elrwatch.stream")
 
 STATE_SCHEMA = "token string, blob binary"
@@ -287,7 +290,8 @@ def build_spark(
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.driver.memory", config.spark_driver_memory)
         .config("spark.driver.extraJavaOptions", accelerators.java_options())
-        .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
+        # secrets in Spark's logs and UI, the Kafka source's options included (the PEM key store's key as a value)
+        .config("spark.redaction.regex", REDACTION_REGEX)
     )
     if connector is not None and connector.jars:  # served to the executors by the driver
         builder = builder.config("spark.jars", ",".join(connector.jars))

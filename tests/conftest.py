@@ -35,12 +35,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @dataclass(frozen=True)
 class SaslSslClient:
-    """How a client reaches the session cluster's SASL_SSL listener (SCRAM-SHA-512, the session's own CA)."""
+    """How a client reaches the session cluster's SASL_SSL listener (SCRAM-SHA-512, the session's own CA, client
+    certificates required): the client's key and chain as two files, the key in SEC1 form (a Kubernetes TLS
+    Secret's layout; devtools/tls.py)."""
 
     bootstrap: str
     cafile: str
     username: str
     password_file: str
+    certfile: str = ""
+    keyfile: str = ""
     mechanism: str = "SCRAM-SHA-512"
 
     def cli_options(self) -> list[str]:
@@ -52,6 +56,10 @@ class SaslSslClient:
             "SASL_SSL",
             "--ssl-cafile",
             self.cafile,
+            "--ssl-certfile",
+            self.certfile,
+            "--ssl-keyfile",
+            self.keyfile,
             "--sasl-mechanism",
             self.mechanism,
             "--sasl-username",
@@ -82,11 +90,14 @@ def _kafka_sasl_material(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any,
 def kafka_server(_kafka_sasl_material: tuple[Any, str, Path]) -> Iterator[Any]:
     """A real Apache Kafka KRaft cluster (devtools/kafka_cluster.py: one controller, one broker), started once per
     session and stopped at its end; tests share it with fresh topic names (``fresh_topic``). PLAINTEXT on
-    ``.bootstrap``; a SASL_SSL listener (SCRAM-SHA-512) on ``.secure_bootstrap`` (see ``kafka_sasl_ssl``)."""
+    ``.bootstrap``; a SASL_SSL listener (SCRAM-SHA-512, mutual TLS) on ``.secure_bootstrap`` (see
+    ``kafka_sasl_ssl``)."""
     from elrwatch.devtools.kafka_cluster import KafkaCluster, sasl_ssl_listener
 
     pki, user, password_file = _kafka_sasl_material
-    listener = sasl_ssl_listener(pki.broker_pem, {user: password_file.read_text().strip()})
+    listener = sasl_ssl_listener(
+        pki.broker_pem, {user: password_file.read_text().strip()}, client_truststore_pem=pki.ca_cert
+    )
     cluster = KafkaCluster(brokers=1, listener_security=listener)
     cluster.start()
     try:
@@ -97,9 +108,17 @@ def kafka_server(_kafka_sasl_material: tuple[Any, str, Path]) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def kafka_sasl_ssl(kafka_server: Any, _kafka_sasl_material: tuple[Any, str, Path]) -> SaslSslClient:
-    """The session cluster's SASL_SSL listener as a client sees it: CA file, user, password file."""
+    """The session cluster's SASL_SSL listener as a client sees it: CA file, user, password file, client
+    certificate chain and key."""
     pki, user, password_file = _kafka_sasl_material
-    return SaslSslClient(kafka_server.secure_bootstrap, str(pki.ca_cert), user, str(password_file))
+    return SaslSslClient(
+        kafka_server.secure_bootstrap,
+        str(pki.ca_cert),
+        user,
+        str(password_file),
+        str(pki.client_crt),
+        str(pki.client_key),
+    )
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -117,8 +118,8 @@ def test_kafka_reader_clear_errors_within_bound(kafka_server):
 def test_kafka_reader_and_producer_over_sasl_ssl_and_their_connection_errors(
     kafka_server, kafka_sasl_ssl, fresh_topic, tmp_path
 ):
-    """The session broker's SASL_SSL listener (SCRAM-SHA-512, its own CA): the reader and `produce` work with the
-    right settings; a wrong password or a missing CA is a one-line error that names the cause, within the bound."""
+    """The session broker's SASL_SSL listener (SCRAM-SHA-512, its own CA, client certificates required): the reader
+    and `produce` work with the right settings (the client key and chain as two files); a wrong password or a missing CA is a one-line error that names the cause, within the bound."""
     from elrwatch.kafkaio.produce import produce_lines
 
     topic = fresh_topic("src-sasl")
@@ -128,6 +129,8 @@ def test_kafka_reader_and_producer_over_sasl_ssl_and_their_connection_errors(
         "topic": topic,
         "security.protocol": "SASL_SSL",
         "ssl.cafile": kafka_sasl_ssl.cafile,
+        "ssl.certfile": kafka_sasl_ssl.certfile,
+        "ssl.keyfile": kafka_sasl_ssl.keyfile,
         "sasl.mechanism": kafka_sasl_ssl.mechanism,
         "sasl.username": kafka_sasl_ssl.username,
         "sasl.password.file": kafka_sasl_ssl.password_file,
@@ -154,6 +157,10 @@ def test_kafka_reader_and_producer_over_sasl_ssl_and_their_connection_errors(
         # kafka-python sees either the broker's answer or only the connection it then closes
         assert "Authentication failed" in message or "rejected the credentials" in message, message
         assert "not-the-password" not in message and kafka_sasl_ssl.password() not in message
+    # the listener requires a client certificate (mutual TLS): without one the reader cannot connect
+    without_client_certificate = {k: v for k, v in opts.items() if k not in ("ssl.certfile", "ssl.keyfile")}
+    with pytest.raises(SourceError, match=f"cannot reach Kafka at {kafka_sasl_ssl.bootstrap}"):
+        KafkaStreamReader(without_client_certificate).initialOffset()
     without_ca = {k: v for k, v in opts.items() if k != "ssl.cafile"}
     with pytest.raises(SourceError, match="CERTIFICATE_VERIFY_FAILED"):
         KafkaStreamReader(without_ca).initialOffset()
@@ -208,25 +215,58 @@ def test_security_options_pass_through(tmp_path, monkeypatch):
         kafka_python_config({**opts, "sasl.mechanism": "GSSAPI"})
 
 
-def test_native_mutual_tls_needs_key_and_chain_in_one_pem_file(tmp_path):
+def test_native_mutual_tls_from_one_file_by_location_from_two_files_as_values(tmp_path):
+    """Spark's Kafka client gets the key store from the files kafka-python takes: one file holding a PKCS#8 key and
+    its chain by location; a key and a chain in two files (a Kubernetes TLS Secret) as values, a key that is not
+    PKCS#8 converted to it; a missing key or certificate is a one-line error."""
+    from cryptography.hazmat.primitives import serialization
+
+    from elrwatch.devtools.tls import make_pki
+
     base = {"bootstrap.servers": "b:9093", "topic": "t", "security.protocol": "SSL"}
     key = _pem(tmp_path / "client.key", "PRIVATE KEY")
-    crt = _pem(tmp_path / "client.crt", "CERTIFICATE")
+    crt = _pem(tmp_path / "client.crt", "CERTIFICATE", "CERTIFICATE")
     # kafka-python takes the two files as they are
     assert kafka_python_config({**base, "ssl.certfile": crt, "ssl.keyfile": key})["ssl_keyfile"] == key
-    # Spark's Kafka client cannot: a clear error saying what to do
-    with pytest.raises(SourceError, match="concatenate them"):
-        native_kafka_options({**base, "ssl.certfile": crt, "ssl.keyfile": key})
-    with pytest.raises(SourceError, match="cannot read"):
-        native_kafka_options({**base, "ssl.keyfile": str(tmp_path / "missing.pem")})
-    both = _pem(tmp_path / "client.pem", "RSA PRIVATE KEY", "CERTIFICATE")
+    both = _pem(tmp_path / "client.pem", "PRIVATE KEY", "CERTIFICATE")
     for certfile, keyfile in ((crt, both), (both, key), (both, None), (None, both)):
         opts = {
             **base,
             **({"ssl.certfile": certfile} if certfile else {}),
             **({"ssl.keyfile": keyfile} if keyfile else {}),
         }
-        assert native_kafka_options(opts)["kafka.ssl.keystore.location"] == both
+        native = native_kafka_options(opts)
+        assert (native["kafka.ssl.keystore.type"], native["kafka.ssl.keystore.location"]) == ("PEM", both)
+        assert "kafka.ssl.keystore.key" not in native
+    # two files: the values, the chain from --ssl-certfile (both of its certificates, in order)
+    key_password = tmp_path / "key.password"
+    key_password.write_text("kpw\n")
+    native = native_kafka_options(
+        {**base, "ssl.certfile": crt, "ssl.keyfile": key, "ssl.password.file": str(key_password)}
+    )
+    assert "kafka.ssl.keystore.location" not in native
+    assert native["kafka.ssl.keystore.key"] == Path(key).read_text()
+    assert native["kafka.ssl.keystore.certificate.chain"] == Path(crt).read_text()
+    assert native["kafka.ssl.key.password"] == "kpw"  # an encrypted PKCS#8 key: Kafka decrypts it
+    # a real SEC1 key (cert-manager's default form): PKCS#8 in memory, the same key
+    pki = make_pki(tmp_path / "pki")
+    native = native_kafka_options({**base, "ssl.certfile": str(pki.client_crt), "ssl.keyfile": str(pki.client_key)})
+    assert pki.client_key.read_text().startswith("-----BEGIN EC PRIVATE KEY-----")
+    converted = native["kafka.ssl.keystore.key"]
+    assert converted.startswith("-----BEGIN PRIVATE KEY-----") and "kafka.ssl.key.password" not in native
+    original = serialization.load_pem_private_key(pki.client_key.read_bytes(), None)
+    assert serialization.load_pem_private_key(converted.encode(), None).private_numbers() == original.private_numbers()
+    assert native["kafka.ssl.keystore.certificate.chain"] == pki.client_crt.read_text()
+    # what cannot work is a one-line error naming the files
+    with pytest.raises(SourceError, match="no certificate in"):
+        native_kafka_options({**base, "ssl.keyfile": key})
+    with pytest.raises(SourceError, match="no private key in"):
+        native_kafka_options({**base, "ssl.certfile": crt})
+    with pytest.raises(SourceError, match="cannot read"):
+        native_kafka_options({**base, "ssl.keyfile": str(tmp_path / "missing.pem")})
+    broken = _pem(tmp_path / "broken.key", "RSA PRIVATE KEY")
+    with pytest.raises(SourceError, match=r"cannot read the private key in .*broken\.key"):
+        native_kafka_options({**base, "ssl.certfile": crt, "ssl.keyfile": broken})
     assert "kafka.ssl.keystore.location" not in native_kafka_options(base)
 
 

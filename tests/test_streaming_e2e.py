@@ -394,8 +394,9 @@ def test_postgresql_store_equals_replay(kafka_server, fresh_topic, tmp_path):
 
 @KAFKA_SOURCES
 def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl_ssl, fresh_topic, tmp_path, source):
-    """`elrwatch produce` and `elrwatch stream` over SASL_SSL (SCRAM-SHA-512; a CA and broker certificate made by
-    the session, hostname verification on) against a real broker: the store equals the replay. The password reaches
+    """`elrwatch produce` and `elrwatch stream` over SASL_SSL with mutual TLS (SCRAM-SHA-512; a CA, broker and
+    client certificate made by the session, hostname verification on; the client key in SEC1 form and its chain in
+    two files, as a Kubernetes TLS Secret holds them) against a real broker: the store equals the replay. The password reaches
     `produce` by file and the job by env var (ELRWATCH_SASL_PASSWORD), and appears in neither one's output."""
     password = kafka_sasl_ssl.password()
     events = _events(tmp_path, records=1800, seed=13)
@@ -428,6 +429,8 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
     finally:
         job.kill()
     assert password not in job.output()
+    key_lines = [line for line in Path(kafka_sasl_ssl.keyfile).read_text().splitlines() if "-----" not in line]
+    assert key_lines and not any(line in job.output() for line in key_lines)  # the client key never logged
     doc = _store_doc(url)
     assert_same_as_oracle(doc, oracle)
     assert {p["lastPosition"].split("/")[0] for p in doc["partitions"]} == {topic}  # read from the event topic
