@@ -1,8 +1,15 @@
-"""The streaming job's read stage alone, per micro-batch: the event topic read by one source and routed as the job
-routes it (``kafka``: parsed and routed in its Python read tasks; ``kafka-native``: Spark's Kafka source, routed in
-Spark SQL), into Spark's ``noop`` sink, so a batch's ``addBatch`` time is its read stage. Local mode, 2 cores.
+"""What Spark alone costs the streaming job, per micro-batch: the event topic read by one source and routed as the
+job routes it (``kafka``: parsed and routed in its Python read tasks; ``kafka-native``: Spark's Kafka source, routed
+in Spark SQL), then
+
+* ``--stages read`` (default): Spark's ``noop`` sink, so a batch's ``addBatch`` time is its read stage;
+* ``--stages batch``: the job's stage structure without elrwatch's state: ``groupBy(bucket)`` →
+  ``applyInPandasWithState`` with a function that only counts its rows (a tiny state) → ``foreachBatch`` collecting
+  the result on the driver. A batch's ``triggerExecution`` is then the floor under the job's own batch for the same
+  records (printed with its ratio to the storm's 2 s target). Local mode, 2 cores.
 
     python bench/read_stage.py --source kafka-native --jit c1     # then --jit c2, interleaved, several times
+    python bench/read_stage.py --stages batch                      # Spark's share of a storm batch
     python bench/read_stage.py --source kafka --bootstrap-servers HOST:PORT   # an existing broker
 
 Without ``--bootstrap-servers`` it starts a 1-broker Kafka (devtools/kafka_cluster.py). Two queries, one Spark
@@ -37,6 +44,7 @@ from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, read_stream
 
 SPARK_JARS = Path(__file__).resolve().parent.parent / ".tools" / "spark" / "jars"
 BUCKETS = 4
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def storm_lines(partitions: int, storm: int) -> list[bytes]:
@@ -49,17 +57,38 @@ def storm_lines(partitions: int, storm: int) -> list[bytes]:
     return list(gen.fence(1))
 
 
-def run_query(spark, source: str, options: dict[str, str], batches: int, checkpoint: str) -> list[tuple[int, int]]:
-    """(rows, addBatch ms) of each of the first ``batches`` non-empty micro-batches of a noop query."""
+def count_rows(key: tuple, frames, state):
+    """The state function of ``--stages batch``: counts its rows (touching the raw lines, as a bucket reads them)."""
+    import pandas as pd
+
+    rows = 0
+    for frame in frames:
+        rows += len(frame)
+        frame["rec"].to_numpy()
+    state.update(((state.get[0] if state.exists else 0) + rows,))
+    yield pd.DataFrame({"bucket": [int(key[0])], "rows": [rows]})
+
+
+def run_query(
+    spark, source: str, options: dict[str, str], batches: int, checkpoint: str, stages: str = "read"
+) -> list[tuple[int, int, int]]:
+    """(rows, addBatch ms, triggerExecution ms) of each of the first ``batches`` non-empty micro-batches."""
     if source == "kafka":
         events = read_stream(spark, source, {**options, ROUTE_BUCKETS_OPTION: str(BUCKETS)})
     else:
         events = route_in_jvm(read_stream(spark, source, options), BUCKETS)
-    query = (
-        events.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds")
-    )
+    if stages == "batch":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        counted = events.groupBy("bucket").applyInPandasWithState(
+            count_rows, "bucket int, rows long", "rows long", "append", GroupStateTimeout.NoTimeout
+        )
+        query = counted.writeStream.foreachBatch(lambda frame, _batch_id: frame.collect())
+    else:
+        query = events.writeStream.format("noop")
+    query = query.option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds")
     running = query.start()
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int, int]] = []
     try:
         deadline = time.monotonic() + 1800
         while len(seen) < batches:
@@ -68,24 +97,37 @@ def run_query(spark, source: str, options: dict[str, str], batches: int, checkpo
             if running.exception() is not None:
                 raise RuntimeError(str(running.exception()))
             progress = [p for p in running.recentProgress if p["numInputRows"] > 0]
-            seen = [(p["numInputRows"], p["durationMs"].get("addBatch", 0)) for p in progress]
+            seen = [
+                (p["numInputRows"], p["durationMs"].get("addBatch", 0), p["durationMs"].get("triggerExecution", 0))
+                for p in progress
+            ]
             time.sleep(0.2)
     finally:
         running.stop()
     return seen[:batches]
 
 
-def summary(label: str, batches: list[tuple[int, int]]) -> None:
-    for rows, ms in batches:
-        print(f"  {label}: {rows:>7,} routed rows, read stage {ms:>6,} ms", flush=True)
-    later = [ms for _, ms in batches[1:]] or [batches[0][1]]
-    print(f"{label}: min {min(later):,} ms, median {statistics.median(later):,.0f} ms", flush=True)
+def summary(label: str, batches: list[tuple[int, int, int]], stages: str = "read") -> None:
+    what = "read stage" if stages == "read" else "addBatch"
+    for rows, ms, trigger_ms in batches:
+        print(f"  {label}: {rows:>7,} routed rows, {what} {ms:>6,} ms, whole batch {trigger_ms:>6,} ms", flush=True)
+    later = [ms for _, ms, _ in batches[1:]] or [batches[0][1]]
+    print(f"{label}: {what} min {min(later):,} ms, median {statistics.median(later):,.0f} ms", flush=True)
+    if stages == "batch":
+        whole = [t for _, _, t in batches[1:]] or [batches[0][2]]
+        median = statistics.median(whole)
+        print(f"{label}: whole batch (triggerExecution) min {min(whole):,} ms, median {median:,.0f} ms", flush=True)
+        if label == "storm":
+            print(f"storm: Spark alone, ratio of the median to the 2 s target {median / 2000:.2f}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("kafka", "kafka-native"), default="kafka-native")
     ap.add_argument("--jit", choices=("c1", "c2"), default="c1", help="c1: the job's --jvm-quick-start")
+    ap.add_argument(
+        "--stages", choices=("read", "batch"), default="read", help="read: the read stage; batch: the job's stages"
+    )
     ap.add_argument("--bootstrap-servers", help="an existing broker (default: start a 1-broker Kafka)")
     ap.add_argument("--partitions", type=int, default=1_000_000, help="metadata partitions of the storm's cluster")
     ap.add_argument("--storm-partitions", type=int, default=100_000)
@@ -122,12 +164,15 @@ def main() -> None:
             .config("spark.driver.extraJavaOptions", java_options)
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", str(BUCKETS))
+            # --stages batch: one state task and the state store, as the job runs locally (streaming/query.py)
+            .config("spark.sql.shuffle.partitions", "1" if args.stages == "batch" else str(BUCKETS))
+            .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
         print(
-            f"{args.source}, JIT {args.jit}, {len(lines):,} records a storm, {args.event_partitions} event-topic "
+            f"{args.source}, JIT {args.jit}, stages {args.stages}, {len(lines):,} records a storm, {args.event_partitions} event-topic "
             f"partitions, load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
@@ -138,16 +183,18 @@ def main() -> None:
             {**base, "topic": storm_topic, "maxOffsetsPerTrigger": str(len(lines))},
             args.storms,
             f"{work}/storm",
+            args.stages,
         )
-        summary("storm", storms)
+        summary("storm", storms, args.stages)
         floor = run_query(
             spark,
             args.source,
             {**base, "topic": floor_topic, "maxOffsetsPerTrigger": str(args.event_partitions)},
             args.floor_batches,
             f"{work}/floor",
+            args.stages,
         )
-        summary("floor", floor)
+        summary("floor", floor, args.stages)
         print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
         spark.stop()
     finally:
