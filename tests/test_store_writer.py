@@ -117,6 +117,34 @@ def test_a_batch_is_served_while_an_earlier_one_is_still_being_written(tmp_path,
         store.dispose()
 
 
+def test_the_writer_gives_a_big_batch_s_memory_back_after_writing_it(tmp_path, lines, monkeypatch):
+    """After writing a batch of at least TRIM_AFTER_ROWS changed partitions (the 1M load), the writer thread gives
+    the freed heap back to the OS; after a small batch it does not."""
+    from elrwatch.streaming.local import memory
+
+    released: list[str] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: released.append(threading.current_thread().name))
+    bodies = _micro_batches(lines, 2)
+    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
+    store.create_schema()
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, str(tmp_path / "wal"))
+    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    main = threading.current_thread().name
+    try:
+        monkeypatch.setattr(memory, "TRIM_AFTER_ROWS", 10**9)  # a small batch
+        the_sink(_Batch(bodies[0]), 0)
+        assert writer.drain(60)
+        assert released == []
+        monkeypatch.setattr(memory, "TRIM_AFTER_ROWS", 1)  # a big one
+        the_sink(_Batch(bodies[1]), 1)
+        assert writer.drain(60)
+        assert main in released and any(name != main for name in released), released  # the sink's, the writer's
+    finally:
+        writer.close(60)
+        store.dispose()
+
+
 def test_batches_left_unwritten_are_written_at_the_next_start(tmp_path, lines):
     bodies = _micro_batches(lines, 3)
     url = f"sqlite:///{tmp_path}/s.db"
