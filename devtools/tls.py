@@ -11,7 +11,7 @@
   cert-manager writes by default), which Kafka's Java client cannot read as it is.
 
 The broker's certificate names ``localhost`` and ``127.0.0.1`` (subject alternative names), so clients keep
-hostname verification on. Keys are EC P-256 (fast to generate). Needs ``cryptography`` (a dev dependency).
+hostname verification on. Keys are EC P-256 (fast to generate). Needs ``cryptography``.
 """
 
 from __future__ import annotations
