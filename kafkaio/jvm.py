@@ -55,31 +55,33 @@ def native_keystore(certfile: str | None, keyfile: str | None, password: str | N
     `streaming.query`); elrwatch never logs them."""
     paths = list(dict.fromkeys(p for p in (keyfile, certfile) if p))
     blocks = {path: _pem_blocks(path) for path in paths}
+    store: dict[str, str] | None = None
     for path in paths:
         kinds = {kind for kind, _ in blocks[path]}
-        if "CERTIFICATE" in kinds and kinds & PKCS8_KEYS:
-            out = {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.location": path}
-            if password:
-                out["kafka.ssl.key.password"] = password
-            return out
-    keys = [(path, kind, text) for path in paths for kind, text in blocks[path] if kind.endswith("PRIVATE KEY")]
-    chain_from = [p for p in (certfile, keyfile) if p and any(k == "CERTIFICATE" for k, _ in blocks[p])]
-    if not keys or not chain_from:
-        missing = "private key" if not keys else "certificate"
-        raise SourceError(
-            f"--source kafka-native: mutual TLS needs a private key and its certificate chain; no {missing} in "
-            f"{' or '.join(paths)} (PEM: --ssl-keyfile the key, --ssl-certfile the certificate chain)"
-        )
-    path, kind, key = keys[0]
-    chain = "".join(text for k, text in blocks[chain_from[0]] if k == "CERTIFICATE")
-    out = {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": chain}
-    if kind in PKCS8_KEYS:
-        out["kafka.ssl.keystore.key"] = key
-        if password:
-            out["kafka.ssl.key.password"] = password
-    else:
-        out["kafka.ssl.keystore.key"] = _pkcs8(key, password, path)
-    return out
+        if "CERTIFICATE" in kinds and kinds & PKCS8_KEYS:  # one file holds both: by location
+            store = {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.location": path}
+            break
+    if store is None:
+        keys = [(path, kind, text) for path in paths for kind, text in blocks[path] if kind.endswith("PRIVATE KEY")]
+        chain_from = [p for p in (certfile, keyfile) if p and any(k == "CERTIFICATE" for k, _ in blocks[p])]
+        if not keys or not chain_from:
+            missing = "private key" if not keys else "certificate"
+            raise SourceError(
+                f"--source kafka-native: mutual TLS needs a private key and its certificate chain; no {missing} in "
+                f"{' or '.join(paths)} (PEM: --ssl-keyfile the key, --ssl-certfile the certificate chain)"
+            )
+        path, kind, key = keys[0]
+        if kind not in PKCS8_KEYS:
+            key, password = _pkcs8(key, password, path), None  # decrypted in memory: no password for it
+        chain = "".join(text for k, text in blocks[chain_from[0]] if k == "CERTIFICATE")
+        store = {
+            "kafka.ssl.keystore.type": "PEM",
+            "kafka.ssl.keystore.key": key,
+            "kafka.ssl.keystore.certificate.chain": chain,
+        }
+    if password:
+        store["kafka.ssl.key.password"] = password
+    return store
 
 
 def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:

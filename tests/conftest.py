@@ -43,8 +43,8 @@ class SaslSslClient:
     cafile: str
     username: str
     password_file: str
-    certfile: str = ""
-    keyfile: str = ""
+    certfile: str
+    keyfile: str
     mechanism: str = "SCRAM-SHA-512"
 
     def cli_options(self) -> list[str]:
