@@ -17,12 +17,16 @@ class _ConnectionFailureTap(logging.Handler):
 
     #: Causes worth naming, most telling first; a plain "socket disconnected" is kept only when nothing else came.
     SPECIFIC = ("Authentication", "SSL", "Handshake", "certificate", "refused", "UnsupportedVersion")
+    #: A retry cut short by the deadline ("SASL Authentication timed out") says less than an earlier attempt's answer
+    #: (the broker rejecting the credentials): it is named only when no attempt got further.
+    CUT_SHORT = ("timed out", "TimeoutError")
     PREFIX = re.compile(r"^Bootstrap connection to \S+ failed: (.*?)(?: \(backoff [^)]*\))?$")
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.specific: str | None = None
         self.generic: str | None = None
+        self._cut_short = False
 
     @property
     def last(self) -> str | None:
@@ -39,7 +43,9 @@ class _ConnectionFailureTap(logging.Handler):
             return
         cause = match.group(1)[:300]
         if any(marker in cause for marker in self.SPECIFIC):
-            self.specific = cause
+            cut_short = any(marker in cause for marker in self.CUT_SHORT)
+            if not cut_short or self.specific is None or self._cut_short:
+                self.specific, self._cut_short = cause, cut_short
         else:
             self.generic = cause
 
