@@ -124,7 +124,7 @@ def summary(label: str, batches: list[tuple[int, int, int]], stages: str = "read
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("kafka", "kafka-native"), default="kafka-native")
-    ap.add_argument("--jit", choices=("c1", "c2"), default="c1", help="c1: the job's --jvm-quick-start")
+    ap.add_argument("--jit", choices=("c1", "c2"), default="c1", help="c1: as the job runs (C1 only)")
     ap.add_argument(
         "--stages", choices=("read", "batch"), default="read", help="read: the read stage; batch: the job's stages"
     )

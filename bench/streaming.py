@@ -27,7 +27,8 @@ with its target.
 
 The jobs map the JVM class archive a first clean stop writes (`streaming/local/jvm_archive.py`): before the phases,
 a short clean run writes it if this machine has none yet, as an operator's first stop (or the image) would.
-``--no-class-archive`` measures without it.
+``--no-class-archive`` measures without it (the jobs are given a ``--jvm-class-archive-dir`` that cannot exist, so
+they start without one and write none).
 
 The throughput, storm and restart phases also print the RSS by process kind (Python driver, JVM, Python workers,
 ...) and the job's batch log lines, which say where each batch's time went (Spark run incl. each bucket's state
@@ -801,7 +802,7 @@ def phase_storm_restart(
             job,
         )
         # 4. One record after an idle spell (Spark stops Python workers idle for 60 s: the first batch of an
-        # incident after a quiet minute; `--keep-workers-warm` exists for it).
+        # incident after a quiet minute; the job's warm-ups exist for it).
         if idle_s > 0:
             time.sleep(idle_s)
             after_idle = one_record_to_gauges()
@@ -984,14 +985,12 @@ def main() -> None:
         type=float,
         default=75.0,
         help="storm: after the storm, the job idle this long, then one record -> gauges (Spark stops Python "
-        "workers idle for 60 s; --keep-workers-warm is for this); 0: skip",
+        "workers idle for 60 s; the job's warm-ups are for this); 0: skip",
     )
     args = parser.parse_args()
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     STORM_PRODUCER[0] = args.storm_producer
     EVENT_PARTITIONS[0] = args.event_partitions
-    if args.no_class_archive:
-        EXTRA_JOB_ARGS.append("--no-jvm-class-archive")
     phases = set(args.phases.split(","))
     if args.partitions < 1 or args.storm_partitions < 1:
         parser.error("--partitions and --storm-partitions must be at least 1")
@@ -1003,6 +1002,10 @@ def main() -> None:
         parser.error(f"--cold-restart needs write access to {DROP_CACHES} (root on Linux)")
     workdir = tempfile.mkdtemp(prefix="elrwatch-bench-")
     print(f"elrwatch streaming benchmarks ({os.cpu_count()} cores; workdir {workdir})", flush=True)
+    if args.no_class_archive:  # a directory under a plain file: the job logs that it starts without an archive
+        not_a_directory = os.path.join(workdir, "no-class-archive")
+        Path(not_a_directory).touch()
+        EXTRA_JOB_ARGS.extend(["--jvm-class-archive-dir", os.path.join(not_a_directory, "jvm")])
     try:
         if not args.no_class_archive:
             ensure_class_archive(workdir)

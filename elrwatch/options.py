@@ -134,33 +134,6 @@ SparkLogLevel = Annotated[
         "Spark's log level (WARN, INFO, ...); default FATAL: a failing batch is reported once, as one line.",
     ),
 ]
-KeepWorkersWarm = Annotated[
-    bool,
-    option(
-        "--keep-workers-warm/--no-keep-workers-warm",
-        "While no batch ran for 25 s, run a tiny Spark job that keeps the Python workers and their imports "
-        "alive (Spark kills a worker idle for a minute): the first batch after a quiet period, usually the "
-        "first of an incident, then takes about 1 s instead of 3-5 s.",
-    ),
-]
-JvmQuickStart = Annotated[
-    bool,
-    option(
-        "--jvm-quick-start/--no-jvm-quick-start",
-        "Spark's driver JVM compiles with C1 only (-XX:TieredStopAtLevel=1): its start costs half the CPU, "
-        "a restart reaches its first batch about 5 s sooner on 2 cores, for a few per cent of sustained "
-        "throughput. A --spark-conf spark.driver.extraJavaOptions is appended (later flags win).",
-    ),
-]
-JvmClassArchive = Annotated[
-    bool,
-    option(
-        "--jvm-class-archive/--no-jvm-class-archive",
-        "Local mode: Spark's JVM maps an archive of the classes an earlier run loaded (AppCDS), written at the "
-        "first stop after a completed batch (once per JDK and Spark build): a restart's JVM then needs about "
-        "half the CPU.",
-    ),
-]
 JvmClassArchiveDir = Annotated[
     str | None,
     option(
@@ -336,15 +309,10 @@ METRICS = OptionGroup(
     (Opt("metrics_port", MetricsPort), Opt("metrics_host", MetricsHost, MetricsEndpoint().host)),
 )
 
-#: The local-mode accelerators' knobs of `elrwatch stream`.
+#: Where `elrwatch stream`'s local-mode accelerators keep their files.
 LOCAL_TUNING = OptionGroup(
     LocalTuning,
-    (
-        Opt("keep_workers_warm", KeepWorkersWarm, TUNING.keep_workers_warm),
-        Opt("jvm_quick_start", JvmQuickStart, TUNING.jvm_quick_start),
-        Opt("jvm_class_archive", JvmClassArchive, TUNING.jvm_class_archive),
-        Opt("jvm_class_archive_dir", JvmClassArchiveDir, TUNING.jvm_class_archive_dir),
-    ),
+    (Opt("jvm_class_archive_dir", JvmClassArchiveDir, TUNING.jvm_class_archive_dir),),
 )
 
 

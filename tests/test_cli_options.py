@@ -53,9 +53,6 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
         "ELRWATCH_SPARK_DRIVER_MEMORY": "3g",
         "ELRWATCH_SPARK_JARS_PACKAGES": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0",
         "ELRWATCH_SPARK_LOG_LEVEL": "WARN",
-        "ELRWATCH_KEEP_WORKERS_WARM": "false",
-        "ELRWATCH_JVM_QUICK_START": "false",
-        "ELRWATCH_JVM_CLASS_ARCHIVE": "false",
         "ELRWATCH_JVM_CLASS_ARCHIVE_DIR": "/var/lib/elrwatch/jvm",
         "ELRWATCH_BUCKETS": "5",
     }
@@ -66,19 +63,14 @@ def test_stream_env_vars_reach_the_job_settings(monkeypatch: pytest.MonkeyPatch)
     assert config.spark_driver_memory == "3g"
     assert config.spark_jars_packages == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
     assert config.spark_log_level == "WARN"
-    assert config.local.keep_workers_warm is False
-    assert config.local.jvm_quick_start is False
-    assert config.local.jvm_class_archive is False and config.local.jvm_class_archive_dir == "/var/lib/elrwatch/jvm"
+    assert config.local.jvm_class_archive_dir == "/var/lib/elrwatch/jvm"
     assert config.buckets == 5
     # and the defaults when nothing is set
     result = CliRunner().invoke(app, args, env={k: "" for k in env} | {"ELRWATCH_BUCKETS": "2"})
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.spark_driver_memory, config.spark_jars_packages, config.spark_log_level) == ("2g", None, None)
-    assert config.local.keep_workers_warm
-    assert (
-        config.local.jvm_quick_start and config.local.jvm_class_archive and config.local.jvm_class_archive_dir is None
-    )
+    assert config.local.jvm_class_archive_dir is None
 
 
 def _declaration(option: click.Option) -> tuple:

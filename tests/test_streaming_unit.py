@@ -686,9 +686,6 @@ def test_driver_java_options_put_the_user_s_own_last():
     own = "-XX:TieredStopAtLevel=4 -Dcom.example=1"
     quick = accelerators.driver_java_options(JobConfig())
     assert quick.split() == [*accelerators.G1_RETURN_HEAP_OPTIONS.split(), accelerators.QUICK_START_OPTIONS]
-    assert accelerators.QUICK_START_OPTIONS not in accelerators.driver_java_options(
-        JobConfig(local=LocalTuning(jvm_quick_start=False))
-    )
     mine = accelerators.driver_java_options(JobConfig(spark_conf={"spark.driver.extraJavaOptions": own}))
     assert mine.endswith(own) and mine.startswith(quick), "later flags win in HotSpot: the user's come last"
 
@@ -726,7 +723,6 @@ def test_a_class_archive_only_for_a_jvm_this_process_starts_in_local_mode(monkey
     local = JobConfig(local=LocalTuning(jvm_class_archive_dir=str(tmp_path / "jvm")))
     archive = accelerators.class_archive_for(local)
     assert archive is not None and archive.path.startswith(str(tmp_path / "jvm"))
-    assert accelerators.class_archive_for(JobConfig(local=LocalTuning(jvm_class_archive=False))) is None
     assert accelerators.class_archive_for(JobConfig(spark_master="k8s://https://kubernetes.default.svc")) is None
     monkeypatch.setattr(SparkContext, "_gateway", object())  # a JVM already runs: its options are set
     assert accelerators.class_archive_for(local) is None

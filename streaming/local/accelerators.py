@@ -3,9 +3,10 @@
 interpreter), when the query runs (keeping workers warm), in its wait loop (warm-ups), and after Spark stops
 (writing the class archive).
 
-Each accelerator decides here, once, whether it applies (``--keep-workers-warm``, ``--jvm-quick-start``,
-``--jvm-class-archive``: `LocalTuning`) and to which master; on a cluster the class archive and the interpreter
-choice are off, so the cluster path runs without them.
+Each accelerator is fixed behaviour, kept because a benchmark showed it pays (docs/PERFORMANCE.md, "The local-mode
+accelerators"), and decides here, once, to which master it applies: on a cluster the class archive and the
+interpreter choice are off, so the cluster path runs without them. A run that drains its source and ends
+(``--available-now``) keeps no worker warm. `LocalTuning` says only where the class archive lives.
 """
 
 from __future__ import annotations
@@ -32,16 +33,14 @@ G1_RETURN_HEAP_OPTIONS = "-XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10
 
 
 def driver_java_options(config: JobConfig, archive_options: str = "") -> str:
-    """``spark.driver.extraJavaOptions`` of the job: G1 returning idle heap, C1-only compilation with
-    ``--jvm-quick-start``, then the user's own value from ``--spark-conf`` (later flags win in HotSpot).
+    """``spark.driver.extraJavaOptions`` of the job: G1 returning idle heap, C1-only compilation, then the user's
+    own value from ``--spark-conf`` (later flags win in HotSpot: ``-XX:TieredStopAtLevel=4`` brings C2 back).
 
     C1 only: the optimising compiler is about half of a restarting JVM's CPU before its first batch, which a
     restart on a small machine waits for, and gains a few per cent of sustained throughput at most (the job's hot
     code is Python; figures in docs/PERFORMANCE.md#restart). In local mode the driver JVM is the whole of Spark.
     ``archive_options``: the class archive's (`class_archive_for`)."""
-    parts = [G1_RETURN_HEAP_OPTIONS]
-    if config.local.jvm_quick_start:
-        parts.append(QUICK_START_OPTIONS)
+    parts = [G1_RETURN_HEAP_OPTIONS, QUICK_START_OPTIONS]
     if archive_options:  # jvm_archive.ClassArchive.java_options
         parts.append(archive_options)
     own = config.spark_conf.get("spark.driver.extraJavaOptions")
@@ -66,9 +65,9 @@ def local_worker_python(config: JobConfig, master: str | None) -> str | None:
 
 def class_archive_for(config: JobConfig) -> Any:
     """The JVM class archive (`jvm_archive.ClassArchive`) of the JVM `build_spark` is about to start, or None:
-    turned off, not local mode, or a JVM already running in this process (its options are set)."""
+    not local mode, or a JVM already running in this process (its options are set)."""
     master = spark_master(config)
-    if not config.local.jvm_class_archive or not is_local(master):
+    if not is_local(master):
         return None
     from pyspark import SparkContext
 
@@ -115,7 +114,7 @@ class Accelerators:
 
     def start_warming(self, spark: Any) -> None:
         """Keep the Python workers warm through quiet periods (not for a run that drains its source and ends)."""
-        if not self.config.local.keep_workers_warm or self.config.available_now:
+        if self.config.available_now:
             return
         pools = {"state": ({STATE_POOL_ENV: "state"}, STATE_MODULES)}
         if self.config.source != "kafka-native":  # Spark's JVM source reads without Python workers: none to keep

@@ -1,4 +1,10 @@
-"""The knobs of the local-mode accelerators (``elrwatch stream`` options), one default each."""
+"""Where the local-mode accelerators keep their files (an ``elrwatch stream`` option).
+
+The accelerators themselves are fixed behaviour, each kept because a benchmark showed it pays
+(docs/PERFORMANCE.md, "The local-mode accelerators"): the Python workers kept warm through idle periods, the
+driver JVM compiling with C1 only, and in local mode an archive of Spark's classes. The C1-only compilation is
+overridden with ``--spark-conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4`` (later flags win).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,6 @@ from dataclasses import dataclass
 
 @dataclass
 class LocalTuning:
-    """How the job speeds itself up; each one is off or moot on a cluster unless said otherwise."""
+    """Where the local-mode accelerators keep their files."""
 
-    keep_workers_warm: bool = True  # warm.py: keep Python workers alive through idle periods (any master)
-    jvm_quick_start: bool = True  # the driver JVM compiles with C1 only (jvm.driver_java_options; any master)
-    jvm_class_archive: bool = True  # jvm_archive.py: local mode maps (or writes) an archive of Spark's classes
     jvm_class_archive_dir: str | None = None  # None: jvm_archive.default_archive_dir()
