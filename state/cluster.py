@@ -267,7 +267,7 @@ class ClusterState:
         # The ring of RECENT_OFFSETS slots (allocated at the first record with an offset): offset, and the record
         # applied at that offset; -1 / None for an empty slot.
         self.recent_offsets: list[int] = []
-        self.recent_records: list[Record | None] = []
+        self.recent_records: list[Any] = []  # a Record, or a columnar_lines.RawLine (parsed on a hit), or None
         #: Where the records came from when not from Kafka's log itself: "admin-poll" once any record derived by
         #: `elrwatch bridge --source admin` was applied (then `POLLED_UNKNOWN` cannot be known), else None.
         self.derived_from: str | None = None
@@ -453,6 +453,8 @@ class ClusterState:
         slot = offset % RECENT_OFFSETS
         if self.recent_offsets[slot] == offset:
             applied = self.recent_records[slot]
+            if applied is not None and not isinstance(applied, Record):  # a raw line kept by the columnar engine
+                applied = applied.record()
             if (
                 applied is not None
                 and applied.type == record.type

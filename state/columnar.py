@@ -3,12 +3,14 @@
 `ColumnarState.apply_batch(records)` applies parsed records (`records.Record`) in log order with the object
 core's rules (`cluster.ClusterState`, the reference) and gives each record's outcome and quarantine error:
 
-* PartitionRecord and PartitionChangeRecord of partitions other than 0 are classified one by one in log order
-  (source position, snapshot cover, the recent-offsets ring, topic, ownership, per-partition offset) and the
-  accepted ones gathered into a *segment*. A segment is applied as vectors: per field, the last value present
-  for a partition in log order wins (a forward fill in a stable sort by row), epochs count with cumulative
-  sums, the derived status and flags (`status.derive`) are computed for the state after every record, so a
-  partition changed twice in a segment yields both of its transitions, each with its record's offset.
+* PartitionRecord and PartitionChangeRecord of partitions other than 0 are classified in log order (source
+  position, snapshot cover, the recent-offsets ring, topic, ownership, per-partition offset: `_classify` for a
+  Record, `columnar_admission` as vectors for a block of lines parsed as columns, `columnar_lines`) and the
+  accepted ones gathered into a *segment*. A segment
+  is applied as vectors: per field, the last value present for a partition in log order wins (a forward fill
+  in a stable sort by row), epochs count with cumulative sums, the derived status and flags (`status.derive`)
+  are computed for the state after every record, so a partition changed twice in a segment yields both of its
+  transitions, each with its record's offset.
 * Every other record is a *segment barrier*: the segment before it is applied, then the record, one at a time.
   Broker, topic, config and feature records go through an embedded `ClusterState` that holds no partitions
   (its brokers, topics, configs, features, source positions, ring and partition 0 shadows are the engine's);
@@ -32,7 +34,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from elrwatch.state import columnar_elections, records
+from elrwatch.state import columnar_admission, columnar_elections, records
 from elrwatch.state.cluster import (
     ELR_FEATURE,
     MIN_ISR,
@@ -208,6 +210,97 @@ class _Derived:
     flags: np.ndarray
 
 
+@dataclass
+class SegmentInputs:
+    """What a segment's flush reads of its records, per record in log order: PartitionRecord or not, the tuple ids
+    of the six broker-id lists (-1: not given; a PartitionRecord's absent list is the empty tuple, id 0), the
+    leader (`NO_LEADER_CHANGE`: not given), epochs (0: not given), leader recovery state (-1: not given), metadata
+    offset and timestamp (`NONE`: not given) and position."""
+
+    is_pr: np.ndarray
+    tuples: dict[str, np.ndarray]
+    leader: np.ndarray
+    le: np.ndarray
+    pe: np.ndarray
+    lrs: np.ndarray
+    offsets: np.ndarray
+    ts: np.ndarray
+    positions: list[str]
+
+
+def inputs_of_records(batch: list[Record], tuples: TupleTable) -> SegmentInputs:
+    """`SegmentInputs` of parsed records (their lists interned into ``tuples``)."""
+    pr_in = np.array([r.type == _PR for r in batch], dtype=bool)
+    datas = [r.data for r in batch]
+    intern = tuples.intern
+    known = tuples.ids.get
+    fields = {}
+    for name, key in zip(_TUPLE_FIELDS, _TUPLE_KEYS, strict=True):
+        found = [-1 if (v := d.get(key)) is None else known(v, -2) for d in datas]
+        if -2 in found:  # tuples not seen before
+            found = [intern(d[key]) if i == -2 else i for i, d in zip(found, datas, strict=True)]
+        ids = np.array(found, dtype=np.int32)
+        ids[pr_in & (ids == -1)] = 0  # PartitionRecord: absent is empty
+        fields[name] = ids
+    leader_in = np.array([NO_LEADER_CHANGE if v is None else v for v in [d.get("leader") for d in datas]])
+    leader_in[pr_in & (leader_in == NO_LEADER_CHANGE)] = NO_LEADER
+    lrs_in = np.array([-1 if v is None else v for v in [d.get("leaderRecoveryState") for d in datas]])
+    lrs_in[pr_in & (lrs_in == -1)] = 0
+    return SegmentInputs(
+        pr_in,
+        fields,
+        leader_in.astype(np.int32),
+        np.array([d.get("leaderEpoch", 0) for d in datas], dtype=np.int64),
+        np.array([d.get("partitionEpoch", 0) for d in datas], dtype=np.int64),
+        lrs_in.astype(np.int8),
+        np.array([NONE if (o := r.offset) is None else o for r in batch], dtype=np.int64),
+        np.array([NONE if (t := r.timestamp_ms) is None else t for r in batch], dtype=np.int64),
+        [r.position for r in batch],
+    )
+
+
+def segment_inputs(pieces: list[tuple[Any, ...]], tuples: TupleTable) -> SegmentInputs:
+    """`SegmentInputs` of a segment's pieces (records, or a line block's lines), in log order."""
+    parts = []
+    for piece in pieces:
+        if piece[0] == "records":
+            if piece[1]:
+                parts.append(inputs_of_records(piece[1], tuples))
+        else:
+            parts.append(piece[1].inputs(piece[2], tuples))
+    if len(parts) == 1:
+        return parts[0]
+    return SegmentInputs(
+        np.concatenate([p.is_pr for p in parts]),
+        {name: np.concatenate([p.tuples[name] for p in parts]) for name in _TUPLE_FIELDS},
+        *(np.concatenate([getattr(p, name) for p in parts]) for name in ("leader", "le", "pe", "lrs", "offsets", "ts")),
+        [position for p in parts for position in p.positions],
+    )
+
+
+def segment_kinds(pieces: list[tuple[Any, ...]]) -> np.ndarray:
+    """Per record of a segment, in log order: whether it is a PartitionRecord."""
+    parts = [
+        np.array([r.type == _PR for r in piece[1]], dtype=bool) if piece[0] == "records" else piece[1].is_pr[piece[2]]
+        for piece in pieces
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def segment_records(pieces: list[tuple[Any, ...]], wanted: np.ndarray) -> list[Record]:
+    """The records at positions ``wanted`` (ascending) of a segment: a line block's built from its lines."""
+    out: list[Record] = []
+    base = 0
+    for piece in pieces:
+        size = len(piece[1]) if piece[0] == "records" else len(piece[2])
+        lo, hi = np.searchsorted(wanted, [base, base + size])
+        for i in wanted[lo:hi].tolist():
+            j = i - base
+            out.append(piece[1][j] if piece[0] == "records" else piece[1].record(int(piece[2][j])))
+        base += size
+    return out
+
+
 class ColumnarState:
     """The columnar engine for one bucket (``bucket=(i, n)``) or a whole cluster (``bucket=None``)."""
 
@@ -230,6 +323,8 @@ class ColumnarState:
         #: Records applied by the vector path (segments), and records applied as barriers.
         self.fast_records = 0
         self.barrier_records = 0
+        #: Partition-record lines admitted as vectors (`columnar_admission`), not one by one.
+        self.vector_admitted = 0
         self._transitions: list[tuple[np.ndarray, ...]] = []
         self._positions: list[list[str]] = []
         self._active: np.ndarray | None = None
@@ -392,23 +487,16 @@ class ColumnarState:
 
     # --- apply ----------------------------------------------------------------------------------------------
 
-    def apply_batch(
-        self, batch: Iterable[Record], owned: bool = False
-    ) -> tuple[list[Outcome], list[RecordError | None]]:
-        """Apply records in log order; each one's outcome, and its error when quarantined. ``owned``: the caller
-        routed them (every partition record is of this bucket or of partition 0), so ownership is not computed
-        again."""
+    def apply_batch(self, batch: Iterable[Any], owned: bool = False) -> tuple[list[Outcome], list[RecordError | None]]:
+        """Apply records in log order; each one's outcome, and its error when quarantined. ``batch``: Records, and
+        `columnar_lines.LineBlock`s of certain partition-record lines (an outcome and error per line). ``owned``:
+        the caller routed them (every partition record is of this bucket or of partition 0), so ownership is not
+        computed again."""
         self._owned = owned
         outcomes: list[Outcome] = []
         errors: list[RecordError | None] = []
-        classify = self._classify
-        for record in batch:
-            kind = record.type
-            if kind in (_PR, _PCR):
-                outcome = classify(record) if record.data["partitionId"] != 0 else self._partition_zero(record)
-            else:
-                self._flush()
-                outcome = self._barrier(record)
+
+        def note(record: Record, outcome: Outcome) -> None:
             outcomes.append(outcome)
             if outcome is Outcome.QUARANTINED:
                 error = self.last_error
@@ -417,6 +505,18 @@ class ColumnarState:
                     self.quarantined.append(error)
             else:
                 errors.append(None)
+
+        classify = self._classify
+        for record in batch:
+            if record.__class__ is not Record:  # a columnar_lines.LineBlock: certain lines, admitted as vectors
+                columnar_admission.admit_block(self, record, outcomes, errors, note)
+                continue
+            kind = record.type
+            if kind in (_PR, _PCR):
+                note(record, classify(record) if record.data["partitionId"] != 0 else self._partition_zero(record))
+            else:
+                self._flush()
+                note(record, self._barrier(record))
         self._flush()
         drained = self.core.drain_changes()
         self.removed_topics_out += drained.removed_topics
@@ -527,7 +627,9 @@ class ColumnarState:
     def _segment_reset(self) -> None:
         self._pending: dict[int, int] = {}
         self._seg_rows: list[int] = []
-        self._seg_records: list[Record] = []
+        self._seg_records: list[Record] = []  # the records piece being filled (`_classify`)
+        #: The segment's records in log order, in pieces: ("records", [Record...]) or ("lines", LineBlock, indices).
+        self._seg_pieces: list[tuple[Any, ...]] = [("records", self._seg_records)]
         self._seg_new_topic: list[int] = []
         self._seg_new_pid: list[int] = []
         #: Rows from here on were created by the segment (not written to the table yet).
@@ -541,7 +643,7 @@ class ColumnarState:
         rows_in = np.array(self._seg_rows, dtype=np.int64)
         order = np.argsort(rows_in, kind="stable")
         rows = rows_in[order]
-        batch = self._seg_records
+        pieces = self._seg_pieces
         table = self.table
         cols = table.cols
         new = slice(self._segment_start, table.size)
@@ -551,30 +653,16 @@ class ColumnarState:
         cols["alive"][new] = True
         self._segment_reset()
         self.fast_records += m
-        pr_in = np.array([r.type == _PR for r in batch], dtype=bool)
-        kind = np.where(pr_in, 0, 1).astype(np.int8)[order]
-        datas = [r.data for r in batch]
-        intern = self.tuples.intern
-        known = self.tuples.ids.get
-        fields = {}
-        for name, key in zip(_TUPLE_FIELDS, _TUPLE_KEYS, strict=True):
-            found = [-1 if (v := d.get(key)) is None else known(v, -2) for d in datas]
-            if -2 in found:  # tuples not seen before
-                found = [intern(d[key]) if i == -2 else i for i, d in zip(found, datas, strict=True)]
-            ids = np.array(found, dtype=np.int32)
-            ids[pr_in & (ids == -1)] = 0  # PartitionRecord: absent is empty
-            fields[name] = ids[order]
-        leader_in = np.array([NO_LEADER_CHANGE if v is None else v for v in [d.get("leader") for d in datas]])
-        leader_in[pr_in & (leader_in == NO_LEADER_CHANGE)] = NO_LEADER
-        leader = leader_in.astype(np.int32)[order]
-        le = np.array([d.get("leaderEpoch", 0) for d in datas], dtype=np.int64)[order]
-        pe = np.array([d.get("partitionEpoch", 0) for d in datas], dtype=np.int64)[order]
-        lrs_in = np.array([-1 if v is None else v for v in [d.get("leaderRecoveryState") for d in datas]])
-        lrs_in[pr_in & (lrs_in == -1)] = 0
-        lrs = lrs_in.astype(np.int8)[order]
-        offsets = np.array([NONE if (o := r.offset) is None else o for r in batch], dtype=np.int64)[order]
-        ts = np.array([NONE if (t := r.timestamp_ms) is None else t for r in batch], dtype=np.int64)[order]
-        positions = [r.position for r in batch]
+        inputs = segment_inputs(pieces, self.tuples)
+        kind = np.where(inputs.is_pr, 0, 1).astype(np.int8)[order]
+        fields = {name: ids[order] for name, ids in inputs.tuples.items()}
+        leader = inputs.leader[order]
+        le = inputs.le[order]
+        pe = inputs.pe[order]
+        lrs = inputs.lrs[order]
+        offsets = inputs.offsets[order]
+        ts = inputs.ts[order]
+        positions = inputs.positions
 
         index = np.arange(m)
         starts = np.ones(m, dtype=bool)

@@ -31,7 +31,7 @@ import numpy as np
 from elrwatch.state import records
 from elrwatch.state.audit import Violation
 from elrwatch.state.cluster import Outcome
-from elrwatch.state.columnar import NONE, ColumnarState
+from elrwatch.state.columnar import NONE, ColumnarState, segment_kinds, segment_records
 from elrwatch.state.merge import merge_partition_change, partition_from_record
 from elrwatch.state.model import NO_LEADER, PartitionState
 from elrwatch.state.records import Record
@@ -154,7 +154,7 @@ class AuditedColumnarState(ColumnarState):
         if not self._seg_rows:
             return
         seg_rows = self._seg_rows
-        seg_records = self._seg_records
+        pieces = self._seg_pieces
         start = self._segment_start
         c = self.table.cols
         rows = np.unique(np.array(seg_rows, dtype=np.int64))
@@ -167,13 +167,16 @@ class AuditedColumnarState(ColumnarState):
             c["replicas"][rows], c["isr"][rows], c["elr"][rows], c["leader"][rows], self._min_isr(c["topic"][rows])
         )
         candidates.update(rows[need].tolist())
-        replaced = {row for row, record in zip(seg_rows, seg_records, strict=True) if record.type == _PR}
+        kinds = segment_kinds(pieces)
+        replaced = set(np.array(seg_rows, dtype=np.int64)[kinds].tolist())
         if replaced:  # a PartitionRecord may have decreased an epoch: its row's replay says
             counts = Counter(seg_rows)
             candidates.update(row for row in replaced if row < start or counts[row] > 1)
         if not candidates:
             return
-        self._replay(candidates, seg_rows, seg_records, old, before)
+        wanted = np.flatnonzero(np.isin(np.array(seg_rows, dtype=np.int64), list(candidates)))
+        picked_rows = [seg_rows[i] for i in wanted.tolist()]
+        self._replay(candidates, picked_rows, segment_records(pieces, wanted), old, before)
 
     def _replay(
         self,

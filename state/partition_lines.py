@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from elrwatch.state import records
-from elrwatch.state.records import Record, compiled_fields, schema_versions
+from elrwatch.state.records import Record, compiled_fields, parse_line, schema_versions
 from elrwatch.state.value_checks import is_uuid
 
 TYPES: Final = (records.PARTITION_RECORD, records.PARTITION_CHANGE_RECORD)
@@ -322,3 +322,24 @@ def _uuid_lists(column: pa.ListArray, n: int) -> np.ndarray:
     owner = np.repeat(np.arange(n, dtype=np.int64), _list_lengths(column))
     ok[owner[~item_ok]] = False
     return ok
+
+
+class RawLine(tuple):  # type: ignore[type-arg]
+    """A certain line kept in place of its Record (the recent-offsets ring): ``(line, source, seq)``, parsed again
+    only when used. A tuple, so that making one costs no Python call."""
+
+    __slots__ = ()
+
+    def record(self) -> Record:
+        """The line's Record, as the object parse gives it (equal to the columns', `partition_lines`)."""
+        line, source, seq = self
+        return line_record(line, source, seq)
+
+
+def line_record(line: bytes, source: str, seq: int) -> Record:
+    """The Record of a certain line read from ``source`` at ``seq`` (position ``source@seq``, as the buckets
+    parse raw lines)."""
+    record = parse_line(line, source, seq, f"{source}@{seq}")
+    if record.__class__ is not Record:
+        raise ValueError(f"{source}@{seq}: a line proved to be a record did not parse as one: {record}")
+    return record  # type: ignore[return-value]

@@ -68,9 +68,12 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Compared]:
     assert seen.batches > 0
 
 
+@pytest.mark.parametrize("as_lines", [False, True])
 @pytest.mark.parametrize("bucket", buckets_of(3))
-def test_event_generator_load_storms_and_churn(compared: _Compared, bucket: tuple[int, int] | None) -> None:
-    base.test_event_generator_load_storms_and_churn(bucket)
+def test_event_generator_load_storms_and_churn(
+    compared: _Compared, bucket: tuple[int, int] | None, as_lines: bool
+) -> None:
+    base.test_event_generator_load_storms_and_churn(bucket, as_lines)
 
 
 def test_event_generator_in_random_batches(compared: _Compared) -> None:
@@ -111,10 +114,11 @@ def test_random_faulty_streams(compared: _Compared) -> None:
     assert compared.violations > 0
 
 
+@pytest.mark.parametrize("as_lines", [False, True])
 @pytest.mark.parametrize("batch", [1, 4, 10_000])
 @pytest.mark.parametrize("bucket", buckets_of(2))
-def test_corner_cases(compared: _Compared, bucket: tuple[int, int] | None, batch: int) -> None:
-    base.test_corner_cases(bucket, batch)
+def test_corner_cases(compared: _Compared, bucket: tuple[int, int] | None, batch: int, as_lines: bool) -> None:
+    base.test_corner_cases(bucket, batch, as_lines)
     assert compared.violations > 0
 
 

@@ -104,9 +104,10 @@ def reloaded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[_Run]:
     assert run.loads > 0
 
 
+@pytest.mark.parametrize("as_lines", [False, True])
 @pytest.mark.parametrize("bucket", buckets_of(3))
-def test_event_generator_load_storms_and_churn(reloaded: _Run, bucket: tuple[int, int] | None) -> None:
-    base.test_event_generator_load_storms_and_churn(bucket)
+def test_event_generator_load_storms_and_churn(reloaded: _Run, bucket: tuple[int, int] | None, as_lines: bool) -> None:
+    base.test_event_generator_load_storms_and_churn(bucket, as_lines)
 
 
 def test_event_generator_in_random_batches(reloaded: _Run) -> None:
@@ -146,10 +147,11 @@ def test_random_faulty_streams(reloaded: _Run) -> None:
     base.test_random_faulty_streams()
 
 
+@pytest.mark.parametrize("as_lines", [False, True])
 @pytest.mark.parametrize("batch", [1, 4, 10_000])
 @pytest.mark.parametrize("bucket", buckets_of(2))
-def test_corner_cases(reloaded: _Run, bucket: tuple[int, int] | None, batch: int) -> None:
-    base.test_corner_cases(bucket, batch)
+def test_corner_cases(reloaded: _Run, bucket: tuple[int, int] | None, batch: int, as_lines: bool) -> None:
+    base.test_corner_cases(bucket, batch, as_lines)
 
 
 # --- files that cannot be loaded --------------------------------------------------------------------------------
