@@ -209,10 +209,10 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
     what is not a record is reported by bucket 0; a line placed in this bucket (``J``) is reported here.
     """
     quarantined: list[dict[str, Any]] = []
-    records = _records(bucket, buckets, rows, bs.counts, quarantined)
     if isinstance(bs, ColumnarBucketState):
-        columnar_bucket.apply_records(records, bs, quarantined)
+        columnar_bucket.apply_records(_items(bucket, buckets, rows, bs.counts, quarantined), bs, quarantined)
         return quarantined
+    records = _records(bucket, buckets, rows, bs.counts, quarantined)
     cluster, counts = bs.cluster, bs.counts
     journal = bs.journal.append
     for rec, record, reports in records:
@@ -237,6 +237,41 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
                 counts.quarantined_by_reason[error.reason] += 1
                 quarantined.append(error.to_dict())
     return quarantined
+
+
+def _items(
+    bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
+) -> Iterator[Any]:
+    """`_records` for the columnar engine: a stretch of lines the JVM placed here (``J``) from one source is parsed
+    as columns (`columnar_bucket.line_blocks`), its certain partition records of this bucket given as
+    `LineBlock`s; every other row goes through `_records`, in log order."""
+    rows = list(rows)
+    n = len(rows)
+    i = 0
+    while i < n:
+        j = i + 1
+        if rows[i][0] != KIND_RAW:
+            while j < n and rows[j][0] != KIND_RAW:
+                j += 1
+            yield from _records(bucket, buckets, iter(rows[i:j]), counts, quarantined)
+            i = j
+            continue
+        source = rows[i][1]
+        while j < n and rows[j][0] == KIND_RAW and rows[j][1] == source:
+            j += 1
+        stretch = rows[i:j]
+        i = j
+        if len(stretch) < columnar_bucket.MIN_BLOCK:
+            yield from _records(bucket, buckets, iter(stretch), counts, quarantined)
+            continue
+        lines = [rec or b"" for _, _, _, rec in stretch]
+        for lo, hi, block in columnar_bucket.line_blocks(
+            source, [seq for _, _, seq, _ in stretch], lines, bucket, buckets
+        ):
+            if block is None:
+                yield from _records(bucket, buckets, iter(stretch[lo:hi]), counts, quarantined)
+            else:
+                yield block
 
 
 def _records(

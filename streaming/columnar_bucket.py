@@ -17,15 +17,22 @@ import marshal
 import os
 import zlib
 from collections.abc import Iterator
+from itertools import pairwise, repeat
 from typing import Any
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from elrwatch.state import columnar_output, columnar_snapshot, report
 from elrwatch.state.cluster import Outcome
 from elrwatch.state.columnar_audit import AuditedColumnarState
+from elrwatch.state.columnar_lines import LineBlock, line_record
 from elrwatch.state.gauges import PipelineCounts, encode_gauges
-from elrwatch.state.records import Record
+from elrwatch.state.partition_lines import parse_partition_lines
+from elrwatch.state.records import PARTITION_CHANGE_RECORD, PARTITION_RECORD
+from elrwatch.state.routing import bucket_of
 from elrwatch.streaming.payload import shared_parts
 from elrwatch.streaming.route import decode_record
 from elrwatch.streaming.snapshots import BucketState, SnapshotDir, SnapshotError
@@ -97,32 +104,118 @@ class ColumnarBucketState(BucketState):
     @staticmethod
     def _replay(cluster: Any, chunks: list[bytes]) -> None:
         """Apply delta chunks with ``apply_batch`` (bounded lists) and forget what they changed."""
-        records: list[Record] = []
+        entries: list[Any] = []
         for chunk in chunks:
-            records.extend(decode_record(rec) for rec in marshal.loads(zlib.decompress(chunk)))
-            if len(records) >= CHUNK:
-                cluster.apply_batch(records, owned=True)  # journalled by `apply_records`: owned
-                records = []
-        if records:
-            cluster.apply_batch(records, owned=True)
+            entries.extend(marshal.loads(zlib.decompress(chunk)))
+            if len(entries) >= CHUNK:
+                cluster.apply_batch(journal_items(entries), owned=True)  # journalled by `apply_records`: owned
+                entries = []
+        if entries:
+            cluster.apply_batch(journal_items(entries), owned=True)
         cluster.forget_changes()
         cluster.quarantined = []
 
 
-def apply_records(records: Iterator[tuple[bytes, Record, bool]], bs: BucketState, quarantined: list[Any]) -> None:
-    """Apply ``records`` ((encoded, record, whether this bucket reports it), in log order, this bucket's or
-    partition 0's: `bucket._records`) with ``apply_batch``: journal them and count what this bucket reports.
-    ``quarantined`` (appended to while ``records`` is consumed) gets each reported quarantined record in its place
-    in the log order."""
+#: A stretch of JVM-placed lines shorter than this is parsed line by line (Arrow's reader costs ~0.1 ms a call).
+MIN_BLOCK = 32
+
+
+def line_blocks(
+    source: str, seqs: list[int], lines: list[bytes], bucket: int, buckets: int
+) -> list[tuple[int, int, LineBlock | None]]:
+    """A stretch of lines of one source (in log order) as (start, end, block): a `LineBlock` for each run of
+    certain partition-record lines (`partition_lines`) of this bucket's partitions other than 0, None for the
+    lines between (parsed one by one: `bucket._records`)."""
+    parsed = parse_partition_lines(lines)
+    certain = parsed.certain
+    if certain.any():
+        pids = parsed.column("partitionId").fill_null(0).to_numpy(zero_copy_only=False)
+        topics = parsed.column("topicId").fill_null("").to_pylist()
+        for i in np.flatnonzero(certain & (pids != 0)).tolist():
+            if bucket_of(topics[i], int(pids[i]), buckets) != bucket:  # the JVM's and this parse disagree
+                certain[i] = False
+        certain &= pids != 0
+    out: list[tuple[int, int, LineBlock | None]] = []
+    seq_array = np.array(seqs, dtype=np.int64)
+    for lo, hi in _stretches(certain):
+        if certain[lo]:
+            picked = np.arange(lo, hi, dtype=np.int64)
+            out.append((lo, hi, LineBlock(parsed, picked, lines[lo:hi], source, seq_array[lo:hi])))
+        else:
+            out.append((lo, hi, None))
+    return out
+
+
+def journal_items(entries: list[Any]) -> list[Any]:
+    """Journal entries as `apply_batch` items: an encoded record decoded, a run of raw lines of one source
+    (``(source, seq, line)``, journalled from a `LineBlock`) as blocks again."""
+    items: list[Any] = []
+    i, n = 0, len(entries)
+    while i < n:
+        entry = entries[i]
+        if entry.__class__ is not tuple:
+            items.append(decode_record(entry))
+            i += 1
+            continue
+        source = entry[0]
+        j = i + 1
+        while j < n and entries[j].__class__ is tuple and entries[j][0] == source:
+            j += 1
+        run = entries[i:j]
+        lines = [line for _, _, line in run]
+        seqs = [seq for _, seq, _ in run]
+        parsed = parse_partition_lines(lines)
+        blocks = parsed.certain & (parsed.column("partitionId").fill_null(0).to_numpy(zero_copy_only=False) != 0)
+        for lo, hi in _stretches(blocks):
+            if blocks[lo]:
+                picked = np.arange(lo, hi, dtype=np.int64)
+                items.append(LineBlock(parsed, picked, lines[lo:hi], source, np.array(seqs[lo:hi], dtype=np.int64)))
+            else:
+                items.extend(line_record(lines[k], source, seqs[k]) for k in range(lo, hi))
+        i = j
+    return items
+
+
+def _stretches(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of the runs of equal values of ``flags``."""
+    edges = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
+    return list(pairwise([0, *edges.tolist(), len(flags)]))
+
+
+def apply_records(records: Iterator[Any], bs: BucketState, quarantined: list[Any]) -> None:
+    """Apply ``records`` (in log order, this bucket's or partition 0's: `bucket._items`): (encoded, record, whether
+    this bucket reports it), or a `LineBlock` of lines this bucket reports, with ``apply_batch``: journal them
+    (a block's lines raw) and count what this bucket reports. ``quarantined`` (appended to while ``records`` is
+    consumed) gets each reported quarantined record in its place in the log order."""
     engine: AuditedColumnarState = bs.cluster
     counts = bs.counts
     journal = bs.journal.append
-    pending: list[Record] = []
-    slots: list[int] = []  # per pending record: its place in ``quarantined`` when it reports, else -1
+    pending: list[Any] = []
+    slots: list[int] = []  # per pending item: its place in ``quarantined`` when it reports, else -1
+    size = 0
 
     def flush() -> None:
         outcomes, errors = engine.apply_batch(pending, owned=True)
-        for record, slot, outcome, error in zip(pending, slots, outcomes, errors, strict=True):
+        k = 0
+        for item, slot in zip(pending, slots, strict=True):
+            if item.__class__ is LineBlock:
+                n = len(item)
+                outs = outcomes[k : k + n]
+                counts.applied += outs.count(Outcome.APPLIED)
+                counts.duplicates += outs.count(Outcome.DUPLICATE)
+                found = []
+                for j in [j for j, o in enumerate(outs) if o is Outcome.QUARANTINED]:
+                    error = errors[k + j]
+                    if error is not None:
+                        if not error.raw:  # as the per-line path: the record's envelope
+                            error.raw = orjson.dumps(item.record(j).envelope()).decode()
+                        counts.quarantined_by_reason[error.reason] += 1
+                        found.append(error.to_dict())
+                quarantined[slot] = found or None
+                k += n
+                continue
+            outcome, error = outcomes[k], errors[k]
+            k += 1
             if slot < 0:
                 continue
             if outcome is Outcome.APPLIED:
@@ -131,31 +224,61 @@ def apply_records(records: Iterator[tuple[bytes, Record, bool]], bs: BucketState
                 counts.duplicates += 1
             elif outcome is Outcome.QUARANTINED and error is not None:
                 if not error.raw:
-                    error.raw = orjson.dumps(record.envelope()).decode()
+                    error.raw = orjson.dumps(item.envelope()).decode()
                 counts.quarantined_by_reason[error.reason] += 1
                 quarantined[slot] = error.to_dict()
         pending.clear()
         slots.clear()
 
-    for rec, record, reports in records:
-        journal(rec)
-        pending.append(record)
-        if reports:
-            counts.events_by_type[record.type] += 1
-            if record.timestamp_ms is not None and (
-                counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
-            ):
-                counts.last_event_ms = record.timestamp_ms
+    for item in records:
+        if item.__class__ is LineBlock:
+            bs.journal.extend(zip(repeat(item.source), item.seqs.tolist(), item.lines, strict=False))
+            pending.append(item)
             slots.append(len(quarantined))
             quarantined.append(None)
+            size += len(item)
+            _count_block(counts, item)
         else:
-            slots.append(-1)
-        if len(pending) >= CHUNK:
+            rec, record, reports = item
+            journal(rec)
+            pending.append(record)
+            size += 1
+            if reports:
+                counts.events_by_type[record.type] += 1
+                if record.timestamp_ms is not None and (
+                    counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
+                ):
+                    counts.last_event_ms = record.timestamp_ms
+                slots.append(len(quarantined))
+                quarantined.append(None)
+            else:
+                slots.append(-1)
+        if size >= CHUNK:
             flush()
+            size = 0
     if pending:
         flush()
     engine.quarantined = []  # reported above, in the payload (the core's drain forgets its own too)
-    quarantined[:] = [q for q in quarantined if q is not None]
+    flat: list[Any] = []
+    for q in quarantined:
+        if q.__class__ is list:
+            flat.extend(q)
+        elif q is not None:
+            flat.append(q)
+    quarantined[:] = flat
+
+
+def _count_block(counts: PipelineCounts, block: LineBlock) -> None:
+    """A block's lines in the pipeline counts: events by type, the latest event time."""
+    prs = int(block.is_pr.sum())
+    if prs:
+        counts.events_by_type[PARTITION_RECORD] += prs
+    if len(block) - prs:
+        counts.events_by_type[PARTITION_CHANGE_RECORD] += len(block) - prs
+    stamps = block.parsed.column("timestamp").take(pa.array(block.picked))
+    latest = pc.max(stamps).as_py()
+    if latest is not None and (counts.last_event_ms is None or latest > counts.last_event_ms):
+        counts.last_event_ms = latest
 
 
 def payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
