@@ -25,7 +25,7 @@ vectors' fixed cost (`admit_block`'s back-off).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -33,9 +33,10 @@ from elrwatch.state.cluster import RECENT_OFFSETS, Outcome
 from elrwatch.state.partition_lines import RawLine
 from elrwatch.state.routing import bucket_of
 
-if TYPE_CHECKING:
-    from elrwatch.state.columnar import ColumnarState
-    from elrwatch.state.columnar_lines import LineBlock
+#: The engine (`columnar.ColumnarState`) and a block (`columnar_lines.LineBlock`); not imported, as both modules
+#: import this one or the engine (the import graph has no cycles: tests/test_import_graph.py).
+ColumnarState = Any
+LineBlock = Any
 
 #: int64 None of the vectors here (``columnar.NONE``).
 _NONE: Final = np.iinfo(np.int64).min
