@@ -6,11 +6,10 @@ core's rules (`cluster.ClusterState`, the reference) and gives each record's out
 * PartitionRecord and PartitionChangeRecord of partitions other than 0 are classified in log order (source
   position, snapshot cover, the recent-offsets ring, topic, ownership, per-partition offset: `_classify` for a
   Record, `columnar_admission` as vectors for a block of lines parsed as columns, `columnar_lines`) and the
-  accepted ones gathered into a *segment*. A segment
-  is applied as vectors: per field, the last value present for a partition in log order wins (a forward fill
-  in a stable sort by row), epochs count with cumulative sums, the derived status and flags (`status.derive`)
-  are computed for the state after every record, so a partition changed twice in a segment yields both of its
-  transitions, each with its record's offset.
+  accepted ones gathered into a *segment*. A segment is applied as vectors: per field, the last value present
+  for a partition in log order wins (a forward fill in a stable sort by row), epochs count with cumulative
+  sums, the derived status and flags (`status.derive`) are computed for the state after every record, so a
+  partition changed twice in a segment yields both of its transitions, each with its record's offset.
 * Every other record is a *segment barrier*: the segment before it is applied, then the record, one at a time.
   Broker, topic, config and feature records go through an embedded `ClusterState` that holds no partitions
   (its brokers, topics, configs, features, source positions, ring and partition 0 shadows are the engine's);
