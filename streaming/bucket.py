@@ -264,14 +264,16 @@ def _items(
         if len(stretch) < columnar_bucket.MIN_BLOCK:
             yield from _records(bucket, buckets, iter(stretch), counts, quarantined)
             continue
-        lines = [rec or b"" for _, _, _, rec in stretch]
-        for lo, hi, block in columnar_bucket.line_blocks(
-            source, [seq for _, _, seq, _ in stretch], lines, bucket, buckets
-        ):
-            if block is None:
-                yield from _records(bucket, buckets, iter(stretch[lo:hi]), counts, quarantined)
-            else:
-                yield block
+        for start in range(0, len(stretch), columnar_bucket.MAX_STRETCH):  # bounded: a load's stretch is 250k lines
+            part = stretch[start : start + columnar_bucket.MAX_STRETCH]
+            lines = [rec or b"" for _, _, _, rec in part]
+            for lo, hi, block in columnar_bucket.line_blocks(
+                source, [seq for _, _, seq, _ in part], lines, bucket, buckets
+            ):
+                if block is None:
+                    yield from _records(bucket, buckets, iter(part[lo:hi]), counts, quarantined)
+                else:
+                    yield block
 
 
 def _records(

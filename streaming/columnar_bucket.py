@@ -118,6 +118,9 @@ class ColumnarBucketState(BucketState):
 
 #: A stretch of JVM-placed lines shorter than this is parsed line by line (Arrow's reader costs ~0.1 ms a call).
 MIN_BLOCK = 32
+#: Lines parsed as columns at once: the parse's byte-wise vectors take ≈ 3 bytes a byte of text for a moment
+#: (≈ 0.25 GB for a 1M load's 250k-line stretch of ≈ 82 MB); 32k lines take ≈ 30 MB.
+MAX_STRETCH = 1 << 15
 
 
 def line_blocks(

@@ -201,6 +201,8 @@ def test_jvm_placed_lines_as_columns_equal_the_object_engine(
         return out
 
     monkeypatch.setattr(columnar_bucket, "MIN_BLOCK", min_block)
+    if min_block == 4:  # long stretches cut into parts too
+        monkeypatch.setattr(columnar_bucket, "MAX_STRETCH", 40)
     monkeypatch.setattr(columnar_bucket, "line_blocks", counted)
     lines = _lines()
     routed = _jvm_routed(lines)
