@@ -92,13 +92,20 @@ def _admit_regular_prefix(engine: ColumnarState, block: LineBlock, lo: int, hi: 
     pids = block.pids[lo:hi]
     codes = block.topic_codes[lo:hi]
     is_pr = block.is_pr[lo:hi]
-    # 1. source position: a sequence not above the source's last (its position, or a line before it here)
-    last = core.source_seq.get(block.source)
-    before = np.empty(m, dtype=np.int64)
-    before[0] = _NONE if last is None else last
-    if m > 1:
-        before[1:] = np.maximum(np.maximum.accumulate(seqs[:-1]), before[0])
-    source_dup = seqs <= before
+    # 1. source position: a sequence not above its source's last (its position, or a line of it before it here)
+    sources = block.source_codes[lo:hi]
+    source_dup = np.empty(m, dtype=bool)
+    for code, name in enumerate(block.source_names):
+        mine = np.flatnonzero(sources == code)
+        if not len(mine):
+            continue
+        last = core.source_seq.get(name)
+        sub = seqs[mine]
+        before = np.empty(len(sub), dtype=np.int64)
+        before[0] = _NONE if last is None else last
+        if len(sub) > 1:
+            before[1:] = np.maximum(np.maximum.accumulate(sub[:-1]), before[0])
+        source_dup[mine] = sub <= before
     live = ~source_dup
     # 2. no metadata offset: irregular
     irregular = live & (offsets == _NONE)
@@ -201,8 +208,10 @@ def _admit(
     core = engine.core
     engine.vector_admitted += k
     live = np.flatnonzero(~source_dup[:k])
-    if len(live):  # sequences rise: the last live line's is the position
-        core.source_seq[block.source] = int(seqs[live[-1]])
+    if len(live):  # sequences rise per source: its last live line's is its position
+        codes_live = block.source_codes[lo:][live]
+        for code in np.unique(codes_live).tolist():
+            core.source_seq[block.source_names[code]] = int(seqs[live[codes_live == code][-1]])
     applied = np.flatnonzero(admitted[:k])
     if not len(applied):
         return
@@ -233,7 +242,8 @@ def _admit(
     slots = applied_offsets % RECENT_OFFSETS
     taken, last_from_end = np.unique(slots[::-1], return_index=True)
     ring_offsets, ring_records = core.recent_offsets, core.recent_records
-    lines, source, seq_list, where = block.lines, block.source, seqs.tolist(), (applied + lo).tolist()
+    lines, names, codes_of, seq_list = block.lines, block.source_names, block.source_codes, seqs.tolist()
+    where = (applied + lo).tolist()
     for slot, n in zip(taken.tolist(), (len(slots) - 1 - last_from_end).tolist(), strict=True):
         ring_offsets[slot] = offset_list[n]
-        ring_records[slot] = RawLine((lines[where[n]], source, seq_list[applied[n]]))
+        ring_records[slot] = RawLine((lines[where[n]], names[codes_of[where[n]]], seq_list[applied[n]]))

@@ -78,9 +78,9 @@ def _flat_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def inputs_of_lines(
-    parsed: PartitionLines, picked: np.ndarray, source: str, seqs: np.ndarray, tuples: TupleTable
+    parsed: PartitionLines, picked: np.ndarray, sources: list[str], seqs: np.ndarray, tuples: TupleTable
 ) -> SegmentInputs:
-    """`SegmentInputs` of the certain lines ``picked`` of ``parsed`` (read from ``source`` at ``seqs``, one per
+    """`SegmentInputs` of the certain lines ``picked`` of ``parsed`` (read from ``sources`` at ``seqs``, one per
     picked line), as `columnar.inputs_of_records` gives them from the lines' Records."""
     index = pa.array(picked)
     types = parsed.column("type").take(index)
@@ -107,25 +107,39 @@ def inputs_of_lines(
         lrs.astype(np.int8),
         ints("offset", NONE),
         ints("timestamp", NONE),
-        [f"{source}@{seq}" for seq in seqs.tolist()],
+        [f"{source}@{seq}" for source, seq in zip(sources, seqs.tolist(), strict=True)],
     )
 
 
 class LineBlock:
-    """Certain partition-record lines (partitions other than 0) of one source in log order, as columns: what
-    `columnar_admission.admit_block` admits and a segment's flush reads (`inputs`)."""
+    """Certain partition-record lines (partitions other than 0) in log order, as columns, each with its source and
+    sequence: what `columnar_admission.admit_block` admits and a segment's flush reads (`inputs`)."""
 
-    __slots__ = ("is_pr", "lines", "offsets", "parsed", "picked", "pids", "seqs", "source", "topic_codes", "topics")
+    __slots__ = (
+        "is_pr",
+        "lines",
+        "offsets",
+        "parsed",
+        "picked",
+        "pids",
+        "seqs",
+        "source_codes",
+        "source_names",
+        "topic_codes",
+        "topics",
+    )
 
     def __init__(
-        self, parsed: PartitionLines, picked: np.ndarray, lines: list[bytes], source: str, seqs: np.ndarray
+        self, parsed: PartitionLines, picked: np.ndarray, lines: list[bytes], sources: list[str], seqs: np.ndarray
     ) -> None:
-        """``picked``: the rows of ``parsed`` (certain); ``lines`` and ``seqs``: one per picked row."""
+        """``picked``: the rows of ``parsed`` (certain); ``lines``, ``sources`` and ``seqs``: one per picked row."""
         self.parsed = parsed
         self.picked = picked
         self.lines = lines
-        self.source = source
         self.seqs = seqs
+        names: dict[str, int] = {}
+        self.source_codes = np.fromiter((names.setdefault(s, len(names)) for s in sources), np.int64, len(sources))
+        self.source_names = list(names)
         index = pa.array(picked)
         self.is_pr = (parsed.column("type").take(index).to_numpy(zero_copy_only=False) == PARTITION_RECORD).astype(bool)
         self.offsets = parsed.column("offset").take(index).fill_null(NONE).to_numpy(zero_copy_only=False)
@@ -137,14 +151,20 @@ class LineBlock:
     def __len__(self) -> int:
         return len(self.picked)
 
+    def source(self, j: int) -> str:
+        """Line ``j``'s source."""
+        return self.source_names[int(self.source_codes[j])]
+
     def record(self, j: int) -> Record:
         """The Record of line ``j``."""
-        return line_record(self.lines[j], self.source, int(self.seqs[j]))
+        return line_record(self.lines[j], self.source(j), int(self.seqs[j]))
 
     def raw(self, j: int) -> RawLine:
         """Line ``j`` kept raw."""
-        return RawLine((self.lines[j], self.source, int(self.seqs[j])))
+        return RawLine((self.lines[j], self.source(j), int(self.seqs[j])))
 
     def inputs(self, idx: np.ndarray, tuples: TupleTable) -> SegmentInputs:
         """`SegmentInputs` of lines ``idx``."""
-        return inputs_of_lines(self.parsed, self.picked[idx], self.source, self.seqs[idx], tuples)
+        names = self.source_names
+        sources = [names[c] for c in self.source_codes[idx].tolist()]
+        return inputs_of_lines(self.parsed, self.picked[idx], sources, self.seqs[idx], tuples)

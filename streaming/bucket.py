@@ -242,34 +242,29 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
 def _items(
     bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
 ) -> Iterator[Any]:
-    """`_records` for the columnar engine: a stretch of lines the JVM placed here (``J``) from one source is parsed
-    as columns (`columnar_bucket.line_blocks`), its certain partition records of this bucket given as
-    `LineBlock`s; every other row goes through `_records`, in log order."""
+    """`_records` for the columnar engine: a stretch of lines the JVM placed here (``J``; the event topic's
+    partitions interleaved in metadata-offset order) is parsed as columns (`columnar_bucket.line_blocks`), its
+    certain partition records of this bucket given as `LineBlock`s; every other row goes through `_records`, in
+    log order."""
     rows = list(rows)
     n = len(rows)
     i = 0
     while i < n:
         j = i + 1
-        if rows[i][0] != KIND_RAW:
-            while j < n and rows[j][0] != KIND_RAW:
-                j += 1
-            yield from _records(bucket, buckets, iter(rows[i:j]), counts, quarantined)
-            i = j
-            continue
-        source = rows[i][1]
-        while j < n and rows[j][0] == KIND_RAW and rows[j][1] == source:
+        placed = rows[i][0] == KIND_RAW
+        while j < n and (rows[j][0] == KIND_RAW) == placed:
             j += 1
         stretch = rows[i:j]
         i = j
-        if len(stretch) < columnar_bucket.MIN_BLOCK:
+        if not placed or len(stretch) < columnar_bucket.MIN_BLOCK:
             yield from _records(bucket, buckets, iter(stretch), counts, quarantined)
             continue
         for start in range(0, len(stretch), columnar_bucket.MAX_STRETCH):  # bounded: a load's stretch is 250k lines
             part = stretch[start : start + columnar_bucket.MAX_STRETCH]
             lines = [rec or b"" for _, _, _, rec in part]
-            for lo, hi, block in columnar_bucket.line_blocks(
-                source, [seq for _, _, seq, _ in part], lines, bucket, buckets
-            ):
+            sources = [src for _, src, _, _ in part]
+            seqs = [seq for _, _, seq, _ in part]
+            for lo, hi, block in columnar_bucket.line_blocks(sources, seqs, lines, bucket, buckets):
                 if block is None:
                     yield from _records(bucket, buckets, iter(part[lo:hi]), counts, quarantined)
                 else:

@@ -17,7 +17,7 @@ import marshal
 import os
 import zlib
 from collections.abc import Iterator
-from itertools import pairwise, repeat
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -124,11 +124,11 @@ MAX_STRETCH = 1 << 15
 
 
 def line_blocks(
-    source: str, seqs: list[int], lines: list[bytes], bucket: int, buckets: int
+    sources: list[str], seqs: list[int], lines: list[bytes], bucket: int, buckets: int
 ) -> list[tuple[int, int, LineBlock | None]]:
-    """A stretch of lines of one source (in log order) as (start, end, block): a `LineBlock` for each run of
-    certain partition-record lines (`partition_lines`) of this bucket's partitions other than 0, None for the
-    lines between (parsed one by one: `bucket._records`)."""
+    """A stretch of lines (in log order; ``sources`` and ``seqs``: one per line) as (start, end, block): a
+    `LineBlock` for each run of certain partition-record lines (`partition_lines`) of this bucket's partitions other
+    than 0, None for the lines between (parsed one by one: `bucket._records`)."""
     parsed = parse_partition_lines(lines)
     certain = parsed.certain
     if certain.any():
@@ -143,38 +143,37 @@ def line_blocks(
     for lo, hi in _stretches(certain):
         if certain[lo]:
             picked = np.arange(lo, hi, dtype=np.int64)
-            out.append((lo, hi, LineBlock(parsed, picked, lines[lo:hi], source, seq_array[lo:hi])))
+            out.append((lo, hi, LineBlock(parsed, picked, lines[lo:hi], sources[lo:hi], seq_array[lo:hi])))
         else:
             out.append((lo, hi, None))
     return out
 
 
 def journal_items(entries: list[Any]) -> list[Any]:
-    """Journal entries as `apply_batch` items: an encoded record decoded, a run of raw lines of one source
-    (``(source, seq, line)``, journalled from a `LineBlock`) as blocks again."""
+    """Journal entries as `apply_batch` items: an encoded record decoded, a run of raw lines (``(source, seq,
+    line)``, journalled from `LineBlock`s) as blocks again."""
     items: list[Any] = []
     i, n = 0, len(entries)
     while i < n:
-        entry = entries[i]
-        if entry.__class__ is not tuple:
-            items.append(decode_record(entry))
+        if entries[i].__class__ is not tuple:
+            items.append(decode_record(entries[i]))
             i += 1
             continue
-        source = entry[0]
         j = i + 1
-        while j < n and entries[j].__class__ is tuple and entries[j][0] == source:
+        while j < n and entries[j].__class__ is tuple:
             j += 1
-        run = entries[i:j]
-        lines = [line for _, _, line in run]
-        seqs = [seq for _, seq, _ in run]
+        sources = [source for source, _, _ in entries[i:j]]
+        seqs = [seq for _, seq, _ in entries[i:j]]
+        lines = [line for _, _, line in entries[i:j]]
         parsed = parse_partition_lines(lines)
         blocks = parsed.certain & (parsed.column("partitionId").fill_null(0).to_numpy(zero_copy_only=False) != 0)
         for lo, hi in _stretches(blocks):
             if blocks[lo]:
                 picked = np.arange(lo, hi, dtype=np.int64)
-                items.append(LineBlock(parsed, picked, lines[lo:hi], source, np.array(seqs[lo:hi], dtype=np.int64)))
+                seq_array = np.array(seqs[lo:hi], dtype=np.int64)
+                items.append(LineBlock(parsed, picked, lines[lo:hi], sources[lo:hi], seq_array))
             else:
-                items.extend(line_record(lines[k], source, seqs[k]) for k in range(lo, hi))
+                items.extend(line_record(lines[k], sources[k], seqs[k]) for k in range(lo, hi))
         i = j
     return items
 
@@ -235,7 +234,9 @@ def apply_records(records: Iterator[Any], bs: BucketState, quarantined: list[Any
 
     for item in records:
         if item.__class__ is LineBlock:
-            bs.journal.extend(zip(repeat(item.source), item.seqs.tolist(), item.lines, strict=False))
+            names = item.source_names
+            sources = [names[c] for c in item.source_codes.tolist()]
+            bs.journal.extend(zip(sources, item.seqs.tolist(), item.lines, strict=True))
             pending.append(item)
             slots.append(len(quarantined))
             quarantined.append(None)

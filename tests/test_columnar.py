@@ -88,7 +88,7 @@ class Parser:
 
     def items(self, items: Iterable[Item]) -> list[Any]:
         """As `records`, but the certain partition-record lines (partitions other than 0) of a plain envelope
-        stream as `LineBlock`s (one per run from one source), as the streaming buckets apply them."""
+        stream as `LineBlock`s (one per run, its lines from any sources), as the streaming buckets apply them."""
         placed = self.placed(items)
         raw = [line if isinstance(line, bytes) else line.encode() for _, _, line in placed]
         parsed = parse_partition_lines(raw)
@@ -100,18 +100,16 @@ class Parser:
             if block:
                 picked = np.array(block, dtype=np.int64)
                 seqs = np.array([placed[i][1] for i in block], dtype=np.int64)
-                out.append(LineBlock(parsed, picked, [raw[i] for i in block], placed[block[0]][0], seqs))
+                sources = [placed[i][0] for i in block]
+                out.append(LineBlock(parsed, picked, [raw[i] for i in block], sources, seqs))
                 block.clear()
 
         for i, (source, seq, line) in enumerate(placed):
             plain = self.reader.plain and self.reader.snapshot_end is None and self.separator == "@"
-            if plain and parsed.certain[i] and pids[i] != 0 and (not block or placed[block[0]][0] == source):
-                block.append(i)
-                continue
-            close()
             if plain and parsed.certain[i] and pids[i] != 0:
                 block.append(i)
                 continue
+            close()
             record = self.parse(source, seq, line)
             if record is not None:
                 out.append(record)

@@ -75,15 +75,22 @@ def _python_routed(lines: list[str]) -> dict[int, list[bucket_module.Row]]:
     return {b: list(bucket_module._ordered_rows(routed[routed.bucket == b])) for b in range(BUCKETS)}
 
 
-def _jvm_routed(lines: list[str]) -> dict[int, list[bucket_module.Row]]:
-    """The rows `route.route_in_jvm` gives: raw lines placed in their bucket, or sent to every bucket."""
+def _jvm_routed(lines: list[str], sources: int = 1) -> dict[int, list[bucket_module.Row]]:
+    """The rows `route.route_in_jvm` gives: raw lines placed in their bucket, or sent to every bucket. With
+    ``sources`` event-topic partitions, a line goes to the one its record's partition hashes to (the producer's
+    keys), with that partition's next offset, and the rows are in metadata-offset order (`bucket._ordered_rows`)."""
     out: dict[int, list[bucket_module.Row]] = {b: [] for b in range(BUCKETS)}
-    for seq, line in enumerate(lines):
+    next_seq = [0] * sources
+    for line in lines:
         parsed = parse_line(line.encode())
         target = targets(parsed.type, parsed.data, BUCKETS) if isinstance(parsed, Record) else ALL_BUCKETS
+        key = parsed.data.get("partitionId", 0) if isinstance(parsed, Record) else 0
+        source = key % sources
+        seq = next_seq[source]
+        next_seq[source] += 1
         for b in range(BUCKETS) if target == ALL_BUCKETS else (target,):
             kind = route.KIND_RAW if target != ALL_BUCKETS else route.KIND_RAW_BROADCAST
-            out[b].append((kind, "ev/0", seq, line.encode()))
+            out[b].append((kind, f"ev/{source}", seq, line.encode()))
     return out
 
 
@@ -182,10 +189,11 @@ def test_columnar_bucket_payloads_equal_the_object_engine(
     assert not rows_files or len(os.listdir(tmp_path / "columnar-rows")) > BUCKETS, "the lists went inline"
 
 
+@pytest.mark.parametrize("sources", [1, 3])
 @pytest.mark.parametrize("cache_mode", ["off", "restarts"])
 @pytest.mark.parametrize("min_block", [4, 32])
 def test_jvm_placed_lines_as_columns_equal_the_object_engine(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, cache_mode: str, min_block: int
+    tmp_path, monkeypatch: pytest.MonkeyPatch, cache_mode: str, min_block: int, sources: int
 ) -> None:
     """The lines the JVM placed in a bucket go to the engine as blocks of columns (`columnar_bucket.line_blocks`,
     the journal keeps them raw and a restart replays them as blocks again): the payloads equal the object
@@ -205,7 +213,7 @@ def test_jvm_placed_lines_as_columns_equal_the_object_engine(
         monkeypatch.setattr(columnar_bucket, "MAX_STRETCH", 40)
     monkeypatch.setattr(columnar_bucket, "line_blocks", counted)
     lines = _lines()
-    routed = _jvm_routed(lines)
+    routed = _jvm_routed(lines, sources)
     objects = _run("objects", routed, str(tmp_path), cache_mode, batch_rows=150)
     columnar = _run("columnar", routed, str(tmp_path), cache_mode, True, batch_rows=150)
     assert len(objects) == len(columnar) > BUCKETS

@@ -26,7 +26,7 @@ def assert_inputs_alike(lines: list[bytes]) -> int:
     picked = np.flatnonzero(parsed.certain)
     seqs = picked + 1000
     mine, theirs = TupleTable(), TupleTable()
-    got = inputs_of_lines(parsed, picked, "events/0", seqs, mine)
+    got = inputs_of_lines(parsed, picked, ["events/0"] * len(picked), seqs, mine)
     records = [
         parse_line(lines[i], "events/0", int(s), f"events/0@{int(s)}") for i, s in zip(picked, seqs, strict=True)
     ]
