@@ -148,13 +148,15 @@ def test_the_core_applies_a_registered_type_with_its_handler(fake_type: record_t
     assert APPLIED == [(None, "one")]
 
 
-def _rows(lines: list[str], kind: str) -> list[tuple[str, str, int, bytes]]:
+def _rows(lines: list[str], kind: int) -> list[tuple[int, str, int, bytes]]:
     return [(kind, "ev/0", seq, text.encode()) for seq, text in enumerate(lines)]
 
 
 @pytest.mark.parametrize("kind", ["python", route.KIND_RAW_BROADCAST])
-def test_the_owner_bucket_applies_and_counts_a_registered_type(fake_type: record_types.RecordType, kind: str) -> None:
-    """Routed in Python (``route_batches``'s rows) or sent to every bucket as raw lines (the JVM's ``B`` rows)."""
+def test_the_owner_bucket_applies_and_counts_a_registered_type(
+    fake_type: record_types.RecordType, kind: str | int
+) -> None:
+    """Routed in Python (``route_batches``'s rows) or sent to every bucket as raw lines (the JVM's `KIND_RAW_BROADCAST` rows)."""
     lines = [*_setup_lines(8), *(_note(p, f"note {p}") for p in range(8))]
     states = [
         snapshot_module.BucketState(ClusterState(bucket=(b, BUCKETS)), PipelineCounts(), {}) for b in range(BUCKETS)

@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from elrwatch.kafkaio.config import SourceError, kafka_python_config, security_options
 from elrwatch.kafkaio.jvm import native_kafka_options
-from elrwatch.streaming.route import ROUTED_SCHEMA, decode_record, route_batches
+from elrwatch.streaming.route import KIND_ERROR, KIND_RECORD, ROUTED_SCHEMA, decode_record, route_batches
 from elrwatch.streaming.sources import (
     SCHEMA,
     FilesDataSource,
@@ -316,7 +316,9 @@ def test_files_reader_routes_in_its_read_task_when_asked(tmp_path):
         for batch in batches:
             assert batch.schema.names == [f.split()[0] for f in ROUTED_SCHEMA.split(", ")]
             for r in batch.to_pylist():
-                body = decode_record(r["rec"]).envelope() if r["kind"] == "R" else pickle.loads(r["rec"]).to_dict()
+                body = (
+                    decode_record(r["rec"]).envelope() if r["kind"] == KIND_RECORD else pickle.loads(r["rec"]).to_dict()
+                )
                 out.append((r["bucket"], r["src"], r["seq"], r["moff"], r["kind"], body))
         return out
 
@@ -324,7 +326,7 @@ def test_files_reader_routes_in_its_read_task_when_asked(tmp_path):
     rows = decoded(routed.read(split))
     assert rows == expected
     assert sorted(r[0] for r in rows if r[2] == 1) == [0, 1, 2]  # the topic record reaches every bucket
-    assert [r[4] for r in rows if r[2] == 3] == ["Q"] and rows[-1][0] == 0  # the bad line: bucket 0 quarantines
+    assert [r[4] for r in rows if r[2] == 3] == [KIND_ERROR] and rows[-1][0] == 0  # the bad line: bucket 0 quarantines
 
 
 def test_route_buckets_option_sets_the_schema_and_is_validated(tmp_path):
