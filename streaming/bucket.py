@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
+import pandas as pd
 
 from elrwatch.state import report
 from elrwatch.state.cluster import ClusterState, Outcome
@@ -171,18 +173,41 @@ Row = tuple[str, str, int, bytes | None]
 
 
 def _ordered_rows(pdf: Any) -> Iterator[Row]:
-    """Rows per source in seq order; sources merged by metadata offset (best global order available)."""
+    """Rows per source in seq order; sources merged by metadata offset (best global order available).
+
+    Vectors when each source's metadata offsets rise with its sequence (the normal case): a stable sort by offset
+    of the rows sorted by (source, seq) is then exactly the merge of the sources. Otherwise the merge itself."""
     if len(pdf) == 0:
         return iter(())
-    pdf = pdf.sort_values(["src", "seq"], kind="stable")
+    codes, _ = pd.factorize(pdf["src"].to_numpy(), sort=True)
+    order = np.lexsort((pdf["seq"].to_numpy(), codes))  # stable: by source, then seq
+    moffs = pdf["moff"].to_numpy()[order]
+    if codes[order[0]] != codes[order[-1]]:  # several sources (sorted: first == last means one)
+        in_source = codes[order][1:] == codes[order][:-1]
+        if not (moffs[1:][in_source] >= moffs[:-1][in_source]).all():
+            return _merged_rows(pdf.iloc[order])
+        order = order[np.argsort(moffs, kind="stable")]
+    kinds = pdf["kind"].to_numpy()[order].tolist()
+    srcs = pdf["src"].to_numpy()[order].tolist()
+    seqs = pdf["seq"].to_numpy()[order].tolist()
+    recs = pdf["rec"].to_numpy()[order].tolist()
+    return zip(kinds, srcs, seqs, recs, strict=True)
+
+
+def _merged_rows(pdf: Any) -> Iterator[Row]:
+    """`_ordered_rows` of rows sorted by (source, seq) whose offsets fall somewhere within a source: each source's
+    rows in seq order, the sources merged by offset as they come (`heapq.merge`)."""
     srcs = pdf["src"].to_numpy().tolist()
-    seqs = pdf["seq"].to_numpy().tolist()
-    moffs = pdf["moff"].to_numpy().tolist()
-    kinds = pdf["kind"].to_numpy().tolist()
-    recs = pdf["rec"].to_numpy().tolist()
-    rows = list(zip(moffs, kinds, srcs, seqs, recs, strict=True))
-    if srcs[0] == srcs[-1]:  # one source (the common case: sorted, so first == last means all equal)
-        return ((k, src, seq, r) for _, k, src, seq, r in rows)
+    rows = list(
+        zip(
+            pdf["moff"].to_numpy().tolist(),
+            pdf["kind"].to_numpy().tolist(),
+            srcs,
+            pdf["seq"].to_numpy().tolist(),
+            pdf["rec"].to_numpy().tolist(),
+            strict=True,
+        )
+    )
     streams = []
     start = 0
     for i in range(1, len(rows) + 1):
@@ -204,9 +229,10 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
     """Apply the rows in order to the bucket's state, journal its records, count what this bucket reports (its
     partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records.
 
-    Raw lines routed in the JVM (``route.route_in_jvm``) are parsed here. A line sent to every bucket (``B``) is
-    applied by each bucket only as far as it owns it (a partition record of another bucket is passed over), and
-    what is not a record is reported by bucket 0; a line placed in this bucket (``J``) is reported here.
+    Raw lines routed in the JVM (``route.route_in_jvm``) are parsed here. A line sent to every bucket
+    (`KIND_RAW_BROADCAST`) is applied by each bucket only as far as it owns it (a partition record of another bucket
+    is passed over), and what is not a record is reported by bucket 0; a line placed in this bucket (`KIND_RAW`) is
+    reported here.
     """
     quarantined: list[dict[str, Any]] = []
     if isinstance(bs, ColumnarBucketState):
@@ -242,7 +268,7 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
 def _items(
     bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
 ) -> Iterator[Any]:
-    """`_records` for the columnar engine: a stretch of lines the JVM placed here (``J``; the event topic's
+    """`_records` for the columnar engine: a stretch of lines the JVM placed here (`KIND_RAW`; the event topic's
     partitions interleaved in metadata-offset order) is parsed as columns (`columnar_bucket.line_blocks`), its
     certain partition records of this bucket given as `LineBlock`s; every other row goes through `_records`, in
     log order."""

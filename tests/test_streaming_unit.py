@@ -13,6 +13,8 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import scenario
@@ -726,3 +728,51 @@ def test_a_class_archive_only_for_a_jvm_this_process_starts_in_local_mode(monkey
     assert accelerators.class_archive_for(JobConfig(spark_master="k8s://https://kubernetes.default.svc")) is None
     monkeypatch.setattr(SparkContext, "_gateway", object())  # a JVM already runs: its options are set
     assert accelerators.class_archive_for(local) is None
+
+
+def _merge_reference(frame) -> list[tuple]:
+    """The state stage's order by its definition: each source's rows in seq order (stable), the sources merged by
+    metadata offset with `heapq.merge` (one source: seq order only)."""
+    import heapq
+
+    ordered = frame.sort_values(["src", "seq"], kind="stable")
+    rows = list(zip(ordered["moff"], ordered["kind"], ordered["src"], ordered["seq"], ordered["rec"], strict=True))
+    streams: dict[str, list[tuple]] = {}
+    for row in rows:
+        streams.setdefault(row[2], []).append(row)
+    if len(streams) == 1:
+        return [row[1:] for row in rows]
+    merged = heapq.merge(*streams.values(), key=lambda row: row[0])
+    return [row[1:] for row in merged]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["ev/0", "ev/1", "ev/2", "ev/10"]),
+            st.integers(0, 6),  # seq: ties happen (a broadcast line, a re-read)
+            st.integers(-1, 12),  # moff: -1 for lines without one, falls within a source
+            st.sampled_from([route.KIND_RAW, route.KIND_RAW_BROADCAST]),
+        ),
+        max_size=40,
+    ),
+    rising=st.booleans(),
+)
+def test_state_stage_orders_rows_as_the_merge_of_its_sources(rows: list[tuple], rising: bool) -> None:
+    """`_ordered_rows` (vectors when each source's offsets rise, else `heapq.merge`) gives the merge's order."""
+    import pandas as pd
+
+    if rising:  # the normal case: offsets rise with each source's sequence
+        rows = [(src, seq, seq * 3 + int(src[3:]), kind) for src, seq, _, kind in rows]
+    frame = pd.DataFrame(
+        {
+            "bucket": [0] * len(rows),
+            "src": [r[0] for r in rows],
+            "seq": pd.array([r[1] for r in rows], dtype="int64"),
+            "moff": pd.array([r[2] for r in rows], dtype="int64"),
+            "kind": pd.array([r[3] for r in rows], dtype="int8"),
+            "rec": [f"line {i}".encode() for i in range(len(rows))],
+        }
+    )
+    assert list(bucket_module._ordered_rows(frame)) == _merge_reference(frame)
