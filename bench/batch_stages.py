@@ -18,9 +18,11 @@ Run: python bench/batch_stages.py [--events 100000] [--partitions 1000000] [--st
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import os
 import pickle
+import pstats
 import sys
 import tempfile
 import time
@@ -118,12 +120,19 @@ def route_as_jvm(lines: list[bytes], buckets: int, first_offset: int = 0) -> Any
 
 
 def one_batch(
-    name: str, warm: list[bytes], batch: list[bytes], buckets: int, routing: str = "python", engine: str = "objects"
+    name: str,
+    warm: list[bytes],
+    batch: list[bytes],
+    buckets: int,
+    routing: str = "python",
+    engine: str = "objects",
+    profile: int = 0,
 ) -> float:
     """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``; ``routing``: python
     (the Python sources: parse + route in the read task) or jvm (kafka-native: routed in Spark SQL, parsed in the
-    bucket); ``engine``: the state engine (`StateSettings.engine`). The bucket stage (apply + payload + rows file)
-    of the slowest bucket."""
+    bucket); ``engine``: the state engine (`StateSettings.engine`); ``profile``: print that many functions with the
+    most own time in the buckets' apply + payload (cProfile). The bucket stage (apply + payload + rows file) of the
+    slowest bucket."""
     print(
         f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core, "
         f"{routing} routing, {engine} state engine)"
@@ -158,7 +167,7 @@ def one_batch(
 
         ordered, took = timed(
             "order the rows (sort by source, seq)",
-            lambda: {b: list(_ordered_rows(f)) for b, f in frames.items()},
+            lambda: {b: _ordered_rows(f) for b, f in frames.items()},
             len(batch),
         )
         total += took
@@ -168,16 +177,21 @@ def one_batch(
         apply_s = payload_s = inline_s = files_s = save_s = 0.0
         applied = 0
         per_bucket: dict[int, float] = {}  # the bucket stage: apply + payload + rows file (+ head)
+        profiler = cProfile.Profile() if profile else None
         for bucket, bucket_rows in ordered.items():
             token, bs = cache[int(bucket)]
             gc.disable()
+            if profiler is not None:
+                profiler.enable()
             t0 = time.perf_counter()
             applied_before = bs.counts.applied
-            quarantined = apply_rows(int(bucket), buckets, iter(bucket_rows), bs)
+            quarantined = apply_rows(int(bucket), buckets, bucket_rows, bs)
             applied += bs.counts.applied - applied_before
             t1 = time.perf_counter()
             payload = bucket_payload(int(bucket), bs, quarantined)
             t2 = time.perf_counter()
+            if profiler is not None:
+                profiler.disable()
             copy = pickle.loads(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))  # not timed
             t3 = time.perf_counter()
             payloads.extend(encode_payload(copy))
@@ -195,6 +209,9 @@ def one_batch(
             files_s += t5 - t4
             save_s += t6 - t5
         n = len(batch)
+        if profiler is not None:
+            print(f"  the buckets' apply + payload, the {profile} functions with the most own time (cProfile):")
+            pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(profile)
         print(f"  ({applied:,} records applied, {sum(len(r) for r in ordered.values()):,} rows in the buckets)")
         stage = ", ".join(f"{b}: {t:.3f} s" for b, t in sorted(per_bucket.items()))
         print(
@@ -259,6 +276,9 @@ def main() -> None:
         "--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)"
     )
     parser.add_argument("--engine", default="columnar", help="state engines to compare, e.g. columnar,objects")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="print the N functions with the most own time (cProfile)"
+    )
     args = parser.parse_args()
     engines = args.engine.split(",")
     print(f"python {sys.version.split()[0]}; one process")
@@ -271,7 +291,9 @@ def main() -> None:
             _compare(
                 f"churn, {routing} routing",
                 engines,
-                lambda e, r=routing: one_batch("churn (bench/streaming.py's throughput phase)", warm, batch, 2, r, e),
+                lambda e, r=routing: one_batch(
+                    "churn (bench/streaming.py's throughput phase)", warm, batch, 2, r, e, args.profile
+                ),
             )
     if "storm" in workloads:
         brokers = max(4, round(3 * args.partitions / args.storm_partitions))
@@ -284,7 +306,7 @@ def main() -> None:
                 f"storm, {routing} routing",
                 engines,
                 lambda e, r=routing: one_batch(
-                    "storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, r, e
+                    "storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, r, e, args.profile
                 ),
             )
 

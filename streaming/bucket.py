@@ -20,7 +20,7 @@ import os
 import pickle
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,29 +169,58 @@ def _load_bucket(
 
 
 #: One routed row as the state stage applies it: (kind, source, seq, payload); ``route.ROUTED_SCHEMA``.
-Row = tuple[str, str, int, bytes | None]
+Row = tuple[int, str, int, bytes | None]
 
 
-def _ordered_rows(pdf: Any) -> Iterator[Row]:
+class OrderedRows:
+    """A bucket's rows in apply order as columns (`_ordered_rows`); iterates as `Row` tuples."""
+
+    __slots__ = ("kinds", "recs", "seqs", "srcs")
+
+    def __init__(self, kinds: np.ndarray, srcs: list[str], seqs: list[int], recs: list[bytes | None]) -> None:
+        self.kinds, self.srcs, self.seqs, self.recs = kinds, srcs, seqs, recs
+
+    @classmethod
+    def of(cls, rows: Iterable[Row]) -> OrderedRows:
+        """Rows given as tuples, as columns."""
+        listed = list(rows)
+        if not listed:
+            return cls(np.zeros(0, dtype=np.int8), [], [], [])
+        kinds, srcs, seqs, recs = (list(column) for column in zip(*listed, strict=True))
+        return cls(np.array(kinds, dtype=np.int8), srcs, seqs, recs)
+
+    def __len__(self) -> int:
+        return len(self.srcs)
+
+    def __iter__(self) -> Iterator[Row]:
+        return zip(self.kinds.tolist(), self.srcs, self.seqs, self.recs, strict=True)
+
+    def slice(self, lo: int, hi: int) -> Iterator[Row]:
+        """Rows ``lo`` .. ``hi`` as tuples."""
+        return zip(self.kinds[lo:hi].tolist(), self.srcs[lo:hi], self.seqs[lo:hi], self.recs[lo:hi], strict=True)
+
+
+def _ordered_rows(pdf: Any) -> OrderedRows:
     """Rows per source in seq order; sources merged by metadata offset (best global order available).
 
     Vectors when each source's metadata offsets rise with its sequence (the normal case): a stable sort by offset
     of the rows sorted by (source, seq) is then exactly the merge of the sources. Otherwise the merge itself."""
     if len(pdf) == 0:
-        return iter(())
+        return OrderedRows.of(())
     codes, _ = pd.factorize(pdf["src"].to_numpy(), sort=True)
     order = np.lexsort((pdf["seq"].to_numpy(), codes))  # stable: by source, then seq
     moffs = pdf["moff"].to_numpy()[order]
     if codes[order[0]] != codes[order[-1]]:  # several sources (sorted: first == last means one)
         in_source = codes[order][1:] == codes[order][:-1]
         if not (moffs[1:][in_source] >= moffs[:-1][in_source]).all():
-            return _merged_rows(pdf.iloc[order])
+            return OrderedRows.of(_merged_rows(pdf.iloc[order]))
         order = order[np.argsort(moffs, kind="stable")]
-    kinds = pdf["kind"].to_numpy()[order].tolist()
-    srcs = pdf["src"].to_numpy()[order].tolist()
-    seqs = pdf["seq"].to_numpy()[order].tolist()
-    recs = pdf["rec"].to_numpy()[order].tolist()
-    return zip(kinds, srcs, seqs, recs, strict=True)
+    return OrderedRows(
+        pdf["kind"].to_numpy()[order].astype(np.int8),
+        pdf["src"].to_numpy()[order].tolist(),
+        pdf["seq"].to_numpy()[order].tolist(),
+        pdf["rec"].to_numpy()[order].tolist(),
+    )
 
 
 def _merged_rows(pdf: Any) -> Iterator[Row]:
@@ -272,27 +301,25 @@ def _items(
     partitions interleaved in metadata-offset order) is parsed as columns (`columnar_bucket.line_blocks`), its
     certain partition records of this bucket given as `LineBlock`s; every other row goes through `_records`, in
     log order."""
-    rows = list(rows)
-    n = len(rows)
-    i = 0
-    while i < n:
-        j = i + 1
-        placed = rows[i][0] == KIND_RAW
-        while j < n and (rows[j][0] == KIND_RAW) == placed:
-            j += 1
-        stretch = rows[i:j]
-        i = j
-        if not placed or len(stretch) < columnar_bucket.MIN_BLOCK:
-            yield from _records(bucket, buckets, iter(stretch), counts, quarantined)
+    cols = rows if isinstance(rows, OrderedRows) else OrderedRows.of(rows)
+    if not len(cols):
+        return
+    placed = cols.kinds == KIND_RAW
+    for lo, hi in columnar_bucket.stretches(placed):
+        if not placed[lo] or hi - lo < columnar_bucket.MIN_BLOCK:
+            yield from _records(bucket, buckets, cols.slice(lo, hi), counts, quarantined)
             continue
-        for start in range(0, len(stretch), columnar_bucket.MAX_STRETCH):  # bounded: a load's stretch is 250k lines
-            part = stretch[start : start + columnar_bucket.MAX_STRETCH]
-            lines = [rec or b"" for _, _, _, rec in part]
-            sources = [src for _, src, _, _ in part]
-            seqs = [seq for _, _, seq, _ in part]
-            for lo, hi, block in columnar_bucket.line_blocks(sources, seqs, lines, bucket, buckets):
+        for start in range(lo, hi, columnar_bucket.MAX_STRETCH):  # bounded: a load's stretch is 250k lines
+            end = min(hi, start + columnar_bucket.MAX_STRETCH)
+            lines = cols.recs[start:end]
+            if None in lines:  # a record without a value
+                lines = [rec or b"" for rec in lines]
+            blocks = columnar_bucket.line_blocks(cols.srcs[start:end], cols.seqs[start:end], lines, bucket, buckets)
+            for block_lo, block_hi, block in blocks:
                 if block is None:
-                    yield from _records(bucket, buckets, iter(part[lo:hi]), counts, quarantined)
+                    yield from _records(
+                        bucket, buckets, cols.slice(start + block_lo, start + block_hi), counts, quarantined
+                    )
                 else:
                     yield block
 

@@ -140,7 +140,7 @@ def line_blocks(
         certain &= pids != 0
     out: list[tuple[int, int, LineBlock | None]] = []
     seq_array = np.array(seqs, dtype=np.int64)
-    for lo, hi in _stretches(certain):
+    for lo, hi in stretches(certain):
         if certain[lo]:
             picked = np.arange(lo, hi, dtype=np.int64)
             out.append((lo, hi, LineBlock(parsed, picked, lines[lo:hi], sources[lo:hi], seq_array[lo:hi])))
@@ -167,7 +167,7 @@ def journal_items(entries: list[Any]) -> list[Any]:
         lines = [line for _, _, line in entries[i:j]]
         parsed = parse_partition_lines(lines)
         blocks = parsed.certain & (parsed.column("partitionId").fill_null(0).to_numpy(zero_copy_only=False) != 0)
-        for lo, hi in _stretches(blocks):
+        for lo, hi in stretches(blocks):
             if blocks[lo]:
                 picked = np.arange(lo, hi, dtype=np.int64)
                 seq_array = np.array(seqs[lo:hi], dtype=np.int64)
@@ -178,7 +178,7 @@ def journal_items(entries: list[Any]) -> list[Any]:
     return items
 
 
-def _stretches(flags: np.ndarray) -> list[tuple[int, int]]:
+def stretches(flags: np.ndarray) -> list[tuple[int, int]]:
     """(start, end) of the runs of equal values of ``flags``."""
     edges = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
     return list(pairwise([0, *edges.tolist(), len(flags)]))

@@ -775,4 +775,4 @@ def test_state_stage_orders_rows_as_the_merge_of_its_sources(rows: list[tuple], 
             "rec": [f"line {i}".encode() for i in range(len(rows))],
         }
     )
-    assert list(bucket_module._ordered_rows(frame)) == _merge_reference(frame)
+    assert list(bucket_module._ordered_rows(frame)) == [(int(k), *rest) for k, *rest in _merge_reference(frame)]
