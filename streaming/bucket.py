@@ -247,14 +247,14 @@ def _merged_rows(pdf: Any) -> Iterator[Row]:
     return ((k, src, seq, r) for _, k, src, seq, r in merged)
 
 
-def process_bucket(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) -> dict[str, Any]:
+def process_bucket(bucket: int, buckets: int, rows: Iterable[Row], bs: BucketState) -> dict[str, Any]:
     """Apply one micro-batch's rows to a bucket and return its output payload (plain JSON-able dict; the changed
     partitions as domain rows, ``state.partition_row``: no documents, the store rebuilds those on read)."""
     quarantined = apply_rows(bucket, buckets, rows, bs)
     return bucket_payload(bucket, bs, quarantined)
 
 
-def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) -> list[Any]:
+def apply_rows(bucket: int, buckets: int, rows: Iterable[Row], bs: BucketState) -> list[Any]:
     """Apply the rows in order to the bucket's state, journal its records, count what this bucket reports (its
     partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records.
 
@@ -295,7 +295,7 @@ def apply_rows(bucket: int, buckets: int, rows: Iterator[Row], bs: BucketState) 
 
 
 def _items(
-    bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
+    bucket: int, buckets: int, rows: Iterable[Row], counts: PipelineCounts, quarantined: list[Any]
 ) -> Iterator[Any]:
     """`_records` for the columnar engine: a stretch of lines the JVM placed here (`KIND_RAW`; the event topic's
     partitions interleaved in metadata-offset order) is parsed as columns (`columnar_bucket.line_blocks`), its
@@ -325,7 +325,7 @@ def _items(
 
 
 def _records(
-    bucket: int, buckets: int, rows: Iterator[Row], counts: PipelineCounts, quarantined: list[Any]
+    bucket: int, buckets: int, rows: Iterable[Row], counts: PipelineCounts, quarantined: list[Any]
 ) -> Iterator[tuple[bytes, Record, bool]]:
     """The records of ``rows`` this bucket applies, in order, as (encoded, record, whether this bucket reports it:
     `routing.reporter`); what is not one (bad lines, skipped types, errors, records of another bucket) is counted
@@ -435,7 +435,7 @@ def run_bucket(
     bucket: int,
     settings: StateSettings,
     row: tuple[str, bytes] | None,
-    rows: Iterator[Row],
+    rows: Iterable[Row],
     n_rows: int,
     cache: dict[int, tuple[str, BucketState]] | None = None,
 ) -> tuple[str, bytes, list[bytes]]:

@@ -121,9 +121,8 @@ def route_in_jvm(events: Any, buckets: int) -> Any:
     A partition record whose type, topic id and partition id (> 0) the JVM's JSON reader found goes to
     ``crc32("<topicId>:<partitionId>") % buckets`` (``routing.bucket_of``) as `KIND_RAW`; every other line (other
     types, partition 0, anything malformed or in kafka-dump-log's text form) goes to every bucket as
-    `KIND_RAW_BROADCAST`,
-    and each bucket parses it and applies only what it owns (``bucket.apply_rows``). Same columns as
-    `ROUTED_SCHEMA`; ``rec`` is the raw line.
+    `KIND_RAW_BROADCAST`, and each bucket parses it and applies only what it owns (``bucket.apply_rows``). Same
+    columns as `ROUTED_SCHEMA`; ``rec`` is the raw line.
     """
     from pyspark.sql import functions as F
 
