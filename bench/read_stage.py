@@ -7,9 +7,15 @@ in Spark SQL), then
   ``applyInPandasWithState`` with a function that only counts its rows (a tiny state) → ``foreachBatch`` collecting
   the result on the driver. A batch's ``triggerExecution`` is then the floor under the job's own batch for the same
   records (printed with its ratio to the storm's 2 s target). Local mode, 2 cores.
+* ``--stages live``: the same stages as one query running with the job's storm trigger (250 ms, as
+  ``bench/streaming.py`` runs the job), the storms published while it runs, as ``bench/streaming.py`` publishes
+  them (Kafka's ConsoleProducer, started ahead); from each storm's last acknowledged record to the end of the
+  ``foreachBatch`` that holds its last row. That is Spark's own share of the job's "storm → gauges" (the first
+  storm, which warms the JVM and the Python worker, apart), a storm straddling triggers included.
 
     python bench/read_stage.py --source kafka-native --jit c1     # then --jit c2, interleaved, several times
     python bench/read_stage.py --stages batch                      # Spark's share of a storm batch
+    python bench/read_stage.py --stages live                       # Spark's share of storm -> gauges
     python bench/read_stage.py --source kafka --bootstrap-servers HOST:PORT   # an existing broker
 
 Without ``--bootstrap-servers`` it starts a 1-broker Kafka (devtools/kafka_cluster.py). Two queries, one Spark
@@ -107,6 +113,82 @@ def run_query(
     return seen[:batches]
 
 
+def run_live(
+    spark, options: dict[str, str], checkpoint: str, bootstrap: str, topic: str, storms: list[list[bytes]]
+) -> list[tuple[float, list[int]]]:
+    """For each storm (published while the ``--stages batch`` query runs with a 250 ms trigger): (seconds from its
+    last acknowledged record to the end of the foreachBatch holding its last row, the routed rows of each batch it
+    took). The first storm also learns how many routed rows a storm makes."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    events = route_in_jvm(read_stream(spark, "kafka-native", options), BUCKETS)
+    counted = events.groupBy("bucket").applyInPandasWithState(
+        count_rows, "bucket int, rows long", "rows long", "append", GroupStateTimeout.NoTimeout
+    )
+    finished: list[tuple[float, int]] = []  # (monotonic end of the sink, routed rows) of each non-empty batch
+
+    def sink(frame, _batch_id: int) -> None:
+        rows = sum(row["rows"] for row in frame.collect())
+        if rows:
+            finished.append((time.monotonic(), rows))
+
+    running = (
+        counted.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="250 milliseconds")
+        .start()
+    )
+
+    def wait_quiet(seconds: float = 3.0) -> None:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            if running.exception() is not None:
+                raise RuntimeError(str(running.exception()))
+            last = finished[-1][0] if finished else 0.0
+            if time.monotonic() - last >= seconds:
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the query did not go quiet in 900 s")
+
+    results: list[tuple[float, list[int]]] = []
+    per_storm = 0
+    try:
+        wait_quiet()
+        for index, lines in enumerate(storms):
+            producer = JvmProducer(bootstrap, topic)
+            time.sleep(3)  # the producer's JVM starts ahead of its burst, as in bench/streaming.py
+            start = len(finished)
+            _, _, t_last = producer.send(lines)
+            if index == 0:
+                deadline = time.monotonic() + 900
+                while len(finished) == start:  # its first batch, then no batch for 3 s
+                    if running.exception() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"the first storm made no batch: {running.exception()}")
+                    time.sleep(0.05)
+                wait_quiet()
+                per_storm = sum(rows for _, rows in finished[start:])
+                continue
+            deadline = time.monotonic() + 900
+            while sum(rows for _, rows in finished[start:]) < per_storm:
+                if running.exception() is not None:
+                    raise RuntimeError(str(running.exception()))
+                if time.monotonic() > deadline:
+                    raise TimeoutError("a storm's rows did not all arrive in 900 s")
+                time.sleep(0.02)
+            done, taken, seen = 0.0, [], 0
+            for when, rows in finished[start:]:
+                taken.append(rows)
+                seen += rows
+                if seen >= per_storm:
+                    done = when
+                    break
+            results.append((done - t_last, taken))
+            wait_quiet()
+    finally:
+        running.stop()
+    return results
+
+
 def summary(label: str, batches: list[tuple[int, int, int]], stages: str = "read") -> None:
     what = "read stage" if stages == "read" else "addBatch"
     for rows, ms, trigger_ms in batches:
@@ -121,12 +203,60 @@ def summary(label: str, batches: list[tuple[int, int, int]], stages: str = "read
             print(f"storm: Spark alone, ratio of the median to the 2 s target {median / 2000:.2f}", flush=True)
 
 
+def spark_session(jars: list[str], jit: str, shuffle_partitions: int):
+    """Local[2] Spark as the job runs it locally: C1 only (``--jit c1``), RocksDB state with changelog checkpoints."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.driver.extraJavaOptions", QUICK_START_OPTIONS if jit == "c1" else "")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: list[bytes], topic: str, work: str):
+    """``--stages live``: storms and single records published while the query runs; each one's latency."""
+    create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
+    spark = spark_session(jars, args.jit, 1)
+    print(
+        f"kafka-native, JIT {args.jit}, stages live (trigger 250 ms), {len(lines):,} records a storm, "
+        f"{args.event_partitions} event-topic partitions, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", "topic": topic}
+    results = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines] * args.storms)
+    for seconds, taken in results:
+        print(f"  storm: {seconds:.2f} s after its last record, batches of {taken} routed rows", flush=True)
+    latencies = [seconds for seconds, _ in results]
+    median = statistics.median(latencies)
+    print(
+        f"storm (live): Spark alone, last record -> sink min {min(latencies):.2f} s, median {median:.2f} s", flush=True
+    )
+    print(f"storm (live): Spark alone, ratio of the median to the 2 s target {median / 2:.2f}", flush=True)
+    floors = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines[:1]] * args.floor_batches)
+    floor = statistics.median(seconds for seconds, _ in floors)
+    print(f"floor (live): one record -> sink median {floor:.2f} s", flush=True)
+    print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
+    spark.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("kafka", "kafka-native"), default="kafka-native")
     ap.add_argument("--jit", choices=("c1", "c2"), default="c1", help="c1: as the job runs (C1 only)")
     ap.add_argument(
-        "--stages", choices=("read", "batch"), default="read", help="read: the read stage; batch: the job's stages"
+        "--stages",
+        choices=("read", "batch", "live"),
+        default="read",
+        help="read: the read stage; batch: the job's stages; live: the job's stages, storms published while it runs",
     )
     ap.add_argument("--bootstrap-servers", help="an existing broker (default: start a 1-broker Kafka)")
     ap.add_argument("--partitions", type=int, default=1_000_000, help="metadata partitions of the storm's cluster")
@@ -147,6 +277,11 @@ def main() -> None:
     try:
         lines = storm_lines(args.partitions, args.storm_partitions)
         tag = uuid.uuid4().hex[:8]
+        if args.stages == "live":
+            if args.source != "kafka-native":
+                raise SystemExit("--stages live runs the job's default source, kafka-native")
+            live_main(args, jars, bootstrap, lines, f"live-{tag}", work)
+            return
         storm_topic, floor_topic = f"read-stage-storm-{tag}", f"read-stage-floor-{tag}"
         for topic in (storm_topic, floor_topic):
             create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
@@ -155,22 +290,8 @@ def main() -> None:
         floor_records = args.event_partitions * args.floor_batches
         JvmProducer(bootstrap, floor_topic).send(lines[:: max(1, len(lines) // floor_records)][:floor_records])
 
-        from pyspark.sql import SparkSession
-
-        java_options = QUICK_START_OPTIONS if args.jit == "c1" else ""
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.jars", ",".join(jars))
-            .config("spark.driver.extraJavaOptions", java_options)
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            # --stages batch: one state task and the state store, as the job runs locally (streaming/query.py)
-            .config("spark.sql.shuffle.partitions", "1" if args.stages == "batch" else str(BUCKETS))
-            .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        # --stages batch: one state task and the state store, as the job runs locally (streaming/query.py)
+        spark = spark_session(jars, args.jit, 1 if args.stages == "batch" else BUCKETS)
         print(
             f"{args.source}, JIT {args.jit}, stages {args.stages}, {len(lines):,} records a storm, {args.event_partitions} event-topic "
             f"partitions, load {os.getloadavg()[0]:.1f}",
