@@ -280,6 +280,8 @@ def main() -> None:
         if args.stages == "live":
             if args.source != "kafka-native":
                 raise SystemExit("--stages live runs the job's default source, kafka-native")
+            if args.storms < 2 or args.floor_batches < 2:
+                raise SystemExit("--stages live needs --storms and --floor-batches of 2 or more (the first warms up)")
             live_main(args, jars, bootstrap, lines, f"live-{tag}", work)
             return
         storm_topic, floor_topic = f"read-stage-storm-{tag}", f"read-stage-floor-{tag}"
