@@ -75,6 +75,15 @@ def count_rows(key: tuple, frames, state):
     yield pd.DataFrame({"bucket": [int(key[0])], "rows": [rows]})
 
 
+def counted_by_bucket(events):
+    """The job's state stage without elrwatch's state: ``groupBy(bucket)`` → ``applyInPandasWithState(count_rows)``."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    return events.groupBy("bucket").applyInPandasWithState(
+        count_rows, "bucket int, rows long", "rows long", "append", GroupStateTimeout.NoTimeout
+    )
+
+
 def run_query(
     spark, source: str, options: dict[str, str], batches: int, checkpoint: str, stages: str = "read"
 ) -> list[tuple[int, int, int]]:
@@ -84,12 +93,7 @@ def run_query(
     else:
         events = route_in_jvm(read_stream(spark, source, options), BUCKETS)
     if stages == "batch":
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
-        counted = events.groupBy("bucket").applyInPandasWithState(
-            count_rows, "bucket int, rows long", "rows long", "append", GroupStateTimeout.NoTimeout
-        )
-        query = counted.writeStream.foreachBatch(lambda frame, _batch_id: frame.collect())
+        query = counted_by_bucket(events).writeStream.foreachBatch(lambda frame, _batch_id: frame.collect())
     else:
         query = events.writeStream.format("noop")
     query = query.option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds")
@@ -119,12 +123,7 @@ def run_live(
     """For each storm (published while the ``--stages batch`` query runs with a 250 ms trigger): (seconds from its
     last acknowledged record to the end of the foreachBatch holding its last row, the routed rows of each batch it
     took). The first storm also learns how many routed rows a storm makes."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    events = route_in_jvm(read_stream(spark, "kafka-native", options), BUCKETS)
-    counted = events.groupBy("bucket").applyInPandasWithState(
-        count_rows, "bucket int, rows long", "rows long", "append", GroupStateTimeout.NoTimeout
-    )
+    counted = counted_by_bucket(route_in_jvm(read_stream(spark, "kafka-native", options), BUCKETS))
     finished: list[tuple[float, int]] = []  # (monotonic end of the sink, routed rows) of each non-empty batch
 
     def sink(frame, _batch_id: int) -> None:
