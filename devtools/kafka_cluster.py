@@ -117,6 +117,15 @@ class AdminCallError(ClusterError):
     polls on through it, unlike other cluster errors (a node that died)."""
 
 
+class _MetadataLag(Exception):
+    """A broker answered UNKNOWN_TOPIC_OR_PARTITION for a topic this cluster created: its metadata cache has not
+    caught up with the controller yet (the admin client may ask another broker than the previous request did)."""
+
+
+#: Kafka's error code for a topic that a broker's metadata does not (yet) hold.
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
 #: SASL mechanisms the harness's SCRAM listener can enable (credentials added at format time).
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -348,6 +357,8 @@ class KafkaCluster:
         if listener_security is not None:
             listener_security.setdefault("port", free_port())
         self._admin = None
+        #: Topics created through `create_topic`: a broker that does not know one lags the controller.
+        self._created_topics: set[str] = set()
         KafkaCluster._live.add(self)
 
     # ------------------------------------------------------------------ layout
@@ -767,7 +778,8 @@ class KafkaCluster:
             self._admin = None
 
     def _admin_call(self, fn: Callable[[Any], Any], what: str, timeout: float = 20.0) -> Any:
-        """Run an admin call, retrying on connection errors (a broker just died) within ``timeout``."""
+        """Run an admin call, retrying on connection errors (a broker just died) and on a broker whose metadata lags
+        (`_MetadataLag`) within ``timeout``."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
@@ -775,6 +787,10 @@ class KafkaCluster:
                 return fn(self.admin())
             except ClusterError:
                 raise
+            except _MetadataLag as exc:  # the answering broker catches up within moments: ask again
+                last = exc
+                time.sleep(0.2)
+                continue
             except Exception as exc:  # kafka-python raises many kinds while brokers come and go
                 if _is_final_answer(exc):  # the cluster's answer (e.g. an invalid assignment): no retry
                     raise ClusterError(f"{what} failed: {exc!r}") from exc
@@ -809,7 +825,8 @@ class KafkaCluster:
         cursor = None
         while True:
             page = self._admin_call(
-                lambda a, c=cursor: a.describe_topic_partitions(topics, page_size, c), "DescribeTopicPartitions"
+                lambda a, c=cursor: self._known(a.describe_topic_partitions(topics, page_size, c)),
+                "DescribeTopicPartitions",
             )
             for topic in page["topics"]:
                 if topic.get("error_code", 0):
@@ -831,6 +848,19 @@ class KafkaCluster:
             if not cursor:
                 return out
 
+    def _known(self, answer: Any) -> Any:
+        """``answer`` (a DescribeTopicPartitions page or a Metadata topic list), unless it says that a topic this
+        cluster created is unknown: then `_MetadataLag`, which `_admin_call` retries."""
+        topics = answer["topics"] if isinstance(answer, dict) else answer
+        lagging = sorted(
+            t.get("name")
+            for t in topics
+            if t.get("error_code") == UNKNOWN_TOPIC_OR_PARTITION and t.get("name") in self._created_topics
+        )
+        if lagging:
+            raise _MetadataLag(f"a broker does not know the created topic(s) {', '.join(lagging)} yet")
+        return answer
+
     def has_api(self, api_key: int) -> bool:
         """Whether the brokers advertise this API (ApiVersions)."""
         # kafka-python's api_versions() maps keys onto its ApiKey enum and fails on one it does not know (Kafka 4.4
@@ -842,7 +872,7 @@ class KafkaCluster:
         """`describe_topic_partitions`' answer from a Metadata request (a leaderless partition's error is
         LEADER_NOT_AVAILABLE, with its replicas and ISR)."""
         out: dict[tuple[str, int], dict] = {}
-        for topic in self._admin_call(lambda a: a.describe_topics(topics), "Metadata"):
+        for topic in self._admin_call(lambda a: self._known(a.describe_topics(topics)), "Metadata"):
             if topic.get("error_code", 0):
                 raise ClusterError(f"Metadata: topic {topic.get('name')} error {topic['error_code']}")
             for p in topic["partitions"]:
@@ -882,6 +912,7 @@ class KafkaCluster:
         else:
             topic = NewTopic(name, partitions, replication_factor, topic_configs=configs or {})
         self._admin_call(lambda a: a.create_topics([topic]), f"CreateTopics {name}")
+        self._created_topics.add(name)
         if wait:
             expected = len(replica_assignment) if replica_assignment else partitions
             self.wait_for(lambda: self._topic_ready(name, expected), f"topic {name} has leaders")

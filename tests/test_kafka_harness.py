@@ -183,3 +183,46 @@ def test_a_version_or_mode_the_harness_does_not_run_fails_at_once(tmp_path):
         r"tools/kafka-3.9.1/pom.xml",
     ):
         KafkaCluster(brokers=1, version="3.9.1", libs=tmp_path)
+
+
+class _LaggingAdmin:
+    """A stand-in admin client whose first ``lagging`` DescribeTopicPartitions answers do not know the topic, the
+    way a broker whose metadata cache lags the controller answers right after a topic was created."""
+
+    def __init__(self, lagging: int) -> None:
+        self.lagging = lagging
+        self.calls = 0
+        self._manager = type("Manager", (), {"broker_version_data": type("V", (), {"api_versions": {75: (0, 0)}})})
+
+    def describe_topic_partitions(self, topics: list[str], page_size: int, cursor: object) -> dict:
+        self.calls += 1
+        if self.calls <= self.lagging:
+            return {"topics": [{"name": t, "error_code": 3, "partitions": []} for t in topics]}
+        partition = {"partition_index": 0, "leader_id": 2, "leader_epoch": 0, "replica_nodes": [2, 3],
+                     "isr_nodes": [2, 3]}  # fmt: skip
+        return {"topics": [{"name": t, "topic_id": "id", "partitions": [partition]} for t in topics]}
+
+
+def _cluster_asking(admin: _LaggingAdmin, tmp_path: Path) -> KafkaCluster:
+    cluster = KafkaCluster(brokers=1, base_dir=tmp_path)
+    cluster.admin = lambda: admin  # type: ignore[method-assign]
+    return cluster
+
+
+def test_a_broker_that_does_not_know_a_created_topic_yet_is_asked_again(tmp_path):
+    admin = _LaggingAdmin(lagging=2)
+    cluster = _cluster_asking(admin, tmp_path)
+    cluster._created_topics.add("solo")
+    described = cluster.describe_topic_partitions(["solo"])
+    assert described[("solo", 0)]["isr"] == [2, 3]
+    assert admin.calls == 3
+
+
+def test_a_topic_the_cluster_never_created_is_an_error_at_once(tmp_path):
+    admin = _LaggingAdmin(lagging=1)
+    cluster = _cluster_asking(admin, tmp_path)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="topic solo error 3"):
+        cluster.describe_topic_partitions(["solo"])
+    assert admin.calls == 1
+    assert time.monotonic() - started < FAIL_FAST_S
