@@ -359,7 +359,11 @@ def poll_view(
             name = entry["name"]
             if entry.get("error_code", 0):
                 if entry["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
-                    on_error("topic_deleted", f"topic {name} was deleted while it was being described")
+                    on_error(
+                        "topic_deleted",
+                        f"topic {name} is unknown to the answering broker (deleted during the poll, or that broker's "
+                        "metadata lags the controller): its last state is kept",
+                    )
                 else:
                     on_error("topic_error", f"topic {name}: DescribeTopicPartitions error {entry['error_code']}")
                 broken.add(name)
@@ -416,7 +420,11 @@ def poll_view(
                 raise PollError("config_error", f"DescribeConfigs of the cluster default failed: error {error}")
             view.cluster_configs = values
         elif error == UNKNOWN_TOPIC_OR_PARTITION:
-            on_error("topic_deleted", f"topic {name} was deleted before its configs were described")
+            on_error(
+                "topic_deleted",
+                f"topic {name} is unknown to the broker describing its configs (deleted during the poll, or that "
+                "broker's metadata lags the controller): its last configs are kept",
+            )
             if name in old_configs:
                 view.topic_configs[name] = old_configs[name]
         elif error:
