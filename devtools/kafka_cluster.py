@@ -122,10 +122,6 @@ class _MetadataLag(Exception):
     caught up with the controller yet (the admin client may ask another broker than the previous request did)."""
 
 
-#: Kafka's error code for a topic that a broker's metadata does not (yet) hold.
-UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
 #: SASL mechanisms the harness's SCRAM listener can enable (credentials added at format time).
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -851,11 +847,13 @@ class KafkaCluster:
     def _known(self, answer: Any) -> Any:
         """``answer`` (a DescribeTopicPartitions page or a Metadata topic list), unless it says that a topic this
         cluster created is unknown: then `_MetadataLag`, which `_admin_call` retries."""
+        from kafka.errors import UnknownTopicOrPartitionError
+
         topics = answer["topics"] if isinstance(answer, dict) else answer
         lagging = sorted(
             t.get("name")
             for t in topics
-            if t.get("error_code") == UNKNOWN_TOPIC_OR_PARTITION and t.get("name") in self._created_topics
+            if t.get("error_code") == UnknownTopicOrPartitionError.errno and t.get("name") in self._created_topics
         )
         if lagging:
             raise _MetadataLag(f"a broker does not know the created topic(s) {', '.join(lagging)} yet")

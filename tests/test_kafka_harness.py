@@ -194,6 +194,9 @@ class _LaggingAdmin:
         self.calls = 0
         self._manager = type("Manager", (), {"broker_version_data": type("V", (), {"api_versions": {75: (0, 0)}})})
 
+    def create_topics(self, topics: list[object]) -> None:
+        pass
+
     def describe_topic_partitions(self, topics: list[str], page_size: int, cursor: object) -> dict:
         self.calls += 1
         if self.calls <= self.lagging:
@@ -212,7 +215,7 @@ def _cluster_asking(admin: _LaggingAdmin, tmp_path: Path) -> KafkaCluster:
 def test_a_broker_that_does_not_know_a_created_topic_yet_is_asked_again(tmp_path):
     admin = _LaggingAdmin(lagging=2)
     cluster = _cluster_asking(admin, tmp_path)
-    cluster._created_topics.add("solo")
+    cluster.create_topic("solo", replica_assignment={0: [2, 3]}, wait=False)
     described = cluster.describe_topic_partitions(["solo"])
     assert described[("solo", 0)]["isr"] == [2, 3]
     assert admin.calls == 3
