@@ -657,7 +657,7 @@ def advise(cluster: ClusterState, topic_name: str, partition_id: int, strategy: 
     topic = cluster.topic_by_name(topic_name) or cluster.topics.get(topic_name)
     if topic is None:
         raise KeyError(f"unknown topic {topic_name!r}")
-    partition = topic.partitions.get(partition_id)
+    partition = cluster.partition(topic.topic_id, partition_id)
     if partition is None:
         raise KeyError(f"unknown partition {topic.name}-{partition_id}")
     view_outlook, view_recommendation = partition_advice(cluster, topic, partition, strategy)

@@ -255,21 +255,24 @@ def decode_gauges(rows: Iterable[Any]) -> Gauges:
     return {(name, tuple((label, value) for label, value in labels)): value for name, labels, value in rows}
 
 
-def candidate_known_partitions(cluster: Any) -> int:
+def candidate_known_partitions(
+    image: Any, log_info: Mapping[tuple[str, int], Mapping[int, Mapping[str, Any]]], partition: Any
+) -> int:
     """Leaderless partitions flagged unclean recovery or manual election with current log info from at least one
-    live replica (looks only at the partitions some replica reported on)."""
+    live replica (looks only at the partitions some replica reported on). ``partition(topic_id, partition_id)``: the
+    store's partition or None."""
     known = 0
-    for (topic_id, partition_id), infos in cluster.log_info.items():
-        topic = cluster.topics.get(topic_id)
-        p = topic.partitions.get(partition_id) if topic is not None else None
+    brokers = image.brokers
+    for (topic_id, partition_id), infos in log_info.items():
+        p = partition(topic_id, partition_id)
         if p is None or p.leader >= 0 or not p.flags & (F_UNCLEAN_RECOVERY | F_MANUAL):
             continue
         for broker_id, info in infos.items():
-            broker = cluster.brokers.get(broker_id)
+            broker = brokers.by_id.get(broker_id)
             if (
                 broker_id in p.replicas
                 and broker is not None
-                and cluster.is_active(broker_id)
+                and brokers.is_active(broker_id)
                 and info.get("brokerEpoch") == broker.epoch
             ):
                 known += 1
@@ -278,31 +281,47 @@ def candidate_known_partitions(cluster: Any) -> int:
 
 
 def partition_gauges(cluster: Any) -> Gauges:
-    """Gauges over the cluster's owned partitions; summing these over buckets gives the cluster's values."""
-    flags = cluster.flag_counts
+    """Gauges over the cluster's own partitions (a bucket's); summing these over buckets gives the cluster's."""
+    return cluster.partitions.gauges()
+
+
+def counted_partition_gauges(
+    image: Any,
+    *,
+    flags: Mapping[int, int],
+    electable: Iterable[int],
+    statuses: Mapping[str, int],
+    partitions: int,
+    violations: Mapping[str, int],
+    insight_counts: Mapping[Any, int],
+    counters: Mapping[str, int],
+    candidate_known: int,
+) -> Gauges:
+    """The partition gauges from what a store counted: partitions per flag bit (``flags``), with 0, 1, 2 and 3+
+    live electable replicas, per status, per violation kind, the insight counters, the election counters and the
+    leaderless partitions whose best replica is known (`candidate_known_partitions`)."""
     out: Gauges = {
-        key("elrwatch_global_under_min_isr_partitions"): flags[F_UNDER_MIN_ISR],
-        key("elrwatch_at_min_isr_partitions"): flags[F_AT_MIN_ISR],
-        key("elrwatch_offline_partitions"): flags[F_LEADERLESS],
-        key("elrwatch_unclean_recovery_partitions"): flags[F_UNCLEAN_RECOVERY],
-        key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known_partitions(cluster),
-        key("elrwatch_manual_leader_election_required_partitions"): flags[F_MANUAL],
-        key("elrwatch_recovering_partitions"): flags[F_RECOVERING],
-        key("elrwatch_last_replica_standing_partitions"): flags[F_LAST_REPLICA_STANDING],
-        key("elrwatch_partition_count"): cluster.partition_count,
+        key("elrwatch_global_under_min_isr_partitions"): flags.get(F_UNDER_MIN_ISR, 0),
+        key("elrwatch_at_min_isr_partitions"): flags.get(F_AT_MIN_ISR, 0),
+        key("elrwatch_offline_partitions"): flags.get(F_LEADERLESS, 0),
+        key("elrwatch_unclean_recovery_partitions"): flags.get(F_UNCLEAN_RECOVERY, 0),
+        key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known,
+        key("elrwatch_manual_leader_election_required_partitions"): flags.get(F_MANUAL, 0),
+        key("elrwatch_recovering_partitions"): flags.get(F_RECOVERING, 0),
+        key("elrwatch_last_replica_standing_partitions"): flags.get(F_LAST_REPLICA_STANDING, 0),
+        key("elrwatch_partition_count"): partitions,
     }
-    for label, count in zip(ELECTABLE_LABELS, cluster.electable_counts, strict=True):
+    for label, count in zip(ELECTABLE_LABELS, electable, strict=True):
         out[key("elrwatch_electable_leaders_partitions", live_electable=label)] = count
     for status in STATUSES:
-        out[key("elrwatch_partitions", status=status)] = cluster.status_counts[status]
+        out[key("elrwatch_partitions", status=status)] = statuses.get(status, 0)
     for kind in VIOLATION_KINDS:
-        out[key("elrwatch_invariant_violations", kind=kind)] = cluster.violation_counts[kind]
-    out.update(insight_gauges(cluster))
-    counters = cluster.counters
-    out[key("elrwatch_unclean_recovery_finished_total")] = counters["unclean_recovery_finished"]
-    out[key("elrwatch_elr_elections_total")] = counters["elr_elections"]
-    out[key("elrwatch_unclean_elections_total")] = counters["unclean_elections"]
-    out[key("elrwatch_last_known_leader_elections_total")] = counters["last_known_leader_elections"]
+        out[key("elrwatch_invariant_violations", kind=kind)] = violations.get(kind, 0)
+    out.update(insight_gauges(image, insight_counts))
+    out[key("elrwatch_unclean_recovery_finished_total")] = counters.get("unclean_recovery_finished", 0)
+    out[key("elrwatch_elr_elections_total")] = counters.get("elr_elections", 0)
+    out[key("elrwatch_unclean_elections_total")] = counters.get("unclean_elections", 0)
+    out[key("elrwatch_last_known_leader_elections_total")] = counters.get("last_known_leader_elections", 0)
     return out
 
 
@@ -320,17 +339,18 @@ BROKER_GAUGES = {
 }
 
 
-def insight_gauges(cluster: Any) -> Gauges:
+def insight_gauges(image: Any, counts: Mapping[Any, int]) -> Gauges:
     """The owned partitions' per-broker, per-topic and per-cause gauges (part of `partition_gauges`, summed over
-    buckets): one series per registered broker (0 included), one per topic with a non-zero count, all causes."""
-    counts = cluster.insight_counts
+    buckets) from their insight counters: one series per registered broker (0 included), one per topic with a
+    non-zero count, all causes."""
     out: Gauges = {}
-    for broker_id in sorted(cluster.brokers):
-        if cluster.brokers[broker_id].registered:
+    brokers = image.brokers.by_id
+    for broker_id in sorted(brokers):
+        if brokers[broker_id].registered:
             label = str(broker_id)
             for kind, name in BROKER_GAUGES.items():
                 out[key(name, broker=label)] = counts.get((kind, broker_id), 0)
-    topics = cluster.topics
+    topics = image.topics.by_id
     per_topic = []
     for (kind, subject), value in counts.items():
         topic_gauge = TOPIC_GAUGES.get(kind)

@@ -166,13 +166,14 @@ def recount(cluster: Any) -> tuple[dict[tuple[str, int], Contribution], Counter[
     active = {b.broker_id for b in cluster.brokers.values() if b.active}
     parts: dict[tuple[str, int], Contribution] = {}
     counts: Counter[Any] = Counter()
-    for topic in cluster.topics.values():
-        min_isr = cluster.effective_min_isr(topic)
-        for p in topic.partitions.values():
-            part = contribution(p.replicas, p.isr, p.elr, p.leader, min_isr, causes, active)
-            if part is not None:
-                parts[(topic.topic_id, p.partition_id)] = part
-                apply_delta(counts, topic.topic_id, part, 1)
+    min_isr: dict[str, int] = {}
+    for topic, p in cluster.iter_partitions():
+        if topic.topic_id not in min_isr:
+            min_isr[topic.topic_id] = cluster.effective_min_isr(topic)
+        part = contribution(p.replicas, p.isr, p.elr, p.leader, min_isr[topic.topic_id], causes, active)
+        if part is not None:
+            parts[(topic.topic_id, p.partition_id)] = part
+            apply_delta(counts, topic.topic_id, part, 1)
     return parts, counts
 
 

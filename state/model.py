@@ -205,33 +205,24 @@ class BrokerState:
 TOPIC_FIELDS: Final = (
     "topic_id",
     "name",
-    "partitions",
-    "configs",
     "last_offset",
 )
 
 
 @dataclass(slots=True)
 class TopicState:
-    """A topic: name <-> id, its dynamic configs, and its partitions by id."""
+    """A topic: its id, its name and the metadata offset of the record that created it. (Its configs are the
+    image's, `image.configs.Configs`; its partitions the partition store's.)"""
 
     topic_id: str
     name: str
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
-    configs: dict[str, str] = field(default_factory=dict)
     last_offset: int | None = None
 
-    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
-    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
     def __getstate__(self) -> list[object]:
         return [getattr(self, name) for name in TOPIC_FIELDS]
 
     def __setstate__(self, state: list[object]) -> None:
+        if len(state) == 5:  # the older form: (topic_id, name, partitions, configs, last_offset)
+            state = [state[0], state[1], state[4]]
         for name, value in zip(TOPIC_FIELDS, state, strict=True):
             setattr(self, name, value)
-
-    @property
-    def replication_factor(self) -> int:
-        """Replica count of partition 0 (what Kafka uses for the effective min ISR), 0 if unknown."""
-        p0 = self.partitions.get(0)
-        return len(p0.replicas) if p0 is not None else 0

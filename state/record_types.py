@@ -8,8 +8,12 @@ Each `RecordType` says:
   with partition 0 sent to every bucket (`ROUTE_OWNER_P0_EVERY`: each bucket keeps a shadow of partition 0, whose
   replica count sets the effective min ISR), every bucket (`ROUTE_EVERY`), or bucket 0 alone, which counts it
   (`ROUTE_SKIPPED`: Kafka types elrwatch does not apply);
-* its **handler**: the name of the `ClusterState` method that applies it (cluster.py), or a function
-  ``(state, record) -> Outcome | RecordError``; None for a type that is counted and skipped;
+* its **handler**: for a partition's record, one per partition store (`STORES`: the object store, the
+  executable specification, and the columnar store, the runtime; state/partitions/), each the name of the store's
+  method or a function ``(store, record) -> Outcome | RecordError``; for any other record, the image area that
+  applies it and its method, ``"<area>.<method>"`` (state/image/), or a function ``(image, record)``; None for a
+  type that is counted and skipped. A partition type without a handler for every store, or a name its store does
+  not define, is refused when it is registered or when the store is imported (one line naming it);
 * the **producer's key** (`ProducerKey`): which data field keys its Kafka message in ``elrwatch produce`` and the
   bridge, so that the records of one topic, or of one broker, keep their order (`message_key`);
 * whether the **admin bridge** (bridge/admin.py) can derive it from the admin API;
@@ -103,28 +107,46 @@ class ProducerKey:
 BY_TYPE: Final = ProducerKey(KEY_TYPE)
 BY_TOPIC_ID: Final = ProducerKey(KEY_TOPIC_ID, TOPIC_ID)
 
-#: A handler given as a function: ``(ClusterState, Record) -> Outcome | RecordError``.
+#: A handler given as a function: ``(store or image, Record) -> Outcome | RecordError``.
 HandlerFunction = Callable[[Any, Any], Any]
+#: A handler: a method name (``"<area>.<method>"`` for an image area) or a function.
+Handler = str | HandlerFunction
+
+#: The partition stores (state/partitions/): each partition record type names its handler in every one.
+STORE_OBJECTS: Final = "objects"
+STORE_COLUMNAR: Final = "columnar"
+STORES: Final = (STORE_OBJECTS, STORE_COLUMNAR)
+#: The image areas a non-partition type's handler may name (state/image/).
+AREAS: Final = ("features", "brokers", "topics", "configs")
 
 
 @dataclass(frozen=True, slots=True)
 class RecordType:
-    """One record type: its name (Kafka's MetadataRecordType constant), scope, route, the core's handler, the
-    producer's key, whether the admin bridge derives it, and its schema (a ``kafka_schemas/`` file or the spec)."""
+    """One record type: its name (Kafka's MetadataRecordType constant), scope, route, its handler (an image area's,
+    or ``handlers``: one per partition store), the producer's key, whether the admin bridge derives it, and its
+    schema (a ``kafka_schemas/`` file or the spec)."""
 
     name: str
     scope: str
     route: str
-    handler: str | HandlerFunction | None
+    handler: Handler | None = None
     key: ProducerKey = BY_TYPE
     admin_derived: bool = False
     schema_file: str | None = None
     schema: dict[str, Any] | None = None
+    #: A partition type's handler in each partition store (`STORES`).
+    handlers: dict[str, Handler] | None = None
 
     @property
     def applied(self) -> bool:
         """Whether the core applies it (else it is counted and skipped)."""
-        return self.handler is not None
+        return self.handler is not None or self.handlers is not None
+
+    def store_handler(self, store: str) -> Handler:
+        """A partition type's handler in ``store``."""
+        if self.handlers is None or store not in self.handlers:
+            raise KeyError(f"record type {self.name}: no handler for the {store} store")
+        return self.handlers[store]
 
 
 def _check(entry: RecordType) -> None:
@@ -138,9 +160,22 @@ def _check(entry: RecordType) -> None:
         raise ValueError(f"{where}: route {entry.route!r} is not one of {', '.join(ROUTES)}")
     if entry.route in PARTITION_ROUTES and entry.scope != SCOPE_PARTITION:
         raise ValueError(f"{where}: only a partition's records route to its bucket")
-    if (entry.handler is None) != (entry.route == ROUTE_SKIPPED):
+    if entry.applied == (entry.route == ROUTE_SKIPPED):
         raise ValueError(f"{where}: a type without a handler is skipped (route {ROUTE_SKIPPED!r}), and only then")
-    if entry.handler is not None and (entry.schema_file is None) == (entry.schema is None):
+    if entry.scope == SCOPE_PARTITION and entry.applied:
+        if entry.handler is not None or entry.handlers is None:
+            raise ValueError(f"{where}: a partition's record names a handler per partition store (handlers=...)")
+        missing = [store for store in STORES if store not in entry.handlers]
+        if missing:
+            raise ValueError(f"{where}: no handler for the {' and '.join(missing)} partition store")
+        unknown = sorted(set(entry.handlers) - set(STORES))
+        if unknown:
+            raise ValueError(f"{where}: unknown partition store {', '.join(unknown)} (stores: {', '.join(STORES)})")
+    elif entry.handlers is not None:
+        raise ValueError(f"{where}: only a partition's record has a handler per partition store")
+    elif isinstance(entry.handler, str) and entry.handler.partition(".")[0] not in AREAS:
+        raise ValueError(f"{where}: handler {entry.handler!r} is not '<area>.<method>' of an area ({', '.join(AREAS)})")
+    if entry.applied and (entry.schema_file is None) == (entry.schema is None):
         raise ValueError(f"{where}: an applied type has a schema: a kafka_schemas/ file or the spec, one of them")
     if entry.key.kind not in (KEY_TOPIC_ID, KEY_TOPIC_NAME, KEY_BROKER, KEY_TYPE):
         raise ValueError(f"{where}: unknown producer key kind {entry.key.kind!r}")
@@ -149,7 +184,7 @@ def _check(entry: RecordType) -> None:
 
 
 def _skipped(name: str) -> RecordType:
-    return RecordType(name, SCOPE_CLUSTER, ROUTE_SKIPPED, None)
+    return RecordType(name, SCOPE_CLUSTER, ROUTE_SKIPPED)
 
 
 _PARTITION = SCOPE_PARTITION
@@ -178,8 +213,8 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         PARTITION_RECORD,
         _PARTITION,
         _P0,
-        "_apply_partition_record",
-        BY_TOPIC_ID,
+        handlers={STORE_OBJECTS: "apply_partition_record", STORE_COLUMNAR: "apply_partition_record"},
+        key=BY_TOPIC_ID,
         admin_derived=True,
         schema_file="PartitionRecord.json",
     ),
@@ -187,8 +222,8 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         PARTITION_CHANGE_RECORD,
         _PARTITION,
         _P0,
-        "_apply_partition_change",
-        BY_TOPIC_ID,
+        handlers={STORE_OBJECTS: "apply_partition_change", STORE_COLUMNAR: "apply_partition_change"},
+        key=BY_TOPIC_ID,
         admin_derived=True,
         schema_file="PartitionChangeRecord.json",
     ),
@@ -196,24 +231,24 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         REPLICA_LOG_INFO_RECORD,
         _PARTITION,
         ROUTE_OWNER,
-        "_apply_replica_log_info",
-        BY_TOPIC_ID,
+        handlers={STORE_OBJECTS: "apply_replica_log_info", STORE_COLUMNAR: "apply_replica_log_info"},
+        key=BY_TOPIC_ID,
         schema=REPLICA_LOG_INFO_SCHEMA,
     ),
     RecordType(
         CLEAR_ELR_RECORD,
         SCOPE_TOPIC,
         _EVERY,
-        "_apply_clear_elr",
-        ProducerKey(KEY_TOPIC_NAME, "topicName"),
+        handler="topics.apply_clear_elr",
+        key=ProducerKey(KEY_TOPIC_NAME, "topicName"),
         schema_file="ClearElrRecord.json",
     ),
     RecordType(
         TOPIC_RECORD,
         SCOPE_TOPIC,
         _EVERY,
-        "_apply_topic",
-        ProducerKey(KEY_TOPIC_ID, TOPIC_ID, names_topic="name"),
+        handler="topics.apply_topic",
+        key=ProducerKey(KEY_TOPIC_ID, TOPIC_ID, names_topic="name"),
         admin_derived=True,
         schema_file="TopicRecord.json",
     ),
@@ -221,8 +256,8 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         REMOVE_TOPIC_RECORD,
         SCOPE_TOPIC,
         _EVERY,
-        "_apply_remove_topic",
-        BY_TOPIC_ID,
+        handler="topics.apply_remove_topic",
+        key=BY_TOPIC_ID,
         admin_derived=True,
         schema_file="RemoveTopicRecord.json",
     ),
@@ -230,8 +265,8 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         REGISTER_BROKER_RECORD,
         SCOPE_BROKER,
         _EVERY,
-        "_apply_register_broker",
-        ProducerKey(KEY_BROKER, "brokerId"),
+        handler="brokers.apply_register",
+        key=ProducerKey(KEY_BROKER, "brokerId"),
         admin_derived=True,
         schema_file="RegisterBrokerRecord.json",
     ),
@@ -239,8 +274,8 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         BROKER_REGISTRATION_CHANGE_RECORD,
         SCOPE_BROKER,
         _EVERY,
-        "_apply_broker_change",
-        ProducerKey(KEY_BROKER, "brokerId"),
+        handler="brokers.apply_change",
+        key=ProducerKey(KEY_BROKER, "brokerId"),
         admin_derived=True,
         schema_file="BrokerRegistrationChangeRecord.json",
     ),
@@ -248,8 +283,8 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         UNREGISTER_BROKER_RECORD,
         SCOPE_BROKER,
         _EVERY,
-        "_apply_unregister",
-        ProducerKey(KEY_BROKER, "brokerId"),
+        handler="brokers.apply_unregister",
+        key=ProducerKey(KEY_BROKER, "brokerId"),
         admin_derived=True,
         schema_file="UnregisterBrokerRecord.json",
     ),
@@ -257,24 +292,24 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         FENCE_BROKER_RECORD,
         SCOPE_BROKER,
         _EVERY,
-        "_apply_fence",
-        ProducerKey(KEY_BROKER, "id"),
+        handler="brokers.apply_fence",
+        key=ProducerKey(KEY_BROKER, "id"),
         schema_file="FenceBrokerRecord.json",
     ),
     RecordType(
         UNFENCE_BROKER_RECORD,
         SCOPE_BROKER,
         _EVERY,
-        "_apply_fence",
-        ProducerKey(KEY_BROKER, "id"),
+        handler="brokers.apply_fence",
+        key=ProducerKey(KEY_BROKER, "id"),
         schema_file="UnfenceBrokerRecord.json",
     ),
     RecordType(
         CONFIG_RECORD,
         SCOPE_CLUSTER,  # a topic's, a broker's or the cluster default's config
         _EVERY,
-        "_apply_config",
-        ProducerKey(KEY_TOPIC_NAME, "resourceName", when=("resourceType", RESOURCE_TOPIC)),
+        handler="configs.apply_config",
+        key=ProducerKey(KEY_TOPIC_NAME, "resourceName", when=("resourceType", RESOURCE_TOPIC)),
         admin_derived=True,
         schema_file="ConfigRecord.json",
     ),
@@ -282,7 +317,7 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         FEATURE_LEVEL_RECORD,
         SCOPE_CLUSTER,
         _EVERY,
-        "_apply_feature",
+        handler="features.apply_feature_level",
         admin_derived=True,
         schema_file="FeatureLevelRecord.json",
     ),
@@ -305,6 +340,9 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
 # --- the registry -------------------------------------------------------------------------------------------------
 
 _TYPES: dict[str, RecordType] = {}
+#: Checks every entry must pass besides `_check`: each partition store adds one (it defines the entry's handler),
+#: run for the types registered so far when it is added and for each type registered after.
+_CHECKS: list[Callable[[RecordType], None]] = []
 #: Type name → whether partition 0's records go to every bucket, for the types routed to their partition's bucket
 #: (routing's hot path reads it: one lookup).
 PARTITION_ROUTED: dict[str, bool] = {}
@@ -316,9 +354,19 @@ def register(entry: RecordType) -> None:
     _check(entry)
     if entry.name in _TYPES:
         raise ValueError(f"record type {entry.name!r} is already registered")
+    for check in _CHECKS:
+        check(entry)
     _TYPES[entry.name] = entry
     if entry.route in PARTITION_ROUTES:
         PARTITION_ROUTED[entry.name] = entry.route == ROUTE_OWNER_P0_EVERY
+
+
+def add_check(check: Callable[[RecordType], None]) -> None:
+    """Run ``check`` on every type registered so far and on each one registered later (it raises a one-line
+    ValueError for an entry it refuses; a partition store checks that it defines the entry's handler)."""
+    for entry in _TYPES.values():
+        check(entry)
+    _CHECKS.append(check)
 
 
 def unregister(name: str) -> None:
@@ -341,7 +389,7 @@ def registered() -> tuple[RecordType, ...]:
 
 def applied_names() -> tuple[str, ...]:
     """The types the core applies."""
-    return tuple(entry.name for entry in _TYPES.values() if entry.handler is not None)
+    return tuple(entry.name for entry in _TYPES.values() if entry.applied)
 
 
 def partition_routed_names() -> tuple[str, ...]:

@@ -274,7 +274,7 @@ def _camel(name: str) -> str:
 
 def _entry(type_name: str) -> record_types.RecordType:
     entry = record_types.get(type_name)
-    if entry is None or entry.handler is None:
+    if entry is None or not entry.applied:
         raise KeyError(f"{type_name} is not a record type elrwatch applies (state/record_types.py)")
     return entry
 
@@ -327,7 +327,7 @@ def _all_field_names(type_name: str) -> frozenset[str]:
 
 
 #: The types the core applies that elrwatch ships with (validators_generated.py holds their validators).
-USED_TYPES = frozenset(entry.name for entry in record_types.BUILTIN_TYPES if entry.handler is not None)
+USED_TYPES = frozenset(entry.name for entry in record_types.BUILTIN_TYPES if entry.applied)
 _USED_VERSIONS: dict[str, tuple[int, int]] = {name: schema_versions(name) for name in USED_TYPES}
 
 
@@ -336,7 +336,7 @@ def _versions(type_name: str) -> tuple[int, int] | None:
     versions = _USED_VERSIONS.get(type_name)
     if versions is None:
         entry = record_types.get(type_name)
-        if entry is not None and entry.handler is not None:
+        if entry is not None and entry.applied:
             versions = schema_versions(type_name)
     return versions
 

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.cluster import ClusterState
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.records import DumpReader, Ignored, Record, RecordError, Skipped, parse_envelope
 from elrwatch.state.report import build_document, load_advice
@@ -71,11 +72,10 @@ class PartialInput:
     def note_unregistered_replicas(self, cluster: ClusterState) -> None:
         """Name the brokers that hold replicas of the partitions applied but were never seen registered."""
         known = cluster.brokers
-        for topic in cluster.topics.values():
-            for partition in topic.partitions.values():
-                for broker in partition.replicas:
-                    if broker not in known and broker not in self.brokers:
-                        self._add(self.brokers, broker)
+        for _topic, partition in cluster.iter_partitions():
+            for broker in partition.replicas:
+                if broker not in known and broker not in self.brokers:
+                    self._add(self.brokers, broker)
 
     def message(self) -> str:
         """One line for an operator (stderr)."""

@@ -18,7 +18,8 @@ from elrwatch.state import insight
 from elrwatch.state import metadata_version as mv
 from elrwatch.state.advice import advice_of, partition_advice
 from elrwatch.state.audit import Violation
-from elrwatch.state.cluster import ClusterState, polled_unknown
+from elrwatch.state.cluster import ClusterState
+from elrwatch.state.image.positions import polled_unknown
 from elrwatch.state.controller import TopicContext
 from elrwatch.state.gauges import PipelineCounts, all_gauges
 from elrwatch.state.insight import missing_replicas
@@ -282,7 +283,7 @@ def topic_doc(cluster: ClusterState, topic: TopicState) -> dict[str, Any]:
     return {
         "topic": topic.name,
         "topicId": topic.topic_id,
-        "partitionCount": len(topic.partitions),
+        "partitionCount": cluster.partition_count_of(topic),
         "replicationFactor": cluster.replication_factor(topic),
         "configs": dict(sorted(cluster.topic_configs.get(topic.name, {}).items())),
         "effectiveMinIsr": cluster.effective_min_isr(topic),
@@ -376,12 +377,12 @@ def restart_check(cluster: ClusterState, broker_id: int, limit: int = 100) -> di
     broker = cluster.brokers.get(broker_id)
     if broker is None:
         raise KeyError(f"unknown broker {broker_id}")
-    counts = cluster.insight_counts
+    parts, counts = insight.recount(cluster)
     n_blocking = counts.get((insight.BLOCKING, broker_id), 0)
     n_offline = counts.get((insight.OFFLINE, broker_id), 0)
     blocking: list[tuple[str, int]] = []
     offline: list[tuple[str, int]] = []
-    for key, part in cluster.insight.items():
+    for key, part in parts.items():
         if insight.blocks(part, broker_id):
             blocking.append(key)
         if insight.takes_offline(part, broker_id):
@@ -391,8 +392,9 @@ def restart_check(cluster: ClusterState, broker_id: int, limit: int = 100) -> di
         named = sorted((cluster.topics[t].name, p, t) for t, p in keys)
         items = []
         for _name, pid, topic_id in named[:limit]:
-            topic = cluster.topics[topic_id]
-            items.append(partition_doc(cluster, topic, topic.partitions[pid]))
+            partition = cluster.partition(topic_id, pid)
+            assert partition is not None  # counted from the cluster's own partitions
+            items.append(partition_doc(cluster, cluster.topics[topic_id], partition))
         nxt = [named[limit][0], named[limit][1]] if len(named) > limit else None
         return {"items": items, "nextCursor": nxt, "limit": limit}
 

@@ -20,7 +20,8 @@ from elrwatch.bridge.admin import Broker, View, diff
 from elrwatch.bridge.logtail import MetadataLogTail
 from elrwatch.bridge.runner import AdminBridge, LogBridge, MemoryPublisher, Metrics, StateFile
 from elrwatch.state import records
-from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.cluster import ClusterState
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.report import cluster_doc
 
 FIXTURES = Path(__file__).parent / "data" / "real-kafka" / "bridge"

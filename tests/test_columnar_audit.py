@@ -15,7 +15,8 @@ import pytest
 import test_columnar as base
 from test_columnar import Parser, assert_same, buckets_of
 
-from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.cluster import ClusterState
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.columnar_audit import AuditedColumnarState
 from elrwatch.state.eventgen import EventGenerator
 

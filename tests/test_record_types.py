@@ -14,7 +14,8 @@ from core_events import TOPIC_ID, envelope, line, partition, topic
 
 from elrwatch.kafkaio.produce import key_of
 from elrwatch.state import record_types, records
-from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.cluster import ClusterState
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.records import Record, RecordError, Skipped, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, bucket_of, reporter, targets

@@ -32,7 +32,8 @@ from core_events import (
 )
 
 from elrwatch.state import report, routing
-from elrwatch.state.cluster import ClusterState, Outcome
+from elrwatch.state.cluster import ClusterState
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.gauges import partition_gauges, shared_gauges, sum_gauges
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import Replayer
@@ -987,19 +988,19 @@ def test_round_trip_of_mixed_state_and_bucketed_state() -> None:
 
 
 def test_pickled_field_lists_name_every_field() -> None:
-    """The explicit pickled forms (both builds read each other's, see setup.py) cannot drift from the classes."""
+    """The explicit pickled forms cannot drift from the classes."""
     import ast
     import dataclasses
     from pathlib import Path
 
-    from elrwatch.state import cluster, model, records
+    from elrwatch.state import model, records
+    from elrwatch.state.partitions import objects
 
     for cls, names in (
         (model.BrokerState, model.BROKER_FIELDS),
         (model.TopicState, model.TOPIC_FIELDS),
         (records.RecordError, records.RECORD_ERROR_FIELDS),
-        (cluster.Transition, cluster.TRANSITION_FIELDS),
-        (cluster.Changes, cluster.CHANGES_FIELDS),
+        (objects.Transition, objects.TRANSITION_FIELDS),
     ):
         assert tuple(f.name for f in dataclasses.fields(cls)) == names, cls.__name__
     # PartitionState: every attribute __init__ sets, in the pickled order
@@ -1012,20 +1013,20 @@ def test_pickled_field_lists_name_every_field() -> None:
     assigned = [t.attr for n in ast.walk(init) if isinstance(n, ast.Assign | ast.AnnAssign) for t in (
         n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Attribute)]  # fmt: skip
     assert sorted(assigned) == sorted(model.PARTITION_FIELDS)
-    # ClusterState: a snapshot keeps every public attribute __init__ sets, and nothing else
-    source = (Path(__file__).parent.parent / "state" / "cluster.py").read_text()
-    state_class = next(
-        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "ClusterState"
-    )
-    init = next(n for n in state_class.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    public = {
-        t.attr
-        for n in ast.walk(init)
-        if isinstance(n, ast.Assign | ast.AnnAssign)
-        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-        if isinstance(t, ast.Attribute) and not t.attr.startswith("_")
-    }
-    assert public == set(cluster.PERSISTED_ATTRIBUTES)
+    # The object store: a pickle keeps every public attribute its __init__ (and its base's) sets but the image
+    public = set()
+    for path, name in (("objects.py", "ObjectPartitions"), ("__init__.py", "PartitionStore")):
+        source = (Path(__file__).parent.parent / "state" / "partitions" / path).read_text()
+        state_class = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == name)
+        init = next(n for n in state_class.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        public |= {
+            t.attr
+            for n in ast.walk(init)
+            if isinstance(n, ast.Assign | ast.AnnAssign)
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(t, ast.Attribute) and not t.attr.startswith("_")
+        }
+    assert public - {"image"} == set(objects.PERSISTED)
 
 
 @pytest.mark.parametrize("kind", ["random-1", "random-2", "random-3", "faults", *sorted(SCENARIOS)])

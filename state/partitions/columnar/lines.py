@@ -1,5 +1,5 @@
-"""A columnar segment's inputs straight from parsed lines (`partition_lines`), without a Record per line: the
-same `columnar.SegmentInputs` that `columnar.inputs_of_records` builds from the lines' Records.
+"""A columnar segment's inputs straight from parsed lines (`parse`), without a Record per line: the same
+`table.SegmentInputs` that `table.inputs_of_records` builds from the lines' Records.
 
 The six broker-id lists become the engine's tuple ids from Arrow's offsets and values: a hash per list, the lists
 grouped by hash, each group checked member by member against its first list (a collision would fail the check and
@@ -13,9 +13,9 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 
-from elrwatch.state.columnar import _TUPLE_FIELDS, _TUPLE_KEYS, NONE, SegmentInputs, TupleTable
 from elrwatch.state.model import NO_LEADER, NO_LEADER_CHANGE
-from elrwatch.state.partition_lines import PartitionLines, RawLine, line_record
+from elrwatch.state.partitions.columnar.parse import PartitionLines, RawLine, line_record
+from elrwatch.state.partitions.columnar.table import NONE, TUPLE_FIELDS, TUPLE_KEYS, SegmentInputs, TupleTable
 from elrwatch.state.records import PARTITION_RECORD, Record
 
 _MIX_VALUE: Final = np.uint64(0x9E3779B97F4A7C15)
@@ -90,7 +90,7 @@ def inputs_of_lines(
         return parsed.column(name).take(index).fill_null(absent).to_numpy(zero_copy_only=False).astype(np.int64)
 
     fields = {}
-    for name, key in zip(_TUPLE_FIELDS, _TUPLE_KEYS, strict=True):
+    for name, key in zip(TUPLE_FIELDS, TUPLE_KEYS, strict=True):
         ids = intern_lists(tuples, parsed.column(key).take(index))
         ids[is_pr & (ids == -1)] = 0  # PartitionRecord: absent is empty
         fields[name] = ids
@@ -113,7 +113,7 @@ def inputs_of_lines(
 
 class LineBlock:
     """Certain partition-record lines (partitions other than 0) in log order, as columns, each with its source and
-    sequence: what `columnar_admission.admit_block` admits and a segment's flush reads (`inputs`)."""
+    sequence: what `admission.admit_block` admits and a segment's flush reads (`inputs`)."""
 
     __slots__ = (
         "is_pr",

@@ -1,5 +1,5 @@
-"""What a bucket emits after a batch, built from a `columnar.ColumnarState`'s columns: the object core's
-`streaming.bucket.bucket_payload` parts that come from `ClusterState.drain_changes` and `gauges.partition_gauges`.
+"""What a bucket emits after a batch, built from the columnar store's columns: what `ClusterState.drain_changes`
+and `gauges.partition_gauges` give of the object store, as columns.
 
 * `drain`: the rows changed since the previous drain as an Arrow table (`changed_table`, no Python object per
   row; `rows_of` gives their `partition_row` lists, the stored form as `report.stored_partition` writes it), the
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -26,22 +25,13 @@ import orjson
 import pyarrow as pa
 
 from elrwatch.state import insight
-from elrwatch.state.audit import VIOLATION_KINDS
-from elrwatch.state.columnar import NONE, ColumnarState
-from elrwatch.state.columnar_elections import LEADER_CHANGES
-from elrwatch.state.gauges import ELECTABLE_LABELS, Gauges, insight_gauges, key
+from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges
 from elrwatch.state.model import NO_LEADER, BrokerState
-from elrwatch.state.status import (
-    ELECTABLE_SHIFT,
-    F_AT_MIN_ISR,
-    F_LAST_REPLICA_STANDING,
-    F_LEADERLESS,
-    F_MANUAL,
-    F_RECOVERING,
-    F_UNCLEAN_RECOVERY,
-    F_UNDER_MIN_ISR,
-    STATUSES,
-)
+from elrwatch.state.partitions.columnar.derive import active_dense
+from elrwatch.state.partitions.columnar.elections import LEADER_CHANGES
+from elrwatch.state.partitions.columnar.store import ColumnarPartitions
+from elrwatch.state.partitions.columnar.table import NONE
+from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, STATUSES
 
 #: A partition's violation kinds, by (topic id, partition id).
 ViolationKinds = Callable[[str, int], list[str]]
@@ -71,7 +61,7 @@ def _names(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> Any:
     )
 
 
-def _tuple_lists(state: ColumnarState, ids: np.ndarray) -> Any:
+def _tuple_lists(state: ColumnarPartitions, ids: np.ndarray) -> Any:
     """The interned broker-id tuples ``ids`` as a list<int32> array (vectorized over the tuple table)."""
     lengths, members = state.tuples.arrays()
     counts = lengths[ids]
@@ -83,7 +73,7 @@ def _tuple_lists(state: ColumnarState, ids: np.ndarray) -> Any:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
 
 
-def changed_table(state: ColumnarState, violations: ViolationKinds | None = None) -> Any:
+def changed_table(state: ColumnarPartitions, violations: ViolationKinds | None = None) -> Any:
     """The live rows changed since the previous call as an Arrow table (one column per field of the row and of
     its stored form, in row order), built from the columns with no Python object per row; None when none changed.
     Clears the changed mask. `rows_of` turns it into `partition_row` lists (the store writer does, behind the
@@ -192,7 +182,7 @@ def rows_of(table: Any) -> Iterator[list[Any]]:
         ]
 
 
-def transition_table(state: ColumnarState) -> Any:
+def transition_table(state: ColumnarPartitions) -> Any:
     """Every status transition since the previous call, in order, as an Arrow table (the store's transition
     fields, `Transition.to_dict`'s names); None if none. Forgets them. `transitions_of` gives the dicts."""
     columns = state.transition_columns()
@@ -225,17 +215,18 @@ def transitions_of(table: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
-def drain(state: ColumnarState, violations: ViolationKinds | None = None) -> Output:
+def drain(state: ColumnarPartitions, violations: ViolationKinds | None = None) -> Output:
     """Return and forget what changed since the previous call (`ClusterState.drain_changes` + the payload's rows);
     ``violations``: each changed partition's violation kinds for its stored form (none by default)."""
-    core = state.core
+    state.flush()
+    changed_topics, removed_topics = state.image.topics.drain()
     out = Output(
         partitions=changed_table(state, violations),
         removed=[[tid, pid] for tid, pid, _name in state.removed_out],
-        removed_topics=[tid for tid, _name in state.removed_topics_out],
+        removed_topics=[tid for tid, _name in removed_topics],
         transitions=transition_table(state),
-        brokers=[core.brokers[b] for b in sorted(state.dirty_brokers) if b in core.brokers],
-        topics=sorted(t for t in state.dirty_topics if t in core.topics),
+        brokers=state.image.brokers.drain(),
+        topics=[t.topic_id for t in changed_topics],
     )
     state.forget_changes()
     return out
@@ -244,7 +235,7 @@ def drain(state: ColumnarState, violations: ViolationKinds | None = None) -> Out
 # --- gauges -----------------------------------------------------------------------------------------------------
 
 
-def _live(state: ColumnarState) -> tuple[slice | np.ndarray, int]:
+def _live(state: ColumnarPartitions) -> tuple[slice | np.ndarray, int]:
     """The live rows (a slice when every row is: the columns are then read as views, not copied) and their count."""
     size = state.table.size
     live = state.table.alive[:size] & (state.table.status[:size] >= 0)
@@ -259,9 +250,9 @@ def _holds_each(holders: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return (wanted[:, :, None] == holders[:, None, :]).any(axis=2)
 
 
-def insight_counts(state: ColumnarState) -> Counter[Any]:
+def insight_counts(state: ColumnarPartitions) -> Counter[Any]:
     """`ClusterState.insight_counts` from the columns (state/insight.py's definitions, as bincounts)."""
-    core = state.core
+    brokers = state.image.brokers.by_id
     c = state.table.cols
     live, n_live = _live(state)
     counts: Counter[Any] = Counter()
@@ -270,8 +261,8 @@ def insight_counts(state: ColumnarState) -> Counter[Any]:
     lengths, members = state.tuples.arrays()
     broker_ids = state.tuples.broker_ids
     n_dense = len(broker_ids)
-    active = state._active_dense()
-    causes = np.array([insight.broker_cause(core.brokers.get(b)) for b in broker_ids] + [-1], dtype=np.int8)
+    active = active_dense(state)
+    causes = np.array([insight.broker_cause(brokers.get(b)) for b in broker_ids] + [-1], dtype=np.int8)
     rep, isr, elr = c["replicas"][live], c["isr"][live], c["elr"][live]
     leader, topics = c["leader"][live], c["topic"][live]
     min_isr = np.array(state.topic_min_isr, dtype=np.int64)[topics]
@@ -321,91 +312,43 @@ def insight_counts(state: ColumnarState) -> Counter[Any]:
     return counts
 
 
-def candidate_known_partitions(state: ColumnarState) -> int:
-    """`gauges.candidate_known_partitions` over the engine's log infos and rows."""
-    core = state.core
-    c = state.table.cols
-    known = 0
-    for (topic_id, partition_id), infos in state.log_info.items():
-        row = state.row_of(topic_id, partition_id)
-        if row is None or c["leader"][row] >= 0 or not int(c["flags"][row]) & (F_UNCLEAN_RECOVERY | F_MANUAL):
-            continue
-        replicas = state.tuples.tuples[c["replicas"][row]]
-        for broker_id, info in infos.items():
-            broker = core.brokers.get(broker_id)
-            if (
-                broker_id in replicas
-                and broker is not None
-                and core.is_active(broker_id)
-                and info.get("brokerEpoch") == broker.epoch
-            ):
-                known += 1
-                break
-    return known
-
-
-def partition_gauges(state: ColumnarState, counts: Counter[Any] | None = None) -> Gauges:
-    """`gauges.partition_gauges` of the engine's partitions (``counts``: `insight_counts`, computed when not
-    given); ``elrwatch_invariant_violations`` only from an engine that audits (one with ``violation_counts``)."""
+def partition_gauges(state: ColumnarPartitions, counts: Counter[Any] | None = None) -> Gauges:
+    """`gauges.partition_gauges` of the store's partitions (``counts``: `insight_counts`, computed when not given)."""
+    state.flush()
     live, n_live = _live(state)
     flags = state.table.flags[live].astype(np.int64)
     status = state.table.status[live]
-
-    def flagged(bit: int) -> int:
-        return int(np.count_nonzero(flags & bit))
-
-    out: Gauges = {
-        key("elrwatch_global_under_min_isr_partitions"): flagged(F_UNDER_MIN_ISR),
-        key("elrwatch_at_min_isr_partitions"): flagged(F_AT_MIN_ISR),
-        key("elrwatch_offline_partitions"): flagged(F_LEADERLESS),
-        key("elrwatch_unclean_recovery_partitions"): flagged(F_UNCLEAN_RECOVERY),
-        key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known_partitions(state),
-        key("elrwatch_manual_leader_election_required_partitions"): flagged(F_MANUAL),
-        key("elrwatch_recovering_partitions"): flagged(F_RECOVERING),
-        key("elrwatch_last_replica_standing_partitions"): flagged(F_LAST_REPLICA_STANDING),
-        key("elrwatch_partition_count"): n_live,
-    }
-    electable = np.bincount((flags >> ELECTABLE_SHIFT) & 3, minlength=4)
-    for label, n in zip(ELECTABLE_LABELS, electable.tolist(), strict=True):
-        out[key("elrwatch_electable_leaders_partitions", live_electable=label)] = n
-    by_status = np.bincount(status, minlength=len(STATUSES))
-    for name, n in zip(STATUSES, by_status.tolist(), strict=True):
-        out[key("elrwatch_partitions", status=name)] = n
-    violation_counts = getattr(state, "violation_counts", None)
-    if violation_counts is not None:
-        for kind in VIOLATION_KINDS:
-            out[key("elrwatch_invariant_violations", kind=kind)] = violation_counts[kind]
-    view = SimpleNamespace(
+    by_status = np.bincount(status, minlength=len(STATUSES)).tolist()
+    return counted_partition_gauges(
+        state.image,
+        flags={bit: int(np.count_nonzero(flags & bit)) for bit in FLAG_BITS},
+        electable=np.bincount((flags >> ELECTABLE_SHIFT) & 3, minlength=4).tolist(),
+        statuses=dict(zip(STATUSES, by_status, strict=True)),
+        partitions=n_live,
+        violations=state.violations.counts,
         insight_counts=insight_counts(state) if counts is None else counts,
-        brokers=state.core.brokers,
-        topics=state.core.topics,
+        counters=state.counters,
+        candidate_known=candidate_known_partitions(state.image, state.log_info, state.partition),
     )
-    out.update(insight_gauges(view))
-    counters = state.counters
-    out[key("elrwatch_unclean_recovery_finished_total")] = counters["unclean_recovery_finished"]
-    out[key("elrwatch_elr_elections_total")] = counters["elr_elections"]
-    out[key("elrwatch_unclean_elections_total")] = counters["unclean_elections"]
-    out[key("elrwatch_last_known_leader_elections_total")] = counters["last_known_leader_elections"]
-    return out
 
 
 # --- topic documents --------------------------------------------------------------------------------------------
 
 
-def _owned_counts(state: ColumnarState) -> Iterator[tuple[str, int]]:
+def _owned_counts(state: ColumnarPartitions) -> Iterator[tuple[str, int]]:
     for topic_id, t in state.topic_index.items():
         yield topic_id, state._topic_size[t]
 
 
-def topic_documents(state: ColumnarState, drained: Output, emitted: dict[str, int]) -> dict[str, dict[str, Any]]:
+def topic_documents(state: ColumnarPartitions, drained: Output, emitted: dict[str, int]) -> dict[str, dict[str, Any]]:
     """`report.topic_doc` of each live topic that changed (``drained``: the batch's `drain`) or whose owned
     partition count differs from ``emitted`` (topic id → count last emitted; updated, the removed topics dropped
     afterwards, as `bucket_payload` does)."""
-    core = state.core
+    image = state.image
     owned = dict(_owned_counts(state))
     dirty = set(drained.topics)
     out: dict[str, dict[str, Any]] = {}
-    for topic in core.topics.values():
+    for topic in image.topics.by_id.values():
         n = owned.get(topic.topic_id, 0)
         if topic.topic_id not in dirty and emitted.get(topic.topic_id) == n:
             continue
@@ -414,14 +357,14 @@ def topic_documents(state: ColumnarState, drained: Output, emitted: dict[str, in
         if t is not None:
             rf, min_isr, unclean = state._replication_factor(t), state.topic_min_isr[t], state.topic_unclean[t]
         else:
-            rf, min_isr = core.replication_factor(topic), core.effective_min_isr(topic)
-            unclean = core.unclean_enabled(topic)
+            rf, min_isr = state.replication_factor(topic.topic_id), state.effective_min_isr(topic)
+            unclean = image.configs.unclean_enabled(topic.name)
         out[topic.topic_id] = {
             "topic": topic.name,
             "topicId": topic.topic_id,
             "partitionCount": n,
             "replicationFactor": rf,
-            "configs": dict(sorted(core.topic_configs.get(topic.name, {}).items())),
+            "configs": dict(sorted(image.configs.of_topic.get(topic.name, {}).items())),
             "effectiveMinIsr": min_isr,
             "uncleanLeaderElectionEnable": unclean,
         }

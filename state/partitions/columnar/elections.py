@@ -1,5 +1,5 @@
-"""Election counters and the last leader change kind of a columnar segment (`ClusterState._count_election` as
-vectors).
+"""Election counters and the last leader change kind of a columnar segment (the object store's
+`ObjectPartitions._count_election` as vectors).
 
 A segment's records are sorted by row (stable, so a row's records keep their log order); for each record the
 state before it (``pre_*``: the previous record's state of its row, or the table's) and after it (``post_*``) are
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from elrwatch.state.model import (
     NO_LEADER,
     NO_LEADER_CHANGE,
 )
+
+if TYPE_CHECKING:
+    from elrwatch.state.partitions.columnar.store import ColumnarPartitions
 
 #: The last leader change kinds by code (the engine's ``llc`` column).
 LEADER_CHANGES: Final = (
@@ -104,3 +107,48 @@ def count(seg: Segment, members: np.ndarray, broker_index: dict[int, int], count
     counters["last_known_leader_elections"] += int((kind == K_LKL).sum())
     kinds[at] = kind
     return kinds
+
+
+def count_segment(
+    store: ColumnarPartitions,
+    rows: np.ndarray,
+    kind: np.ndarray,
+    starts: np.ndarray,
+    start: np.ndarray,
+    index: np.ndarray,
+    created_from: int,
+    leader: np.ndarray,
+    lrs: np.ndarray,
+    post: dict[str, np.ndarray],
+    post_leader: np.ndarray,
+    post_lrs: np.ndarray,
+) -> np.ndarray:
+    """Count a segment's elections into the store's counters; each record's last leader change kind code after it
+    (records sorted by row, as the segment's flush sorts them; ``starts``: a row's first record, ``start``: the
+    index of its row's first record, ``kind``: 0 for a PartitionRecord, rows from ``created_from`` on are new)."""
+    cols = store.table.cols
+
+    def before(after: np.ndarray, column: str) -> np.ndarray:
+        out = np.empty_like(after)
+        out[1:] = after[:-1]
+        out[starts] = cols[column][rows[starts]]
+        return out
+
+    seg = Segment(
+        is_pr=kind == 0,
+        created=starts & (rows >= created_from),
+        leader_field=leader,
+        lrs_field=lrs,
+        pre_leader=before(post_leader, "leader"),
+        pre_lrs=before(post_lrs, "lrs"),
+        pre_isr=before(post["isr"], "isr"),
+        pre_elr=before(post["elr"], "elr"),
+        pre_lke=before(post["lke"], "lke"),
+        post_leader=post_leader,
+        post_lrs=post_lrs,
+        post_isr=post["isr"],
+    )
+    _, members = store.tuples.arrays()
+    kinds = count(seg, members, store.tuples.broker_index, store.counters)
+    last = np.maximum.accumulate(np.where(kinds >= 0, index, -1))
+    return np.where(last >= start, kinds[np.maximum(last, 0)], cols["llc"][rows])

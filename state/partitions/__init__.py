@@ -1,0 +1,226 @@
+"""Partitions behind one interface, `PartitionStore`, with two implementations:
+
+* the object store (`objects.ObjectPartitions`): a `PartitionState` per partition, one record at a time, every
+  rule written the plain way. It is the executable specification: the differential tests hold the columnar
+  store equal to it on every input they have.
+* the columnar store (`columnar.ColumnarPartitions`): a bucket's partitions as numpy columns, partition records
+  applied as vectors. It is what `elrwatch stream`, `elrwatch replay` and the what-if run.
+
+What both share is written once, here or in the image (state/image/): admission (positions), brokers, topics,
+configs and features are the image's; a store only holds partitions. `ClusterState` (state/cluster.py) admits a
+partition record (positions, its topic, the bucket's ownership) and calls the store's handler for its type (the
+registry names one per store, `record_types.STORES`); for any other record it lets the image apply it, then tells
+the store what that changed (`react`: a broker's partitions, a topic's, every partition derive again; a topic's
+partitions go; ELRs clear). Here too: the audit's bookkeeping (`Violations`: each violation kept with the record
+that first caused it, counted by kind) and the replica log infos (`keep_log_info`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from elrwatch.state import audit, record_types
+from elrwatch.state.audit import Violation
+from elrwatch.state.gauges import Gauges
+from elrwatch.state.image import Effects, MetadataImage
+from elrwatch.state.model import PartitionState, TopicState
+from elrwatch.state.outcome import Outcome, is_duplicate
+from elrwatch.state.records import Record, RecordError
+from elrwatch.state.routing import bucket_of
+
+#: A partition record's handler in a store, bound: ``(record) -> Outcome | RecordError``.
+BoundHandler = Callable[[Record], "Outcome | RecordError"]
+
+
+class Violations:
+    """The invariants each partition currently breaks (monitor-spec §6, `audit.check`), each kept with the record
+    that first caused it, and the partitions per violation kind."""
+
+    def __init__(self) -> None:
+        self.by_partition: dict[tuple[str, int], tuple[Violation, ...]] = {}
+        self.counts: Counter[str] = Counter()
+
+    def of(self, topic_id: str, partition_id: int) -> tuple[Violation, ...]:
+        """What a partition breaks now."""
+        return self.by_partition.get((topic_id, partition_id), ())
+
+    def audit(
+        self,
+        image: MetadataImage,
+        partition: PartitionState,
+        min_isr: int,
+        record: Record | None,
+        epoch_note: str | None,
+    ) -> None:
+        """Check ``partition`` now (after ``record``); a violation that persists keeps the record that first
+        caused it."""
+        key = (partition.topic_id, partition.partition_id)
+        found = audit.check(partition, min_isr, image.features.elr_enabled, image.brokers.is_ineligible, epoch_note)
+        previous = self.by_partition.get(key, ())
+        if len(found) == len(previous) and all(
+            v.kind == kind and v.detail == detail for v, (kind, detail) in zip(previous, found, strict=True)
+        ):
+            return  # unchanged: keep the records that first caused them
+        offset = record.offset if record is not None else None
+        position = record.position if record is not None else None
+        kept = {v.kind: v for v in previous}
+        current = tuple(
+            kept[kind] if kind in kept and kept[kind].detail == detail else Violation(kind, detail, offset, position)
+            for kind, detail in found
+        )
+        counts = self.counts
+        for violation in previous:
+            counts[violation.kind] -= 1
+        for violation in current:
+            counts[violation.kind] += 1
+        if current:
+            self.by_partition[key] = current
+        else:
+            self.by_partition.pop(key, None)
+
+    def drop(self, key: tuple[str, int]) -> None:
+        """A partition went: its violations go."""
+        for violation in self.by_partition.pop(key, ()):
+            self.counts[violation.kind] -= 1
+
+    def drop_topic(self, topic_id: str) -> None:
+        """A topic went: its partitions' violations go."""
+        for key in [k for k in self.by_partition if k[0] == topic_id]:
+            self.drop(key)
+
+
+def keep_log_info(log_info: dict[tuple[str, int], dict[int, dict[str, Any]]], topic_id: str, record: Record) -> bool:
+    """Keep a REPLICA_LOG_INFO_RECORD in ``log_info`` ((topic ID, partition ID) → broker ID → entry): its fields with
+    the record's offset and timestamp. False, nothing kept: a duplicate (not after the broker's kept entry)."""
+    data = record.data
+    infos = log_info.setdefault((topic_id, data["partitionId"]), {})
+    previous = infos.get(data["brokerId"])
+    if previous is not None and is_duplicate(previous.get("offset"), record):
+        return False
+    infos[data["brokerId"]] = {
+        "brokerId": data["brokerId"],
+        "brokerEpoch": data["brokerEpoch"],
+        "logEndOffset": data["logEndOffset"],
+        "lastWrittenLeaderEpoch": data["lastWrittenLeaderEpoch"],
+        "currentLeaderEpoch": data["currentLeaderEpoch"],
+        "offset": record.offset,
+        "timestampMs": record.timestamp_ms,
+    }
+    return True
+
+
+class PartitionStore:
+    """A bucket's (or a whole cluster's) partitions: what `ClusterState` calls and what readers read.
+
+    A subclass names itself (``KIND``, one of `record_types.STORES`) and defines the handler the registry names for
+    it of every partition record type; `__init_subclass__` checks that for every type registered, now and later.
+    """
+
+    #: The store's name in the registry (`record_types.STORES`).
+    KIND: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.KIND:
+            record_types.add_check(functools.partial(_check_handler, cls))
+
+    def __init__(self, image: MetadataImage, bucket: tuple[int, int] | None = None) -> None:
+        if bucket is not None and not (bucket[1] >= 1 and 0 <= bucket[0] < bucket[1]):
+            raise ValueError(f"invalid bucket {bucket}")
+        self.image = image
+        self.bucket = bucket
+        self.violations = Violations()
+        #: Election counters with Kafka's meter semantics (metrics.md §1): `gauges.partition_gauges` names them.
+        self.counters: Counter[str] = Counter()
+        #: (topic ID, partition ID) → broker ID → the replica's log info (REPLICA_LOG_INFO_RECORD).
+        self.log_info: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+        self._handlers: dict[str, BoundHandler] = {}
+
+    def owns(self, topic_id: str, partition_id: int) -> bool:
+        """Whether this store holds the partition (always, unless bucketed)."""
+        bucket = self.bucket
+        return bucket is None or bucket_of(topic_id, partition_id, bucket[1]) == bucket[0]
+
+    def handler(self, type_name: str) -> BoundHandler:
+        """The store's handler of a partition record type (the registry's, bound to this store)."""
+        found = self._handlers.get(type_name)
+        if found is None:
+            entry = record_types.get(type_name)
+            if entry is None:
+                raise KeyError(f"record type {type_name} is not registered")
+            named = entry.store_handler(self.KIND)
+            found = getattr(self, named) if isinstance(named, str) else functools.partial(named, self)
+            self._handlers[type_name] = found
+        return found
+
+    def effective_min_isr(self, topic: TopicState) -> int:
+        """The topic's effective min ISR: its configured value capped by partition 0's replica count."""
+        return self.image.configs.effective_min_isr(topic.name, self.replication_factor(topic.topic_id))
+
+    def replication_factor(self, topic_id: str) -> int:
+        """Replica count of the topic's partition 0 (held here, or the image's shadow), 0 if unknown."""
+        count = self.replica_count(topic_id, 0)
+        if count is None:
+            shadow = self.image.topics.shadow_p0.get(topic_id)
+            return len(shadow.replicas) if shadow is not None else 0
+        return count
+
+    # --- what each store defines --------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Finish what is staged (the columnar store's segment): before any read, and before a record that is not
+        a partition's is applied."""
+
+    def apply_block(
+        self, cluster: Any, block: Any, outcomes: list[Outcome], errors: list[Any], note: Any, owned: bool = False
+    ) -> None:
+        """A block of partition-record lines (`columnar.lines.LineBlock`): each line applied as its Record through
+        ``cluster.apply`` and given to ``note(record, outcome)`` (the columnar store admits them as vectors)."""
+        for j in range(len(block)):
+            record = block.record(j)
+            note(record, cluster.apply(record, None, owned))
+
+    def react(self, effects: Effects, record: Record) -> None:
+        """A record the image applied changed what ``effects`` say: derive, drop or clear the partitions concerned."""
+        raise NotImplementedError
+
+    def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
+        """A partition held here, with its derived fields, or None."""
+        raise NotImplementedError
+
+    def iter_partitions(self) -> Iterator[PartitionState]:
+        """Every partition held here (in no particular order)."""
+        raise NotImplementedError
+
+    def replica_count(self, topic_id: str, partition_id: int) -> int | None:
+        """The replica count of a partition held here, None if it is not."""
+        raise NotImplementedError
+
+    def count_of(self, topic_id: str) -> int:
+        """How many of the topic's partitions are held here."""
+        raise NotImplementedError
+
+    @property
+    def partition_count(self) -> int:
+        """Partitions held here."""
+        raise NotImplementedError
+
+    def gauges(self) -> Gauges:
+        """`gauges.partition_gauges` of the partitions held here (summed over buckets: the cluster's)."""
+        raise NotImplementedError
+
+    def status_counts(self) -> Counter[str]:
+        """Partitions per status."""
+        raise NotImplementedError
+
+
+def _check_handler(store: type[PartitionStore], entry: record_types.RecordType) -> None:
+    """A partition type's handler in ``store`` is a function or a method the store defines (else one line)."""
+    if entry.scope != record_types.SCOPE_PARTITION or not entry.applied:
+        return
+    named = entry.store_handler(store.KIND)
+    if isinstance(named, str) and not callable(getattr(store, named, None)):
+        raise ValueError(f"record type {entry.name}: the {store.KIND} store has no handler {named!r}")
