@@ -33,7 +33,7 @@ from elrwatch.bridge import replica_log
 from elrwatch.bridge.logtail import MetadataLogTail
 from elrwatch.bridge.runner import KafkaPublisher, Metrics, Publisher, StateFile, _Delivery, run_until_signalled
 from elrwatch.state import records
-from elrwatch.state.cluster import ClusterState
+from elrwatch.state.cluster import REFERENCE_STORE, ClusterState
 from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as RECORD_TYPE
 
 log = logging.getLogger("elrwatch.agent")
@@ -120,7 +120,7 @@ class ReplicaLogAgent(_Delivery):
             (str(t), int(p)): Published(*map(int, rest)) for t, p, *rest in doc.get("published", [])
         }
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
-        self.cluster = ClusterState()
+        self.cluster = ClusterState(store=REFERENCE_STORE)  # a sidecar: the store that needs no numpy
         self.tail = MetadataLogTail(self.metadata_dir, on_error=metrics.error)  # in memory: rebuilt at each start
         self.max_rate = max_rate
         self.clock, self.wall_ms = clock, wall_ms

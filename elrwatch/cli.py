@@ -344,8 +344,10 @@ def restart_check(
     if file is not None and store is not None:
         _fail("give --store URL or FILE, not both")
     if file is not None:
+        from elrwatch.state.cluster import REFERENCE_STORE  # a light command: the store that needs no numpy
+
         try:
-            cluster = replay_file(file, default_min_isr).cluster
+            cluster = replay_file(file, default_min_isr, store=REFERENCE_STORE).cluster
         except ReplayInputError as exc:
             _fail(str(exc))
         try:

@@ -150,14 +150,6 @@ StateMode = Annotated[
         "blob: each bucket's whole state in Spark's state (no shared filesystem needed, slower).",
     ),
 ]
-StateEngine = Annotated[
-    str | None,
-    option(
-        "--state-engine",
-        "columnar: the columnar apply engine (the default; needs --state-mode snapshot); objects: each bucket holds "
-        "the object core (the default with --state-mode blob). A checkpoint keeps the engine it was started with.",
-    ),
-]
 StateDir = Annotated[
     str | None,
     option(
@@ -320,8 +312,6 @@ def job_config(*, source: str, spark_conf: list[str] | None, **values: Any) -> J
     """The job's configuration from ``elrwatch stream``'s option values (groups already made into objects)."""
     if source not in SOURCES:
         raise OptionError(f"--source must be {', '.join(SOURCES[:-1])} or {SOURCES[-1]}")
-    if values.get("state_engine") is None:  # not given: the default engine, the object core in blob mode
-        values["state_engine"] = "objects" if values.get("state_mode") == "blob" else JOB.state_engine
     return JobConfig(source=source, spark_conf=key_values(spark_conf or [], "--spark-conf"), **values)
 
 
@@ -351,7 +341,6 @@ JOB_OPTIONS = OptionGroup(
         Opt("spark_log_level", SparkLogLevel, JOB.spark_log_level),
         Opt("state_mode", StateMode, JOB.state_mode),
         Opt("state_dir", StateDir, JOB.state_dir),
-        Opt("state_engine", StateEngine, None),  # job_config: the default engine, objects in blob mode
         Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
         ("local", LOCAL_TUNING),
     ),

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from elrwatch.state.cluster import ClusterState
-from elrwatch.state.outcome import Outcome
+from elrwatch.state.cluster import RUNTIME_STORE, ClusterState
 from elrwatch.state.gauges import PipelineCounts
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.records import DumpReader, Ignored, Record, RecordError, Skipped, parse_envelope
 from elrwatch.state.report import build_document, load_advice
 
@@ -115,13 +115,18 @@ class Replayer:
     """Applies parsed events to a `ClusterState` and keeps the pipeline counts and the quarantine."""
 
     def __init__(
-        self, default_min_isr: int = 1, cluster: ClusterState | None = None, track_changes: bool = True
+        self,
+        default_min_isr: int = 1,
+        cluster: ClusterState | None = None,
+        track_changes: bool = True,
+        store: str = RUNTIME_STORE,
     ) -> None:
-        """``track_changes=False`` when only the final state is read (see `ClusterState`)."""
+        """``track_changes=False`` when only the final state is read (see `ClusterState`); ``store``: the partition
+        store of a new state (`cluster.STORES`)."""
         self.cluster = (
             cluster
             if cluster is not None
-            else ClusterState(default_min_isr=default_min_isr, track_changes=track_changes)
+            else ClusterState(default_min_isr=default_min_isr, track_changes=track_changes, store=store)
         )
         self.counts = PipelineCounts()
         self.quarantined: list[RecordError] = []
@@ -255,21 +260,24 @@ def _open_lines(path: str) -> tuple[str, Iterator[bytes], BinaryIO | None]:
     return path, iter(handle), handle
 
 
-def replay_lines(lines: Iterable[str | bytes], source: str = "input", default_min_isr: int = 1) -> Replayer:
-    """Replay lines into a fresh state and return the replayer (state, counts, quarantine)."""
-    replayer = Replayer(default_min_isr=default_min_isr, track_changes=False)
+def replay_lines(
+    lines: Iterable[str | bytes], source: str = "input", default_min_isr: int = 1, store: str = RUNTIME_STORE
+) -> Replayer:
+    """Replay lines into a fresh state (of ``store``) and return the replayer (state, counts, quarantine)."""
+    replayer = Replayer(default_min_isr=default_min_isr, track_changes=False, store=store)
     replayer.feed_lines(lines, source)
     return replayer
 
 
-def replay_file(path: str | Sequence[str], default_min_isr: int = 1) -> Replayer:
+def replay_file(path: str | Sequence[str], default_min_isr: int = 1, store: str = RUNTIME_STORE) -> Replayer:
     """Replay a file, or several in order as one input (e.g. a snapshot's dump, then its segments' dumps); '-'
-    is stdin. Raises `ReplayInputError` when one cannot be read (before anything is replayed)."""
+    is stdin, into a fresh state of ``store``. Raises `ReplayInputError` when one cannot be read (before anything
+    is replayed)."""
     paths = [path] if isinstance(path, str) else list(path) or ["-"]
     for each in paths:
         if each != "-":
             _check_readable(each)
-    replayer = Replayer(default_min_isr=default_min_isr, track_changes=False)
+    replayer = Replayer(default_min_isr=default_min_isr, track_changes=False, store=store)
     for each in paths:
         source, lines, handle = _open_lines(each)
         try:

@@ -19,9 +19,9 @@ from elrwatch.state import metadata_version as mv
 from elrwatch.state.advice import advice_of, partition_advice
 from elrwatch.state.audit import Violation
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.image.positions import polled_unknown
 from elrwatch.state.controller import TopicContext
 from elrwatch.state.gauges import PipelineCounts, all_gauges
+from elrwatch.state.image.positions import polled_unknown
 from elrwatch.state.insight import missing_replicas
 from elrwatch.state.model import (
     LEADER_CHANGE_NONE,

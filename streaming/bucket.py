@@ -1,14 +1,15 @@
 """The state stage: apply one micro-batch's rows to a bucket (load its state, apply, save it, emit its output).
 
-Each bucket holds a whole ``ClusterState(bucket=(i, n))``. The rows are applied per source in (source, seq)
-order, the sources merged by metadata offset; the core's positions skip anything already applied (re-run batch,
-restart, duplicates in the topic). Pipeline counts (events by type, duplicates, quarantine, ...) are kept in the
-same state, by the bucket that reports the record (its partition's owner; bucket 0 for broadcasts), so they are
-exactly-once too. The bucket emits one payload: changed partitions as domain rows (``state.partition_row``),
-removed partitions, status transitions, quarantined records, violations of the changed partitions, topic
-documents whose owned partition count changed, and its gauge contributions and counts (absolute values). With the
-job's rows directory, the store lists go to a rows file named by the bucket's new state token
-(`payload.write_rows_file`) and Spark's output carries only the rest (the head).
+Each bucket holds a whole ``ClusterState(bucket=(i, n))`` with the columnar store. The rows are applied per source
+in (source, seq) order, the sources merged by metadata offset (`ordered_rows`); the core's positions skip anything
+already applied (re-run batch, restart, duplicates in the topic). Pipeline counts (events by type, duplicates,
+quarantine, ...) are kept in the same state, by the bucket that reports the record (its partition's owner; bucket
+0 for broadcasts), so they are exactly-once too (`bucket_input`). The bucket emits one payload (`bucket_payload`):
+changed partitions as Arrow rows (their stored form, `report.stored_partition`'s), removed partitions, status
+transitions, quarantined records, violations of the changed partitions, topic documents whose owned partition count
+changed, and its gauge contributions and counts (absolute values). With the job's rows directory, the store lists
+go to a rows file named by the bucket's new state token (`payload.write_rows_file`) and Spark's output carries only
+the rest (the head).
 
 `run_bucket` runs in a Spark Python worker (`make_state_function`). No Spark import.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import os
-import pickle
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -25,30 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 import pandas as pd
 
 from elrwatch.state import report
-from elrwatch.state.cluster import ClusterState, Outcome
-from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges
-from elrwatch.state.partition_row import partition_row
-from elrwatch.state.record_types import PARTITION_ROUTED
-from elrwatch.state.records import Ignored, Record, RecordError, parse_line
-from elrwatch.state.routing import ALL_BUCKETS, reporter, targets
-from elrwatch.streaming import columnar_bucket
-from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE, ROW_TAG, ColumnarBucketState
+from elrwatch.state.gauges import encode_gauges
+from elrwatch.state.partitions.columnar import output
+from elrwatch.streaming.bucket_input import OrderedRows, Row, apply_rows
 from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
 from elrwatch.streaming.payload import encode_payload, shared_parts, write_rows_file
-from elrwatch.streaming.route import (
-    KIND_ERROR,
-    KIND_RAW,
-    KIND_RAW_BROADCAST,
-    KIND_RECORD,
-    KIND_SKIPPED,
-    decode_record,
-    encode_record,
-)
-from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir, SnapshotError
+from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir
 
 #: The environment variable that puts the state function's Python workers in a pool of their own (see
 #: `query.build_query`); the local warm-ups (``local/warm.py``) keep that pool alive too.
@@ -66,7 +51,6 @@ class StateSettings:
     state_dir: str | None = None
     delta_max_records: int = DELTA_MAX_RECORDS
     rows_dir: str | None = None  # the job's rows files (`payload.write_rows_file`); None: the rows go in the output
-    engine: str = DEFAULT_ENGINE  # "columnar": `columnar_bucket` (snapshot mode only); "objects": a ClusterState
 
     def snapshots(self) -> SnapshotDir | None:
         return SnapshotDir(self.state_dir) if self.state_dir else None
@@ -109,36 +93,6 @@ def _remember(
     cache[bucket] = (token, bs)
 
 
-def load_row(
-    blob: bytes,
-    snapshots: SnapshotDir | None,
-    bucket: int,
-    buckets: int,
-    engine: str = DEFAULT_ENGINE,
-    stale: BucketState | None = None,
-    token: str | None = None,
-) -> BucketState:
-    """The bucket's state from its state row (of ``token``) with ``engine`` (`BucketState.from_row` or the
-    columnar one); the other engine's row is a one-line `SnapshotError`."""
-    if engine == "columnar":
-        return ColumnarBucketState.from_row(blob, snapshots, bucket, buckets, stale, token)
-    if blob[:1] == ROW_TAG:
-        raise SnapshotError(
-            f"bucket {bucket}: the checkpoint's state was written by --state-engine columnar, not objects: "
-            "run it with --state-engine columnar"
-        )
-    with gc_paused():  # unpickling millions of objects would trigger many full collections for nothing
-        bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale, token)
-    keep_out_of_gc()  # long-lived
-    return bs
-
-
-def index_kept_state(bs: BucketState) -> None:
-    """Prepare a state kept for the next batches: its first broker change must not scan it all (object core)."""
-    if not isinstance(bs, ColumnarBucketState):
-        bs.cluster.index_brokers()
-
-
 def _load_bucket(
     bucket: int,
     buckets: int,
@@ -147,11 +101,9 @@ def _load_bucket(
     use_cache: bool,
     snapshots: SnapshotDir | None,
     cache: dict[int, tuple[str, BucketState]],
-    engine: str = DEFAULT_ENGINE,
 ) -> tuple[BucketState, str]:
     """(the bucket's state, how it was loaded: "hit" from this process's cache, "catch-up" of a stale cached
     state, "miss": from the row alone). ``row``: the (token, blob) of the bucket's Spark state, None if none."""
-    columnar = engine == "columnar"
     if row is not None:
         token, blob = row
         cached = cache.pop(bucket, None) if use_cache else None
@@ -159,48 +111,15 @@ def _load_bucket(
             return cached[1], "hit"
         stale = cached[1] if cached is not None else None
         del cached
-        bs = load_row(blob, snapshots, bucket, buckets, engine, stale, token)
+        with gc_paused():  # a load makes many objects, none in cycles
+            bs = BucketState.from_row(blob, snapshots, bucket, buckets, stale, token)
+        keep_out_of_gc()  # long-lived
         return bs, "catch-up" if bs.caught_up else "miss"
     cache.pop(bucket, None)
-    if columnar:
-        return ColumnarBucketState.new(bucket, buckets, default_min_isr), "miss"
-    cluster = ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
-    return BucketState(cluster, PipelineCounts(), {}), "miss"
+    return BucketState.new(bucket, buckets, default_min_isr), "miss"
 
 
-#: One routed row as the state stage applies it: (kind, source, seq, payload); ``route.ROUTED_SCHEMA``.
-Row = tuple[int, str, int, bytes | None]
-
-
-class OrderedRows:
-    """A bucket's rows in apply order as columns (`_ordered_rows`); iterates as `Row` tuples."""
-
-    __slots__ = ("kinds", "recs", "seqs", "srcs")
-
-    def __init__(self, kinds: np.ndarray, srcs: list[str], seqs: list[int], recs: list[bytes | None]) -> None:
-        self.kinds, self.srcs, self.seqs, self.recs = kinds, srcs, seqs, recs
-
-    @classmethod
-    def of(cls, rows: Iterable[Row]) -> OrderedRows:
-        """Rows given as tuples, as columns."""
-        listed = list(rows)
-        if not listed:
-            return cls(np.zeros(0, dtype=np.int8), [], [], [])
-        kinds, srcs, seqs, recs = (list(column) for column in zip(*listed, strict=True))
-        return cls(np.array(kinds, dtype=np.int8), srcs, seqs, recs)
-
-    def __len__(self) -> int:
-        return len(self.srcs)
-
-    def __iter__(self) -> Iterator[Row]:
-        return zip(self.kinds.tolist(), self.srcs, self.seqs, self.recs, strict=True)
-
-    def slice(self, lo: int, hi: int) -> Iterator[Row]:
-        """Rows ``lo`` .. ``hi`` as tuples."""
-        return zip(self.kinds[lo:hi].tolist(), self.srcs[lo:hi], self.seqs[lo:hi], self.recs[lo:hi], strict=True)
-
-
-def _ordered_rows(pdf: Any) -> OrderedRows:
+def ordered_rows(pdf: Any) -> OrderedRows:
     """Rows per source in seq order; sources merged by metadata offset (best global order available).
 
     Vectors when each source's metadata offsets rise with its sequence (the normal case): a stable sort by offset
@@ -254,181 +173,45 @@ def process_bucket(bucket: int, buckets: int, rows: Iterable[Row], bs: BucketSta
     return bucket_payload(bucket, bs, quarantined)
 
 
-def apply_rows(bucket: int, buckets: int, rows: Iterable[Row], bs: BucketState) -> list[Any]:
-    """Apply the rows in order to the bucket's state, journal its records, count what this bucket reports (its
-    partitions' records; bucket 0: every other record, bad lines and skipped types); the quarantined records.
-
-    Raw lines routed in the JVM (``route.route_in_jvm``) are parsed here. A line sent to every bucket
-    (`KIND_RAW_BROADCAST`) is applied by each bucket only as far as it owns it (a partition record of another bucket
-    is passed over), and what is not a record is reported by bucket 0; a line placed in this bucket (`KIND_RAW`) is
-    reported here.
-    """
-    quarantined: list[dict[str, Any]] = []
-    if isinstance(bs, ColumnarBucketState):
-        columnar_bucket.apply_records(_items(bucket, buckets, rows, bs.counts, quarantined), bs, quarantined)
-        return quarantined
-    records = _records(bucket, buckets, rows, bs.counts, quarantined)
-    cluster, counts = bs.cluster, bs.counts
-    journal = bs.journal.append
-    for rec, record, reports in records:
-        journal(rec)
-        outcome = cluster.apply(record)
-        if not reports:
-            continue
-        counts.events_by_type[record.type] += 1
-        if record.timestamp_ms is not None and (
-            counts.last_event_ms is None or record.timestamp_ms > counts.last_event_ms
-        ):
-            counts.last_event_ms = record.timestamp_ms
-        if outcome is Outcome.APPLIED:
-            counts.applied += 1
-        elif outcome is Outcome.DUPLICATE:
-            counts.duplicates += 1
-        elif outcome is Outcome.QUARANTINED:
-            error = cluster.last_error
-            if error is not None:
-                if not error.raw:
-                    error.raw = orjson.dumps(record.envelope()).decode()
-                counts.quarantined_by_reason[error.reason] += 1
-                quarantined.append(error.to_dict())
-    return quarantined
-
-
-def _items(
-    bucket: int, buckets: int, rows: Iterable[Row], counts: PipelineCounts, quarantined: list[Any]
-) -> Iterator[Any]:
-    """`_records` for the columnar engine: a stretch of lines the JVM placed here (`KIND_RAW`; the event topic's
-    partitions interleaved in metadata-offset order) is parsed as columns (`columnar_bucket.line_blocks`), its
-    certain partition records of this bucket given as `LineBlock`s; every other row goes through `_records`, in
-    log order."""
-    cols = rows if isinstance(rows, OrderedRows) else OrderedRows.of(rows)
-    if not len(cols):
-        return
-    placed = cols.kinds == KIND_RAW
-    for lo, hi in columnar_bucket.stretches(placed):
-        if not placed[lo] or hi - lo < columnar_bucket.MIN_BLOCK:
-            yield from _records(bucket, buckets, cols.slice(lo, hi), counts, quarantined)
-            continue
-        for start in range(lo, hi, columnar_bucket.MAX_STRETCH):  # bounded: a load's stretch is 250k lines
-            end = min(hi, start + columnar_bucket.MAX_STRETCH)
-            lines = cols.recs[start:end]
-            if None in lines:  # a record without a value
-                lines = [rec or b"" for rec in lines]
-            blocks = columnar_bucket.line_blocks(cols.srcs[start:end], cols.seqs[start:end], lines, bucket, buckets)
-            for block_lo, block_hi, block in blocks:
-                if block is None:
-                    yield from _records(
-                        bucket, buckets, cols.slice(start + block_lo, start + block_hi), counts, quarantined
-                    )
-                else:
-                    yield block
-
-
-def _records(
-    bucket: int, buckets: int, rows: Iterable[Row], counts: PipelineCounts, quarantined: list[Any]
-) -> Iterator[tuple[bytes, Record, bool]]:
-    """The records of ``rows`` this bucket applies, in order, as (encoded, record, whether this bucket reports it:
-    `routing.reporter`); what is not one (bad lines, skipped types, errors, records of another bucket) is counted
-    and quarantined here as `apply_rows` says. Every partition record it gives is this bucket's or partition 0's."""
-    loads = pickle.loads
-
-    def report_error(error: Any) -> None:
-        counts.events_by_type[error.type or "invalid"] += 1
-        counts.quarantined_by_reason[error.reason] += 1
-        quarantined.append(error.to_dict())
-
-    for kind, src, seq, rec in rows:
-        if kind == KIND_RECORD:  # routed by the Python source to its `targets`
-            record = decode_record(rec)
-            reports = reporter(record.type, record.data, buckets) == bucket
-        elif kind in (KIND_RAW, KIND_RAW_BROADCAST):
-            parsed = parse_line(rec or b"", src, seq, f"{src}@{seq}")
-            if parsed.__class__ is not Record:
-                if kind == KIND_RAW or bucket == 0:
-                    if isinstance(parsed, RecordError):
-                        if not parsed.raw:
-                            parsed.raw = (rec or b"").decode("utf-8", "replace")
-                        report_error(parsed)
-                    elif isinstance(parsed, Ignored):
-                        counts.ignored_lines += 1
-                    else:  # Skipped
-                        counts.events_by_type[parsed.type] += 1
-                        counts.skipped_by_type[parsed.type] += 1
-                continue
-            record = parsed
-            owner = targets(record.type, record.data, buckets)
-            if owner != ALL_BUCKETS and owner != bucket:
-                if kind == KIND_RAW:  # the JVM placed it here, its owner never sees it: say so, loudly
-                    message = (
-                        f"routed to bucket {bucket}, owned by bucket {owner}: the JVM's and the core's parse "
-                        "of this line disagree"
-                    )
-                    raw = (rec or b"").decode("utf-8", "replace")
-                    error = RecordError(record.position, "conflict", "topicId", message, raw, record.type)
-                    report_error(error)
-                continue
-            # the owner reports its partition's records; of the rest (every bucket's), bucket 0, or partition 0's owner
-            reports = owner == bucket or (
-                bucket == 0
-                if record.type not in PARTITION_ROUTED
-                else reporter(record.type, record.data, buckets) == bucket
-            )
-            rec = encode_record(record)
-        elif kind == KIND_ERROR:
-            report_error(loads(rec))
-            continue
-        elif kind == KIND_SKIPPED:
-            type_name = rec.decode()
-            counts.events_by_type[type_name] += 1
-            counts.skipped_by_type[type_name] += 1
-            continue
-        else:
-            counts.ignored_lines += 1
-            continue
-        yield rec, record, reports
-
-
 def bucket_payload(bucket: int, bs: BucketState, quarantined: list[Any]) -> dict[str, Any]:
     """The bucket's output after a batch: what changed since the last drain (partition rows, removals,
     transitions, violations, topic documents whose owned partition count changed), its gauges and counts; bucket
     0 adds the shared gauges, the changed brokers and the cluster document."""
-    if isinstance(bs, ColumnarBucketState):
-        return columnar_bucket.payload(bucket, bs, quarantined)
     cluster = bs.cluster
-    changes = cluster.drain_changes()
-    rows_out = []
+    store = cluster.partitions
+    own = store.violations.of
+
+    def kinds(topic_id: str, partition_id: int) -> list[str]:
+        return [v.kind for v in own(topic_id, partition_id)]
+
+    audited = bool(store.violations.by_partition)  # no partition breaks an invariant (the usual case): no lookups
+    out = output.drain(store, kinds if audited else None)  # type: ignore[arg-type]
     violations = []
-    stored_partition, min_isr_of = report.stored_partition, cluster.effective_min_isr
-    for topic, partition in changes.partitions:
-        stored = stored_partition(cluster, topic, partition)
-        rows_out.append(partition_row(topic.name, partition, min_isr_of(topic), stored))
-        for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
-            violations.append(report.violation_doc(topic.name, topic.topic_id, partition.partition_id, v))
-    topics: dict[str, dict[str, Any]] = {}
-    dirty = {t.topic_id for t in changes.topics}
-    for topic in cluster.topics.values():
-        n = len(topic.partitions)
-        if topic.topic_id in dirty or bs.emitted_topic_counts.get(topic.topic_id) != n:
-            topics[topic.topic_id] = report.topic_doc(cluster, topic)
-            bs.emitted_topic_counts[topic.topic_id] = n
-    removed_topics = [tid for tid, _name in changes.removed_topics]
-    for tid in removed_topics:
-        bs.emitted_topic_counts.pop(tid, None)
-    payload: dict[str, Any] = {
+    if audited and out.partitions is not None:
+        changed = out.partitions
+        for topic_id, pid, name in zip(
+            changed.column("topicId").to_pylist(),
+            changed.column("partitionId").to_pylist(),
+            changed.column("topic").to_pylist(),
+            strict=True,
+        ):
+            for v in own(topic_id, pid):
+                violations.append(report.violation_doc(name, topic_id, pid, v))
+    result: dict[str, Any] = {
         "bucket": bucket,
-        "partitions": rows_out,
-        "removed": [[tid, pid] for tid, pid, _name in changes.removed],
-        "transitions": [t.to_dict() for t in changes.transitions],
+        "partitions": out.partitions,
+        "removed": out.removed,
+        "transitions": out.transitions,  # an Arrow table (or None): the rows file keeps it as one
         "quarantined": quarantined,
         "violations": violations,
-        "topics": topics,
-        "removedTopics": removed_topics,
-        "gauges": encode_gauges(partition_gauges(cluster)),
+        "topics": output.topic_documents(store, out, bs.emitted_topic_counts),  # type: ignore[arg-type]
+        "removedTopics": out.removed_topics,
+        "gauges": encode_gauges(store.gauges()),
         "counts": bs.counts.to_payload(),
     }
     if bucket == 0:
-        payload.update(shared_parts(cluster, changes.brokers))
-    return payload
+        result.update(shared_parts(cluster, out.brokers))
+    return result
 
 
 def run_bucket(
@@ -450,7 +233,7 @@ def run_bucket(
     snapshots = settings.snapshots()
     started = time.perf_counter()
     bs, how = _load_bucket(
-        bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache, settings.engine
+        bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache
     )
     loaded = time.perf_counter()
     with gc_paused():  # a storm's 25k documents per bucket allocate ~1M young objects, none in cycles
@@ -480,8 +263,6 @@ def run_bucket(
         }
         bodies = encode_payload(payload)
         del payload
-        if settings.use_cache:
-            index_kept_state(bs)
     keep_out_of_gc(collect_first=True)  # the batch's cycles (young objects only: the state is frozen), then freeze
     trim_after_big_batch(n_rows, collect_first=False)
     return token, blob, bodies
@@ -516,7 +297,6 @@ def make_state_function(
     bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
     if settings.state_mode == "snapshot" and settings.snapshots() is None:
         raise ValueError("snapshot state mode needs a state directory")
-    columnar_bucket.check_engine(settings.engine, settings.state_mode)
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
@@ -527,7 +307,7 @@ def make_state_function(
         frames = [pdf for pdf in pdfs if len(pdf)]
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True) if frames else None
         del frames
-        rows = _ordered_rows(pdf) if pdf is not None else iter(())
+        rows = ordered_rows(pdf) if pdf is not None else iter(())
         n_rows = len(pdf) if pdf is not None else 0
         del pdf
         token, blob, bodies = run_bucket(bucket, settings, row, rows, n_rows)

@@ -15,7 +15,6 @@ from typing import Any
 from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.store.urls import DEFAULT_URL, mask_url
 from elrwatch.streaming.bucket import StateSettings
-from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE, check_engine
 from elrwatch.streaming.local.tuning import LocalTuning
 from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, STATE_MODES
 
@@ -67,7 +66,6 @@ class JobConfig:
     state_mode: str = DEFAULT_STATE_MODE  # snapshot: snapshot files + delta in the state row; blob: the whole state
     state_dir: str | None = None  # snapshot files; default <checkpoint>/bucket-snapshots for a local checkpoint
     state_delta_max_records: int = DELTA_MAX_RECORDS
-    state_engine: str = DEFAULT_ENGINE  # columnar (`columnar_bucket`) or objects (a ClusterState per bucket)
     local: LocalTuning = field(default_factory=LocalTuning)  # the local-mode accelerators' knobs
     bound_metrics_port: int | None = None  # set by run(): the port actually serving (for --metrics-port 0)
 
@@ -105,7 +103,6 @@ class JobConfig:
 
     def state_settings(self) -> StateSettings:
         """The state stage's settings of this job."""
-        check_engine(self.state_engine, self.state_mode)
         return StateSettings(
             self.buckets,
             self.default_min_isr,
@@ -113,7 +110,6 @@ class JobConfig:
             state_dir=self.snapshot_dir(),
             delta_max_records=self.state_delta_max_records,
             rows_dir=self.rows_dir(),
-            engine=self.state_engine,
         )
 
     def source_options(self) -> dict[str, str]:

@@ -185,7 +185,7 @@ def _read_arrow(body: Any) -> Any:
 
 
 def _transitions_of(table: Any) -> list[dict[str, Any]]:
-    from elrwatch.state.columnar_output import transitions_of
+    from elrwatch.state.partitions.columnar.output import transitions_of
 
     return transitions_of(table)
 
@@ -205,7 +205,7 @@ def iter_partition_rows(chunks: list[bytes]) -> Iterator[list[Any]]:
         if chunk[:1] == PAYLOAD_ARROW:
             import pyarrow as pa
 
-            from elrwatch.state.columnar_output import rows_of
+            from elrwatch.state.partitions.columnar.output import rows_of
 
             table = _read_arrow(pa.py_buffer(chunk)[1:])
             del chunk
