@@ -1,13 +1,14 @@
-"""The differential harness of the columnar engine (state/columnar.py) against the object core (`ClusterState`).
+"""The differential harness of the columnar store (the runtime, state/partitions/columnar/) against the object store
+(the specification, state/partitions/objects.py): two `ClusterState`s, one of each store.
 
-`run_both` feeds both engines the same micro-batches of parsed records and, after every batch, compares field by
-field: each record's outcome and quarantine error, the quarantine reported, every partition's state and derived
-status and flags, the status transitions in order with their offsets, the status and flag counts, and the state
-the engine keeps in its embedded core (brokers, topics, configs, features, source positions, the recent-offsets
-ring, partition 0 shadows, replica log infos), the election counters and each partition's last leader change
-kind, and what a bucket emits (tests/columnar_output_check.py: changed rows, removals, changed brokers, topic
-documents, gauges and insight counters, state/columnar_output.py against `bucket_payload`'s parts). Inputs: the conformance corpus, every simulator scenario, the
-real-Kafka golden logs, a storm on a large generated cluster and random faulty streams, whole and bucketed.
+`run_both` feeds both the same micro-batches of parsed records and, after every batch, compares field by field:
+each record's outcome and quarantine error, the quarantine reported, every partition's state and derived status
+and flags, the status transitions in order with their offsets, the status and flag counts, the image each state
+built (brokers, topics, configs, features, source positions, the recent-offsets ring, partition 0 shadows), the
+replica log infos, the election counters and each partition's last leader change kind, and what a bucket emits
+(tests/columnar_output_check.py: changed rows, removals, changed brokers, topic documents, gauges and insight
+counters). Inputs: the conformance corpus, every simulator scenario, the real-Kafka golden logs, a storm on a large
+generated cluster and random faulty streams, whole and bucketed.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from core_events import Feeder, random_stream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from elrwatch.state.cluster import ClusterState, Outcome, Transition
-from elrwatch.state.columnar import ColumnarState
-from elrwatch.state.columnar_lines import LineBlock
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.model import PARTITION_FIELDS, BrokerState, PartitionState
-from elrwatch.state.partition_lines import RawLine, parse_partition_lines
+from elrwatch.state.outcome import Outcome
+from elrwatch.state.partitions.columnar.lines import LineBlock
+from elrwatch.state.partitions.columnar.parse import RawLine, parse_partition_lines
+from elrwatch.state.partitions.objects import Transition
 from elrwatch.state.records import DumpReader, Record
 from elrwatch.state.simulator import SCENARIOS, simulate
 
@@ -148,29 +150,27 @@ def partition_fields(p: PartitionState) -> dict[str, Any]:
     return {name: getattr(p, name) for name in COMPARED_FIELDS}
 
 
-def ref_partitions(ref: ClusterState) -> dict[tuple[str, int], dict[str, Any]]:
-    return {(t.topic_id, pid): partition_fields(p) for t in ref.topics.values() for pid, p in t.partitions.items()}
-
-
-def fast_partitions(fast: ColumnarState) -> dict[tuple[str, int], dict[str, Any]]:
-    return {(p.topic_id, p.partition_id): partition_fields(p) for p in fast.iter_partitions()}
+def held_partitions(cluster: ClusterState) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(p.topic_id, p.partition_id): partition_fields(p) for _, p in cluster.iter_partitions()}
 
 
 def kept_state(cluster: ClusterState) -> dict[str, Any]:
-    """What the engine keeps in its embedded core, from either core (topics without their partitions)."""
-    ring = [(s, o, normal(cluster.recent_records[s])) for s, o in enumerate(cluster.recent_offsets) if o != -1]
+    """The image a state built (everything but its partitions)."""
+    image = cluster.image
+    positions, topics, configs = image.positions, image.topics, image.configs
+    ring = [(s, o, normal(positions.recent_records[s])) for s, o in enumerate(positions.recent_offsets) if o != -1]
     return {
-        "topics": {t.topic_id: (t.name, t.configs, t.last_offset) for t in cluster.topics.values()},
-        "topic_ids_by_name": cluster.topic_ids_by_name,
-        "configs": (cluster.topic_configs, cluster.cluster_configs, cluster.broker_configs),
+        "topics": {t.topic_id: (t.name, t.last_offset) for t in topics.by_id.values()},
+        "topic_ids_by_name": topics.ids_by_name,
+        "configs": (configs.of_topic, configs.cluster, configs.of_broker),
         "brokers": normal(cluster.brokers),
         "features": cluster.features,
-        "offsets": (cluster.config_offsets, cluster.feature_offsets, cluster.clear_elr_offsets),
-        "source_seq": cluster.source_seq,
-        "removed": (cluster.removed_topics, cluster.removed_topic_names),
-        "shadow_p0": normal(cluster.shadow_p0),
-        "snapshot_end_offset": cluster.snapshot_end_offset,
-        "derived_from": cluster.derived_from,
+        "offsets": (configs.offsets, image.features.offsets, topics.clear_elr_offsets),
+        "source_seq": positions.source_seq,
+        "removed": (topics.removed, topics.removed_names),
+        "shadow_p0": normal(topics.shadow_p0),
+        "snapshot_end_offset": positions.snapshot_end_offset,
+        "derived_from": positions.derived_from,
         "ring": ring,
     }
 
@@ -213,7 +213,7 @@ class Result:
     transitions: int = 0
     quarantined: int = 0
     rows: int = 0
-    state: ColumnarState | None = None
+    state: ClusterState | None = None
 
 
 def run_both(
@@ -224,10 +224,11 @@ def run_both(
     compare_every_batch: bool = True,
     as_lines: bool = False,
 ) -> Result:
-    """Apply ``batches`` with the core and with the columnar engine; assert everything equal after each batch.
-    ``as_lines``: the engine gets the certain partition-record lines as `LineBlock`s (positions ``source@seq``)."""
-    ref = ClusterState(default_min_isr=default_min_isr, bucket=bucket)
-    fast = ColumnarState(default_min_isr=default_min_isr, bucket=bucket)
+    """Apply ``batches`` with the object store and with the columnar store; assert everything equal after each
+    batch. ``as_lines``: the columnar store gets the certain partition-record lines as `LineBlock`s (positions
+    ``source@seq``)."""
+    ref = ClusterState(default_min_isr=default_min_isr, bucket=bucket, store="objects")
+    fast = ClusterState(default_min_isr=default_min_isr, bucket=bucket, store="columnar")
     result = Result()
     separator = "@" if as_lines else ":"
     ref_parser, fast_parser = Parser(source, separator), Parser(source, separator)
@@ -250,26 +251,26 @@ def run_both(
         assert_same(f"{where} errors", ref_errors, [e.to_dict() if e is not None else None for e in errors])
         changes = ref.drain_changes()
         ref_transitions += changes.transitions
-        fast_transitions += fast.drain_transitions()
+        fast_transitions += fast.partitions.drain_transitions()
         check_output(where, ref, changes, fast)
         result.quarantined += len(changes.quarantined)
         ref_quarantined += [e.to_dict() for e in changes.quarantined]
         if compare_every_batch or number == len(batches) - 1:
             assert_same(f"{where} transitions", canonical(ref_transitions), canonical(fast_transitions))
-            assert_same(f"{where} partitions", ref_partitions(ref), fast_partitions(fast))
-            assert_same(f"{where} kept state", kept_state(ref), kept_state(fast.core))
+            assert_same(f"{where} partitions", held_partitions(ref), held_partitions(fast))
+            assert_same(f"{where} kept state", kept_state(ref), kept_state(fast))
             assert_same(f"{where} log info", ref.log_info, fast.log_info)
-            assert_same(f"{where} status counts", +ref.status_counts, fast.status_counts())
-            assert_same(f"{where} flag histogram", dict(+ref.flag_histogram), fast.flag_histogram())
-            assert_same(f"{where} partition count", ref.partition_count, len(fast_partitions(fast)))
+            assert_same(f"{where} status counts", +ref.status_counts, +fast.status_counts)
+            assert_same(f"{where} flag histogram", dict(+ref.partitions.flag_histogram), fast.partitions.flag_histogram())
+            assert_same(f"{where} partition count", ref.partition_count, len(held_partitions(fast)))
         for outcome in ref_outcomes:
             result.outcomes[outcome.value] = result.outcomes.get(outcome.value, 0) + 1
         result.records += len(ref_records)
-    assert_same("quarantine reported", ref_quarantined, [e.to_dict() for e in fast.quarantined])
+    assert_same("quarantine reported", ref_quarantined, [e.to_dict() for e in fast.drain_quarantined()])
     result.transitions = len(ref_transitions)
     result.rows = check_output.rows
     result.state = fast
-    result.fast = fast.fast_records
+    result.fast = fast.partitions.fast_records
     return result
 
 
@@ -320,7 +321,7 @@ def test_event_generator_load_storms_and_churn(bucket: tuple[int, int] | None, a
     assert result.fast >= 0.8 * result.outcomes["applied"], result  # the vector path takes the load and storms
     if as_lines and bucket is None:  # and most lines are admitted as vectors (a bucket's stream here mixes others';
         # the count is the engine's since it was made or last loaded from a snapshot)
-        assert result.state is not None and result.state.vector_admitted >= 0.5 * result.records
+        assert result.state is not None and result.state.partitions.vector_admitted >= 0.5 * result.records
 
 
 def test_event_generator_in_random_batches() -> None:
@@ -489,11 +490,11 @@ def test_random_faulty_streams(seed: int, steps: int, rnd: random.Random, which:
 def test_a_partition_changed_twice_in_a_segment_gives_both_transitions() -> None:
     gen = EventGenerator(topics=1, partitions=4, brokers=3, seed=1)
     boot = list(gen.bootstrap())
-    fast = ColumnarState(default_min_isr=2)
+    fast = ClusterState(default_min_isr=2)
     parser = Parser("s")
     fast.apply_batch(parser.records(boot))
-    fast.drain_transitions()
-    topic_id = next(iter(fast.core.topics))
+    fast.partitions.drain_transitions()
+    topic_id = next(iter(fast.topics))
     p1 = fast.partition(topic_id, 1)
     assert p1 is not None and p1.status == "HEALTHY"
     base = 10_000
@@ -511,8 +512,8 @@ def test_a_partition_changed_twice_in_a_segment_gives_both_transitions() -> None
     }
     outcomes, _ = fast.apply_batch(parser.records([json.dumps(shrink), json.dumps(grow)]))
     assert outcomes == [Outcome.APPLIED, Outcome.APPLIED]
-    assert fast.fast_records >= 2
-    moves = [(t.from_status, t.to_status, t.offset) for t in fast.drain_transitions()]
+    assert fast.partitions.fast_records >= 2
+    moves = [(t.from_status, t.to_status, t.offset) for t in fast.partitions.drain_transitions()]
     assert moves == [("HEALTHY", "UNDER_MIN_ISR", base), ("UNDER_MIN_ISR", "HEALTHY", base + 1)]
     after = fast.partition(topic_id, 1)
     assert after is not None and after.partition_epoch == p1.partition_epoch + 2
