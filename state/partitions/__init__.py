@@ -183,6 +183,12 @@ class PartitionStore:
             record = block.record(j)
             note(record, cluster.apply(record, None, owned))
 
+    def apply_change(self, record: Record, data: Any) -> Outcome | RecordError:
+        """``record`` changes its partition as a PartitionChangeRecord with ``data`` would (topicId, partitionId and
+        the fields it sets), with everything that follows (elections, derived status, audit, transitions): what a
+        partition type whose effect is such a change has its handlers call, in either store."""
+        raise NotImplementedError
+
     def react(self, effects: Effects, record: Record) -> None:
         """A record the image applied changed what ``effects`` say: derive, drop or clear the partitions concerned."""
         raise NotImplementedError

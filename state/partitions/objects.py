@@ -16,7 +16,7 @@ updated by difference; nothing iterates every partition per batch. ``track_chang
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -291,7 +291,11 @@ class ObjectPartitions(PartitionStore):
 
     def apply_partition_change(self, record: Record) -> Outcome | RecordError:
         """PartitionChangeRecord: merged into the registration (`merge.merge_partition_change`)."""
-        data = record.data
+        return self.apply_change(record, record.data)
+
+    def apply_change(self, record: Record, data: Mapping[str, Any]) -> Outcome | RecordError:
+        """``record`` changes its partition as a PartitionChangeRecord with ``data`` would (topicId, partitionId
+        and the fields it sets): the handler of a partition type whose effect is such a change."""
         topic = self.image.topics.by_id[data["topicId"]]
         partition_id = data["partitionId"]
         partition = self.partition(topic.topic_id, partition_id)

@@ -22,7 +22,7 @@ the columns, the changed-rows mask and the lists kept here; `snapshot` saves and
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -44,7 +44,7 @@ from elrwatch.state.partitions.columnar.table import (
     segment_inputs,
 )
 from elrwatch.state.partitions.objects import PartitionChanges, Transition
-from elrwatch.state.record_types import PARTITION_RECORD, STORE_COLUMNAR
+from elrwatch.state.record_types import PARTITION_CHANGE_RECORD, PARTITION_RECORD, STORE_COLUMNAR
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.status import STATUSES
 
@@ -268,6 +268,22 @@ class ColumnarPartitions(PartitionStore):
         return self.stage(record)
 
     apply_partition_change = apply_partition_record
+
+    def apply_change(self, record: Record, data: Mapping[str, Any]) -> Outcome | RecordError:
+        """``record`` changes its partition as a PartitionChangeRecord with ``data`` would (topicId, partitionId
+        and the fields it sets): the handler of a partition type whose effect is such a change. It joins the
+        segment as that PartitionChangeRecord (at ``record``'s position, offset and time)."""
+        change = Record(
+            PARTITION_CHANGE_RECORD,
+            0,
+            dict(data),
+            record.source,
+            record.seq,
+            record.position,
+            record.offset,
+            record.timestamp_ms,
+        )
+        return self.apply_partition_record(change)
 
     def apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
         """ReplicaLogInfoRecord (elrwatch's own): a replica's log end, kept for the unclean-recovery advice."""
