@@ -34,7 +34,6 @@ import time
 from typing import Any
 
 from elrwatch.kafkaio.config import SourceError
-from elrwatch.state import core_build
 from elrwatch.store import StatusStore
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
@@ -369,11 +368,7 @@ def _run_query(
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
     log.info(
-        "starting Spark (store %s, checkpoint %s, state engine %s, core %s)",
-        store.masked_url,
-        config.checkpoint,
-        config.state_engine,
-        core_build(),
+        "starting Spark (store %s, checkpoint %s, state mode %s)", store.masked_url, config.checkpoint, config.state_mode
     )
     accelerators.prepare_jvm()
     spark = build_spark(config, accelerators, connector)

@@ -5,7 +5,7 @@ status transition once).
 
 The state mode is the chart's SparkApplication's: bucket snapshots (``--state-mode snapshot``) in a ``--state-dir``
 that the driver and every executor share, as the chart's ReadWriteMany volume; here the workers share this machine's
-filesystem. The state engine is the default one (columnar). The event topic has one partition: across its partitions
+filesystem. The event topic has one partition: across its partitions
 the job keeps each key's order only (docs/STREAMING.md), and the history oracle is the log's own order.
 """
 
@@ -28,7 +28,6 @@ from test_streaming_e2e import (
 )
 
 from elrwatch.devtools.spark_cluster import SparkCluster
-from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
 from elrwatch.streaming.config import JobConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -99,7 +98,7 @@ def test_worker_killed_mid_stream_loses_nothing_and_applies_nothing_twice(
     finally:
         job.kill()
     assert "Lost executor" in job.output() or "worker lost" in job.output().lower() or partial < want
-    assert f"state engine {DEFAULT_ENGINE}," in job.output()
+    assert "state mode snapshot)" in job.output()
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)
 
@@ -124,7 +123,7 @@ def test_driver_killed_and_restarted_from_its_checkpoint(kafka_server, fresh_top
         assert second.wait(300) == 0, second.output()[-3000:]
     finally:
         second.kill()
-    assert f"state engine {DEFAULT_ENGINE}," in first.output() and f"state engine {DEFAULT_ENGINE}," in second.output()
+    assert "state mode snapshot)" in first.output() and "state mode snapshot)" in second.output()
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)
     snapshots = os.listdir(tmp_path / "shared" / "bucket-snapshots")

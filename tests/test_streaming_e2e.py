@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
 from elrwatch.streaming.config import ROWS_SUBDIR_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -213,11 +212,10 @@ def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
     pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
 
 
-@pytest.mark.parametrize(("source", "engine"), [("kafka", None), ("kafka-native", None), ("kafka-native", "objects")])
-def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_path, source, engine):
-    """3-partition event topic, malformed + duplicate records mixed in, continuous trigger, metrics scraped; with
-    the default state engine (``engine`` None: the columnar one) on both sources, and the object engine on one (its
-    equality with the columnar engine is tested per bucket)."""
+@KAFKA_SOURCES
+def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_path, source):
+    """3-partition event topic, malformed + duplicate records mixed in, continuous trigger, metrics scraped, on both
+    Kafka sources."""
     from elrwatch.devtools.kafka_cluster import free_port
     from elrwatch.streaming.metrics import scrape
 
@@ -246,7 +244,6 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
         "3",
         "--trigger",
         "1s",
-        *(["--state-engine", engine] if engine else []),
     )
     try:
         want = oracle["counts"]["events"]
@@ -268,9 +265,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
         assert {k: metrics.get(k) for k in oracle["gauges"]} == oracle["gauges"]
         job.proc.send_signal(signal.SIGTERM)  # clean stop (as Kubernetes does)
         assert job.wait(90) == 0, job.output()[-3000:]
-        # the job names its core: `make test-compiled` runs this test on the compiled one
-        core = "compiled (mypyc)" if os.environ.get("ELRWATCH_EXPECT_COMPILED") == "1" else "interpreted"
-        assert f"state engine {engine or 'columnar'}, core {core})" in job.output()
+        assert "state mode snapshot)" in job.output()
     finally:
         job.kill()
     assert_same_as_oracle(_store_doc(url), oracle)
@@ -278,7 +273,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
 
 @KAFKA_SOURCES
 def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server, fresh_topic, tmp_path, source):
-    """kill -9 of the job (default state engine, snapshot mode) mid-stream, then a restart from its checkpoint: the
+    """kill -9 of the job (snapshot mode) mid-stream, then a restart from its checkpoint: the
     store equals the oracle, every transition once; then a torn and a lost bucket snapshot are one-line errors."""
     events = _events(tmp_path, records=3000, seed=11)
     oracle = _replay(events)
@@ -317,7 +312,6 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
         assert second.wait(240) == 0, second.output()[-3000:]
     finally:
         second.kill()
-    assert f"state engine {DEFAULT_ENGINE}," in first.output() and f"state engine {DEFAULT_ENGINE}," in second.output()
     doc = _store_doc(url)
     # epochs equal to the oracle's prove no PartitionChangeRecord was applied twice
     assert_same_as_oracle(doc, oracle)
@@ -616,6 +610,5 @@ def test_event_topic_leader_killed_mid_stream_the_job_goes_on(real_kafka_cluster
     finally:
         job.kill()
         cluster.start_broker(leader)  # the session's cluster is shared: every broker back
-    assert f"state engine {DEFAULT_ENGINE}," in job.output()
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)
