@@ -33,8 +33,8 @@ from elrwatch.state.audit import Violation
 from elrwatch.state.image import MetadataImage
 from elrwatch.state.model import BrokerState, PartitionState, TopicState
 from elrwatch.state.outcome import Outcome
-from elrwatch.state.partitions import PartitionStore
-from elrwatch.state.partitions.objects import ObjectPartitions, Transition
+from elrwatch.state.partitions import PartitionStore, Transition
+from elrwatch.state.partitions.objects import ObjectPartitions
 from elrwatch.state.record_types import PARTITION_ID, ROUTE_OWNER_P0_EVERY, SCOPE_PARTITION, TOPIC_ID
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.routing import bucket_of, reporter

@@ -32,9 +32,9 @@ from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.model import PARTITION_FIELDS, BrokerState, PartitionState
 from elrwatch.state.outcome import Outcome
+from elrwatch.state.partitions import Transition
 from elrwatch.state.partitions.columnar.lines import LineBlock
 from elrwatch.state.partitions.columnar.parse import RawLine, parse_partition_lines
-from elrwatch.state.partitions.objects import Transition
 from elrwatch.state.records import DumpReader, Record
 from elrwatch.state.simulator import SCENARIOS, simulate
 

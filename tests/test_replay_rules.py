@@ -33,8 +33,8 @@ from core_events import (
 
 from elrwatch.state import report, routing
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.outcome import Outcome
 from elrwatch.state.gauges import partition_gauges, shared_gauges, sum_gauges
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import Replayer
 from elrwatch.state.simulator import SCENARIOS
@@ -993,14 +993,14 @@ def test_pickled_field_lists_name_every_field() -> None:
     import dataclasses
     from pathlib import Path
 
-    from elrwatch.state import model, records
+    from elrwatch.state import model, partitions, records
     from elrwatch.state.partitions import objects
 
     for cls, names in (
         (model.BrokerState, model.BROKER_FIELDS),
         (model.TopicState, model.TOPIC_FIELDS),
         (records.RecordError, records.RECORD_ERROR_FIELDS),
-        (objects.Transition, objects.TRANSITION_FIELDS),
+        (partitions.Transition, partitions.TRANSITION_FIELDS),
     ):
         assert tuple(f.name for f in dataclasses.fields(cls)) == names, cls.__name__
     # PartitionState: every attribute __init__ sets, in the pickled order

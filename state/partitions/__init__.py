@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
 
 from elrwatch.state import audit, record_types
 from elrwatch.state.audit import Violation
@@ -30,6 +31,62 @@ from elrwatch.state.model import PartitionState, TopicState
 from elrwatch.state.outcome import Outcome, is_duplicate
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.routing import bucket_of
+
+#: Transition's fields in order (its pickled form).
+TRANSITION_FIELDS: Final = (
+    "topic_id",
+    "partition_id",
+    "topic",
+    "from_status",
+    "to_status",
+    "at_ms",
+    "offset",
+    "position",
+)
+
+
+@dataclass(slots=True)
+class Transition:
+    """A partition moved from one status to another (the store's history table)."""
+
+    topic_id: str
+    partition_id: int
+    topic: str
+    from_status: str | None
+    to_status: str
+    at_ms: int | None
+    offset: int | None
+    position: str | None
+
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in TRANSITION_FIELDS]
+
+    def __setstate__(self, state: list[object]) -> None:
+        for name, value in zip(TRANSITION_FIELDS, state, strict=True):
+            setattr(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "topic": self.topic,
+            "topicId": self.topic_id,
+            "partitionId": self.partition_id,
+            "from": self.from_status,
+            "to": self.to_status,
+            "atMs": self.at_ms,
+            "offset": self.offset,
+            "position": self.position,
+        }
+
+
+@dataclass(slots=True)
+class PartitionChanges:
+    """What changed among the partitions since the previous drain (`drain` of either store)."""
+
+    partitions: list[PartitionState] = field(default_factory=list)
+    removed: list[tuple[str, int, str]] = field(default_factory=list)  # (topic_id, partition_id, topic name)
+    transitions: list[Transition] = field(default_factory=list)
+
 
 #: A partition record's handler in a store, bound: ``(record) -> Outcome | RecordError``.
 BoundHandler = Callable[[Record], "Outcome | RecordError"]

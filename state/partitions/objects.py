@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from elrwatch.state import insight
@@ -39,66 +38,10 @@ from elrwatch.state.model import (
     TopicState,
 )
 from elrwatch.state.outcome import Outcome, is_duplicate, record_error
-from elrwatch.state.partitions import PartitionStore, keep_log_info
+from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition, keep_log_info
 from elrwatch.state.record_types import STORE_OBJECTS
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, derive
-
-#: Transition's fields in order (its pickled form).
-TRANSITION_FIELDS: Final = (
-    "topic_id",
-    "partition_id",
-    "topic",
-    "from_status",
-    "to_status",
-    "at_ms",
-    "offset",
-    "position",
-)
-
-
-@dataclass(slots=True)
-class Transition:
-    """A partition moved from one status to another (the store's history table)."""
-
-    topic_id: str
-    partition_id: int
-    topic: str
-    from_status: str | None
-    to_status: str
-    at_ms: int | None
-    offset: int | None
-    position: str | None
-
-    def __getstate__(self) -> list[object]:
-        return [getattr(self, name) for name in TRANSITION_FIELDS]
-
-    def __setstate__(self, state: list[object]) -> None:
-        for name, value in zip(TRANSITION_FIELDS, state, strict=True):
-            setattr(self, name, value)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "topic": self.topic,
-            "topicId": self.topic_id,
-            "partitionId": self.partition_id,
-            "from": self.from_status,
-            "to": self.to_status,
-            "atMs": self.at_ms,
-            "offset": self.offset,
-            "position": self.position,
-        }
-
-
-@dataclass(slots=True)
-class PartitionChanges:
-    """What changed among the partitions since the previous `ObjectPartitions.drain`."""
-
-    partitions: list[PartitionState] = field(default_factory=list)
-    removed: list[tuple[str, int, str]] = field(default_factory=list)  # (topic_id, partition_id, topic name)
-    transitions: list[Transition] = field(default_factory=list)
-
 
 #: What `ObjectPartitions` pickles (the rest is rebuilt on load).
 PERSISTED: Final = (

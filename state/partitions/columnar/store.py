@@ -29,21 +29,18 @@ import numpy as np
 
 from elrwatch.state.gauges import Gauges
 from elrwatch.state.image import Effects, MetadataImage
-from elrwatch.state.model import NO_LEADER_CHANGE, PartitionState, TopicState
+from elrwatch.state.model import PartitionState, TopicState
 from elrwatch.state.outcome import Outcome, record_error
-from elrwatch.state.partitions import PartitionStore, keep_log_info
-from elrwatch.state.partitions.columnar import admission, audit, elections
+from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition, keep_log_info
+from elrwatch.state.partitions.columnar import admission, audit, elections, segment
 from elrwatch.state.partitions.columnar.derive import derive
 from elrwatch.state.partitions.columnar.table import (
     DENSE_PARTITION_IDS,
     NONE,
-    TUPLE_FIELDS,
     PartitionTable,
     TupleTable,
     optional,
-    segment_inputs,
 )
-from elrwatch.state.partitions.objects import PartitionChanges, Transition
 from elrwatch.state.record_types import PARTITION_CHANGE_RECORD, PARTITION_RECORD, STORE_COLUMNAR
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.status import STATUSES
@@ -533,101 +530,5 @@ class ColumnarPartitions(PartitionStore):
         if not self._seg_rows:
             return
         before = audit.before_segment(self)
-        self._apply_segment()
+        segment.apply(self)
         audit.after_segment(self, before)
-
-    def _apply_segment(self) -> None:
-        m = len(self._seg_rows)
-        rows_in = np.array(self._seg_rows, dtype=np.int64)
-        order = np.argsort(rows_in, kind="stable")
-        rows = rows_in[order]
-        pieces = self._seg_pieces
-        table = self.table
-        cols = table.cols
-        new = slice(self._segment_start, table.size)
-        created_from = new.start
-        cols["topic"][new] = self._seg_new_topic
-        cols["pid"][new] = self._seg_new_pid
-        cols["alive"][new] = True
-        self._segment_reset()
-        self.fast_records += m
-        inputs = segment_inputs(pieces, self.tuples)
-        kind = np.where(inputs.is_pr, 0, 1).astype(np.int8)[order]
-        fields = {name: ids[order] for name, ids in inputs.tuples.items()}
-        leader = inputs.leader[order]
-        le = inputs.le[order]
-        pe = inputs.pe[order]
-        lrs = inputs.lrs[order]
-        offsets = inputs.offsets[order]
-        ts = inputs.ts[order]
-        positions = inputs.positions
-
-        index = np.arange(m)
-        starts = np.ones(m, dtype=bool)
-        starts[1:] = rows[1:] != rows[:-1]
-        ends = np.ones(m, dtype=bool)
-        ends[:-1] = starts[1:]
-        start = np.maximum.accumulate(np.where(starts, index, 0))
-
-        def fill(present: np.ndarray, values: np.ndarray, column: str) -> np.ndarray:
-            last = np.maximum.accumulate(np.where(present, index, -1))
-            has = last >= start
-            return np.where(has, values[np.maximum(last, 0)], cols[column][rows])
-
-        is_pr = kind == 0
-        post = {name: fill(fields[name] >= 0, fields[name], name) for name in TUPLE_FIELDS}
-        post_leader = fill(is_pr | (leader != NO_LEADER_CHANGE), leader, "leader")
-        post_lrs = fill(is_pr | (lrs != -1), lrs, "lrs")
-        post_offset = fill(is_pr | (offsets != NONE), offsets, "last_offset")
-        post_ts = fill(is_pr | (ts != NONE), ts, "last_ts")
-        # epochs: the last PartitionRecord's, or the table's, plus the changes since
-        last_pr = np.maximum.accumulate(np.where(is_pr, index, -1))
-        has_pr = last_pr >= start
-        anchor = np.maximum(last_pr, 0)
-        changes = np.cumsum(kind == 1)
-        before_start = changes[start] - (kind[start] == 1)
-        pe_post = np.where(
-            has_pr, pe[anchor] + (changes - changes[anchor]), cols["pe"][rows] + (changes - before_start)
-        )
-        bumps = np.cumsum((kind == 1) & (leader != NO_LEADER_CHANGE))
-        bumps_before = bumps[start] - ((kind[start] == 1) & (leader[start] != NO_LEADER_CHANGE))
-        le_post = np.where(has_pr, le[anchor] + (bumps - bumps[anchor]), cols["le"][rows] + (bumps - bumps_before))
-
-        topics = cols["topic"][rows]
-        derived = derive(self, post["replicas"], post["isr"], post["elr"], post["lke"], post_leader, post_lrs, topics)
-        llc = elections.count_segment(
-            self, rows, kind, starts, start, index, created_from, leader, lrs, post, post_leader, post_lrs
-        )
-        previous = np.empty(m, dtype=np.int8)
-        previous[1:] = derived.status[:-1]
-        previous[starts] = cols["status"][rows[starts]]
-        changed = derived.status != previous
-        if changed.any():
-            where = np.flatnonzero(changed)
-            log_order = np.argsort(order[where], kind="stable")
-            picked = where[log_order]
-            self._transitions.append(
-                (rows[picked], previous[picked], derived.status[picked], ts[picked], offsets[picked])
-            )
-            original = order[picked]
-            self._positions.append([positions[i] for i in original.tolist()])
-            last_change = np.maximum.accumulate(np.where(changed, index, -1))
-            stamped = ends & (last_change >= start)
-            at = last_change[stamped]
-            cols["since_ms"][rows[stamped]] = ts[at]
-            cols["since_offset"][rows[stamped]] = offsets[at]
-        final = rows[ends]
-        for name in TUPLE_FIELDS:
-            cols[name][final] = post[name][ends]
-        cols["leader"][final] = post_leader[ends]
-        cols["lrs"][final] = post_lrs[ends]
-        cols["le"][final] = le_post[ends]
-        cols["pe"][final] = pe_post[ends]
-        cols["last_offset"][final] = post_offset[ends]
-        cols["last_ts"][final] = post_ts[ends]
-        cols["status"][final] = derived.status[ends]
-        cols["flags"][final] = derived.flags[ends]
-        cols["changed"][final] = True
-        cols["llc"][final] = llc[ends]
-        position_of = order[ends]
-        cols["position"][final] = np.array([positions[i] for i in position_of.tolist()], dtype=object)
