@@ -27,8 +27,8 @@ from elrwatch.state import audit, record_types
 from elrwatch.state.audit import Violation
 from elrwatch.state.gauges import Gauges
 from elrwatch.state.image import Effects, MetadataImage
-from elrwatch.state.model import PartitionState, TopicState
-from elrwatch.state.outcome import Outcome, is_duplicate
+from elrwatch.state.model import NO_LEADER, PartitionState, TopicState
+from elrwatch.state.outcome import Outcome, is_duplicate, record_error
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.routing import bucket_of
 
@@ -138,6 +138,29 @@ class Violations:
         else:
             self.by_partition.pop(key, None)
 
+    def check(
+        self,
+        image: MetadataImage,
+        partition: PartitionState,
+        min_isr: int,
+        record: Record | None,
+        epoch_note: str | None = None,
+    ) -> None:
+        """`audit` when it can find or clear something: its common case (no ELR, a full enough ISR holding the
+        leader, only eligible brokers and only replicas in it, no decreased epoch, no violation kept) is skipped."""
+        isr = partition.isr
+        brokers = image.brokers
+        if (
+            epoch_note is not None
+            or partition.elr
+            or len(isr) < min_isr
+            or not (partition.leader == NO_LEADER or partition.leader in isr)
+            or (brokers.by_id and not brokers.eligible.issuperset(isr))
+            or not _all_in(isr, partition.replicas)
+            or (partition.topic_id, partition.partition_id) in self.by_partition
+        ):
+            self.audit(image, partition, min_isr, record, epoch_note)
+
     def drop(self, key: tuple[str, int]) -> None:
         """A partition went: its violations go."""
         for violation in self.by_partition.pop(key, ()):
@@ -147,6 +170,13 @@ class Violations:
         """A topic went: its partitions' violations go."""
         for key in [k for k in self.by_partition if k[0] == topic_id]:
             self.drop(key)
+
+
+def _all_in(members: tuple[int, ...], container: tuple[int, ...]) -> bool:
+    for member in members:  # noqa: SIM110 - a plain loop is faster than all() with a generator here
+        if member not in container:
+            return False
+    return True
 
 
 def keep_log_info(log_info: dict[tuple[str, int], dict[int, dict[str, Any]]], topic_id: str, record: Record) -> bool:
@@ -239,6 +269,21 @@ class PartitionStore:
         for j in range(len(block)):
             record = block.record(j)
             note(record, cluster.apply(record, None, owned))
+
+    def apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
+        """ReplicaLogInfoRecord (elrwatch's own): a replica's log end, kept for the unclean-recovery advice."""
+        self.flush()
+        data = record.data
+        if self.partition(data["topicId"], data["partitionId"]) is None:
+            return record_error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
+        if not keep_log_info(self.log_info, data["topicId"], record):
+            return Outcome.DUPLICATE
+        self.mark_changed(data["topicId"], data["partitionId"])
+        return Outcome.APPLIED
+
+    def mark_changed(self, topic_id: str, partition_id: int) -> None:
+        """The partition changed without a new registration (its replicas' log info): it is drained as changed."""
+        raise NotImplementedError
 
     def apply_change(self, record: Record, data: Any) -> Outcome | RecordError:
         """``record`` changes its partition as a PartitionChangeRecord with ``data`` would (topicId, partitionId and

@@ -38,7 +38,7 @@ from elrwatch.state.model import (
     TopicState,
 )
 from elrwatch.state.outcome import Outcome, is_duplicate, record_error
-from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition, keep_log_info
+from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition
 from elrwatch.state.record_types import STORE_OBJECTS
 from elrwatch.state.records import Record, RecordError
 from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, derive
@@ -273,17 +273,10 @@ class ObjectPartitions(PartitionStore):
             self._refresh(topic, partition, record)
         return Outcome.APPLIED
 
-    def apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
-        """ReplicaLogInfoRecord (elrwatch's own): a replica's log end, kept for the unclean-recovery advice."""
-        data = record.data
-        partition = self.partition(data["topicId"], data["partitionId"])
-        if partition is None:
-            return record_error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
-        if not keep_log_info(self.log_info, data["topicId"], record):
-            return Outcome.DUPLICATE
-        if self.track_changes:
+    def mark_changed(self, topic_id: str, partition_id: int) -> None:
+        partition = self.partition(topic_id, partition_id)
+        if self.track_changes and partition is not None:
             self._dirty[id(partition)] = partition
-        return Outcome.APPLIED
 
     # --- reactions to the image's records -------------------------------------------------------------------
 
@@ -423,18 +416,7 @@ class ObjectPartitions(PartitionStore):
             partition.status = status
             partition.status_since_ms = at_ms
             partition.status_since_offset = offset
-        # The audit, with its common case inline: nothing to report and nothing to clear.
-        isr = partition.isr
-        if (
-            epoch_note is not None
-            or partition.elr
-            or len(isr) < min_isr
-            or not (partition.leader == NO_LEADER or partition.leader in isr)
-            or (brokers.by_id and not brokers.eligible.issuperset(isr))
-            or not _all_in(isr, partition.replicas)
-            or (topic_id, partition.partition_id) in self.violations.by_partition
-        ):
-            self.violations.audit(image, partition, min_isr, record, epoch_note)
+        self.violations.check(image, partition, min_isr, record, epoch_note)
         self._update_insight(topic_id, partition, min_isr)
         if self.track_changes:
             self._dirty[id(partition)] = partition
@@ -507,10 +489,3 @@ class ObjectPartitions(PartitionStore):
 
 def _members(partition: PartitionState) -> set[int]:
     return set(partition.replicas) | set(partition.isr) | set(partition.elr) | set(partition.last_known_elr)
-
-
-def _all_in(members: tuple[int, ...], container: tuple[int, ...]) -> bool:
-    for member in members:  # noqa: SIM110 - a plain loop is faster than all() with a generator here
-        if member not in container:
-            return False
-    return True

@@ -100,24 +100,6 @@ def may_violate(store: ColumnarPartitions, rows: np.ndarray) -> np.ndarray:
     return need
 
 
-def audit_partition(
-    store: ColumnarPartitions, partition: PartitionState, min_isr: int, record: Record, epoch_note: str | None
-) -> None:
-    """The object store's audit step for one partition (its common case skipped, as there)."""
-    isr = partition.isr
-    brokers = store.image.brokers
-    if (
-        epoch_note is not None
-        or partition.elr
-        or len(isr) < min_isr
-        or not (partition.leader == NO_LEADER or partition.leader in isr)
-        or (brokers.by_id and not brokers.eligible.issuperset(isr))
-        or any(b not in partition.replicas for b in isr)
-        or (partition.topic_id, partition.partition_id) in store.violations.by_partition
-    ):
-        store.violations.audit(store.image, partition, min_isr, record, epoch_note)
-
-
 @dataclass
 class Before:
     """What a segment's audit needs of the state before the segment is applied."""
@@ -167,26 +149,11 @@ def _replay(
     before: dict[str, np.ndarray],
 ) -> None:
     """Audit ``candidates`` after each of their records, from their state before the segment."""
-    tuples = store.tuples.tuples
     c = store.table.cols
-    states: dict[int, PartitionState | None] = {}
     at = {row: i for i, row in enumerate(old.tolist()) if row in candidates}
-    for row in candidates:
-        i = at.get(row)
-        if i is None:
-            states[row] = None
-            continue
-        states[row] = PartitionState(
-            store.topic_ids[c["topic"][row]],
-            int(c["pid"][row]),
-            *(tuples[before[name][i]] for name in ("replicas", "isr", "elr", "lke")),
-            int(before["leader"][i]),
-            int(before["le"][i]),
-            int(before["pe"][i]),
-            int(before["lrs"][i]),
-            tuples[before["adding"][i]],
-            tuples[before["removing"][i]],
-        )
+    states: dict[int, PartitionState | None] = {
+        row: None if at.get(row) is None else store.registration(before, at[row], row) for row in candidates
+    }
     min_isr = store.topic_min_isr
     for row, record in zip(seg_rows, seg_records, strict=True):
         if row not in candidates:
@@ -208,7 +175,7 @@ def _replay(
             state = states[row] = copy.copy(state)
             merge_partition_change(state, record.data)
         store.audited_rows += 1
-        audit_partition(store, state, min_isr[c["topic"][row]], record, epoch_note)
+        store.violations.check(store.image, state, min_isr[c["topic"][row]], record, epoch_note)
 
 
 def audit_rows(store: ColumnarPartitions, rows: np.ndarray, record: Record) -> None:
@@ -220,4 +187,4 @@ def audit_rows(store: ColumnarPartitions, rows: np.ndarray, record: Record) -> N
     topic_of = store.table.cols["topic"]
     for row in rows[need].tolist():
         store.audited_rows += 1
-        audit_partition(store, store.partition_at(row), min_isr[topic_of[row]], record, None)
+        store.violations.check(store.image, store.partition_at(row), min_isr[topic_of[row]], record)

@@ -31,7 +31,7 @@ from elrwatch.state.gauges import Gauges
 from elrwatch.state.image import Effects, MetadataImage
 from elrwatch.state.model import PartitionState, TopicState
 from elrwatch.state.outcome import Outcome, record_error
-from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition, keep_log_info
+from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition
 from elrwatch.state.partitions.columnar import admission, audit, elections, segment
 from elrwatch.state.partitions.columnar.derive import derive
 from elrwatch.state.partitions.columnar.table import (
@@ -135,24 +135,27 @@ class ColumnarPartitions(PartitionStore):
         row = self.row_of(topic_id, partition_id)
         return None if row is None else self.partition_at(row)
 
+    def registration(self, columns: dict[str, np.ndarray], i: int, row: int) -> PartitionState:
+        """Row ``row``'s partition with the registration at index ``i`` of ``columns`` (the table's own, or a copy
+        of some rows' columns taken before a segment), without derived fields."""
+        tup = self.tuples.tuples
+        c = self.table.cols
+        return PartitionState(
+            self.topic_ids[c["topic"][row]],
+            int(c["pid"][row]),
+            *(tup[columns[name][i]] for name in ("replicas", "isr", "elr", "lke")),
+            int(columns["leader"][i]),
+            int(columns["le"][i]),
+            int(columns["pe"][i]),
+            int(columns["lrs"][i]),
+            tup[columns["adding"][i]],
+            tup[columns["removing"][i]],
+        )
+
     def partition_at(self, row: int) -> PartitionState:
         """A row as the object store holds a partition (derived fields included)."""
         c = self.table.cols
-        tup = self.tuples.tuples
-        p = PartitionState(
-            self.topic_ids[c["topic"][row]],
-            int(c["pid"][row]),
-            tup[c["replicas"][row]],
-            tup[c["isr"][row]],
-            tup[c["elr"][row]],
-            tup[c["lke"][row]],
-            int(c["leader"][row]),
-            int(c["le"][row]),
-            int(c["pe"][row]),
-            int(c["lrs"][row]),
-            tup[c["adding"][row]],
-            tup[c["removing"][row]],
-        )
+        p = self.registration(c, row, row)
         status = int(c["status"][row])
         p.status = STATUSES[status] if status >= 0 else ""
         p.flags = int(c["flags"][row])
@@ -282,18 +285,10 @@ class ColumnarPartitions(PartitionStore):
         )
         return self.apply_partition_record(change)
 
-    def apply_replica_log_info(self, record: Record) -> Outcome | RecordError:
-        """ReplicaLogInfoRecord (elrwatch's own): a replica's log end, kept for the unclean-recovery advice."""
-        self.flush()
-        self.barrier_records += 1
-        data = record.data
-        row = self.row_of(data["topicId"], data["partitionId"])
-        if row is None:
-            return record_error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
-        if not keep_log_info(self.log_info, data["topicId"], record):
-            return Outcome.DUPLICATE
-        self.table.changed[row] = True
-        return Outcome.APPLIED
+    def mark_changed(self, topic_id: str, partition_id: int) -> None:
+        row = self.row_of(topic_id, partition_id)
+        if row is not None:
+            self.table.changed[row] = True
 
     def apply_block(
         self,
