@@ -1,5 +1,5 @@
-"""The README's layout table and DESIGN.md's data-flow picture name the modules that exist, and every package has
-a row in the table."""
+"""docs/DEVELOPING.md's layout table and DESIGN.md's data-flow picture name the modules that exist, and every package
+has a row in the table."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _layout_rows() -> dict[str, str]:
-    """Folder → its row of the README's layout table."""
-    text = (ROOT / "README.md").read_text()
+    """Folder → its row of docs/DEVELOPING.md's layout table."""
+    text = (ROOT / "docs" / "DEVELOPING.md").read_text()
     section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -32,7 +32,7 @@ def test_the_layout_names_existing_modules() -> None:
     for folder, row in _layout_rows().items():
         for name in re.findall(r"`([a-z_/]+\.py)`", row):
             found = list((ROOT / folder).rglob(Path(name).name))
-            assert found, f"README layout: {folder}/ has no {name}"
+            assert found, f"DEVELOPING.md layout: {folder}/ has no {name}"
 
 
 def test_the_data_flow_picture_names_existing_modules() -> None:
