@@ -34,7 +34,6 @@ import time
 from typing import Any
 
 from elrwatch.kafkaio.config import SourceError
-from elrwatch.state import core_build
 from elrwatch.store import StatusStore
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
@@ -264,8 +263,9 @@ def build_spark(
 
     accelerators = accelerators or Accelerators(config)
 
-    # Python workers (children of the JVM in local mode) import the installed elrwatch, the driver's, never an
-    # `elrwatch` folder in the working directory (a compiled core and a source checkout must not mix)
+    # Python workers (children of the JVM in local mode) import the driver's elrwatch (the installed one, or the
+    # one on PYTHONPATH), never an `elrwatch` folder of the working directory: in a source checkout that folder
+    # holds only the CLI, so a worker would mix the checkout's CLI with the subpackages of another copy
     os.environ.setdefault("PYTHONSAFEPATH", "1")
     builder = SparkSession.builder.appName("elrwatch-stream")
     master = spark_master(config)
@@ -369,11 +369,10 @@ def _run_query(
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
     log.info(
-        "starting Spark (store %s, checkpoint %s, state engine %s, core %s)",
+        "starting Spark (store %s, checkpoint %s, state engine %s)",
         store.masked_url,
         config.checkpoint,
         config.state_engine,
-        core_build(),
     )
     accelerators.prepare_jvm()
     spark = build_spark(config, accelerators, connector)

@@ -987,7 +987,7 @@ def test_round_trip_of_mixed_state_and_bucketed_state() -> None:
 
 
 def test_pickled_field_lists_name_every_field() -> None:
-    """The explicit pickled forms (both builds read each other's, see setup.py) cannot drift from the classes."""
+    """The explicit pickled forms (what bucket snapshots hold) cannot drift from the classes."""
     import ast
     import dataclasses
     from pathlib import Path
