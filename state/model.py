@@ -175,8 +175,8 @@ class BrokerState:
     rack: str | None = None
     last_offset: int | None = None
 
-    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
-    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: bucket
+    # snapshots hold these objects, and a named field list keeps their pickled form fixed.
     def __getstate__(self) -> list[object]:
         return [getattr(self, name) for name in BROKER_FIELDS]
 

@@ -93,8 +93,8 @@ class RecordError:
     #: A ``conflict`` at an applied offset: the record that was applied there (envelope JSON); ``raw`` is the new one.
     applied: str | None = None
 
-    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: the
-    # pure-Python and the mypyc-compiled builds (setup.py) then read each other's pickles.
+    # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: bucket
+    # snapshots hold these objects, and a named field list keeps their pickled form fixed.
     def __getstate__(self) -> list[object]:
         return [getattr(self, name) for name in RECORD_ERROR_FIELDS]
 
@@ -326,7 +326,7 @@ def _all_field_names(type_name: str) -> frozenset[str]:
     return frozenset(_camel(f["name"]) for f in _load_schema(type_name)["fields"])
 
 
-#: The types the core applies that elrwatch ships with (validators_generated.py holds their validators).
+#: The types the core applies that elrwatch ships with.
 USED_TYPES = frozenset(entry.name for entry in record_types.BUILTIN_TYPES if entry.applied)
 _USED_VERSIONS: dict[str, tuple[int, int]] = {name: schema_versions(name) for name in USED_TYPES}
 
@@ -444,7 +444,7 @@ def _validate_data(type_name: str, version: int, data: Any) -> dict[str, Any]:
     return out
 
 
-# --- compiled validators (the hot path) --------------------------------------------------------------------------
+# --- straight-line validators (the hot path) ---------------------------------------------------------------------
 #
 # `_validate_data` walks the compiled field list and names the precise error. Most records are valid, so each
 # (type, version) also gets a straight-line validator generated from the same field list: it accepts exactly what
@@ -499,7 +499,7 @@ def _indent(lines: list[str], depth: int = 1) -> list[str]:
 def validator_source(type_name: str, version: int, name: str = "validate", check: str = "check") -> str:
     """Python source of the straight-line validator of one (type, version), a function ``name(data)``: the data
     dict → the validated dict, or None (see above). It reads the globals ``M``, ``U``, ``is_uuid``, ``Invalid`` and
-    the record type's semantic check under the name ``check`` (state/validators_generated.py defines them)."""
+    the record type's semantic check under the name ``check`` (`_fast_validator` defines them)."""
     fields = _compiled(type_name, version)
     required = [(f"v{i}", field) for i, field in enumerate(fields) if field[4]]
     optional = [(f"v{i}", field) for i, field in enumerate(fields) if not field[4]]
@@ -545,71 +545,15 @@ def validator_source(type_name: str, version: int, name: str = "validate", check
     return "\n".join(lines) + "\n"
 
 
-GENERATED_VALIDATORS = "validators_generated.py"
-
-
-def generated_validators_source() -> str:
-    """The source of state/validators_generated.py: `validator_source` of every used (type, version), as module
-    functions, so that the compiled build (setup.py) compiles them too. `write_generated_validators` writes it."""
-    parts = [
-        '"""GENERATED from kafka_schemas/ by records.write_generated_validators() (`make validators`): do not edit.',
-        "",
-        "The straight-line validator of every record type and version elrwatch reads (records.validator_source); a",
-        "test fails when this file is not what the schemas give.",
-        '"""',
-        "",
-        "# ruff: noqa",
-        "from elrwatch.state.value_checks import MISSING as M",
-        "from elrwatch.state.value_checks import SEMANTICS as _SEMANTICS",
-        "from elrwatch.state.value_checks import VALID_UUIDS as U",
-        "from elrwatch.state.value_checks import Invalid",
-        "from elrwatch.state.value_checks import is_uuid",
-        "from elrwatch.state.value_checks import no_semantics as _no_semantics",
-        "",
-    ]
-    table = []
-    for type_name in sorted(USED_TYPES):
-        check = f"check_{type_name.lower()}"
-        parts += ["", f"{check} = _SEMANTICS.get({type_name!r}, _no_semantics)", ""]
-        low, high = _USED_VERSIONS[type_name]
-        for version in range(low, high + 1):
-            name = f"validate_{type_name.lower()}_v{version}"
-            parts += ["", validator_source(type_name, version, name, check)]
-            table.append(f"    ({type_name!r}, {version}): {name},")
-    parts += ["", "VALIDATORS = {", *table, "}"]
-    return "\n".join(parts) + "\n"
-
-
-def write_generated_validators(path: str | None = None) -> str:
-    """Write state/validators_generated.py (after a schema change); returns the path written."""
-    from pathlib import Path
-
-    target = Path(path) if path else Path(__file__).with_name(GENERATED_VALIDATORS)
-    target.write_text(generated_validators_source())
-    return str(target)
+#: (type, version) → its straight-line validator, built from `validator_source` at the pair's first use.
+_FAST_VALIDATORS: dict[tuple[str, int], Any] = {}
 
 
 def _fast_validator(type_name: str, version: int) -> Any:
-    """The straight-line validator of one used (type, version), from the generated module (compiled in a
-    compiled build; a test keeps the module equal to what `validator_source` gives for every used version).
-
-    A type registered at run time has none there: its validator is built from the same `validator_source` at
-    first use (not compiled, the same checks)."""
-    from elrwatch.state.validators_generated import VALIDATORS  # not at the top: `make validators` rewrites it
-
-    validator = VALIDATORS.get((type_name, version))
-    if validator is None:
-        validator = _runtime_validator(type_name, version)
-    return validator
-
-
-#: (type, version) → validator built at run time, for the types validators_generated.py does not hold.
-_RUNTIME_VALIDATORS: dict[tuple[str, int], Any] = {}
-
-
-def _runtime_validator(type_name: str, version: int) -> Any:
+    """The straight-line validator of one (type, version), built from `validator_source` at first use and kept
+    (a built-in type and a type registered at run time alike)."""
     key = (type_name, version)
-    validator = _RUNTIME_VALIDATORS.get(key)
+    validator = _FAST_VALIDATORS.get(key)
     if validator is None:
         namespace: dict[str, Any] = {
             "M": MISSING,
@@ -620,7 +564,7 @@ def _runtime_validator(type_name: str, version: int) -> Any:
         }
         exec(validator_source(type_name, version), namespace)
         validator = namespace["validate"]
-        _RUNTIME_VALIDATORS[key] = validator
+        _FAST_VALIDATORS[key] = validator
     return validator
 
 
@@ -938,7 +882,8 @@ class DumpReader:
             self._next = offset + 1
 
 
-#: (type, version) → compiled validator, filled as (type, version) pairs are first seen: `parse_envelope`'s hot path.
+#: (type, version) → straight-line validator, filled as (type, version) pairs are first seen: `parse_envelope`'s
+#: hot path.
 _VALIDATORS: dict[tuple[str, int], Any] = {}
 
 
@@ -959,7 +904,7 @@ def parse_envelope(
         message = f"invalid JSON: {exc}"
         return _envelope_error(payload, raw, position, source, seq, offset, "invalid_json", None, message)
     if type(envelope) is dict:
-        # Hot path: a known (type, version), well-formed envelope keys and data the compiled validator accepts.
+        # Hot path: a known (type, version), well-formed envelope keys and data the straight-line validator accepts.
         get = envelope.get
         type_name = get("type")
         version = get("version")

@@ -1,7 +1,5 @@
-"""Value checks shared by the parser (records.py) and its generated straight-line validators
-(validators_generated.py): the invalid-value error, Kafka Uuids, and the impossible values the schemas allow.
-
-A module of its own so that the generated validators do not import the parser that imports them.
+"""Value checks shared by the parser (records.py) and the straight-line validators it builds from the schemas
+(`records.validator_source`): the invalid-value error, Kafka Uuids, and the impossible values the schemas allow.
 """
 
 from __future__ import annotations

@@ -263,8 +263,9 @@ def build_spark(
 
     accelerators = accelerators or Accelerators(config)
 
-    # Python workers (children of the JVM in local mode) import the installed elrwatch, the driver's, never an
-    # `elrwatch` folder in the working directory (a compiled core and a source checkout must not mix)
+    # Python workers (children of the JVM in local mode) import the driver's elrwatch (the installed one, or the
+    # one on PYTHONPATH), never an `elrwatch` folder of the working directory: in a source checkout that folder
+    # holds only the CLI, so a worker would mix the checkout's CLI with the subpackages of another copy
     os.environ.setdefault("PYTHONSAFEPATH", "1")
     builder = SparkSession.builder.appName("elrwatch-stream")
     master = spark_master(config)

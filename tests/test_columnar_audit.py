@@ -40,7 +40,7 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Compared]:
     """The harness's engines replaced: the core registers itself, the audited engine compares after each batch."""
     seen = _Compared()
 
-    def reference(*args: Any, **kwargs: Any) -> ClusterState:  # the compiled core cannot be subclassed here
+    def reference(*args: Any, **kwargs: Any) -> ClusterState:  # the core as made, kept for the comparison
         made = ClusterState(*args, **kwargs)
         seen.refs.append(made)
         return made

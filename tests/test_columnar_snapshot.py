@@ -69,7 +69,7 @@ def reloaded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[_Run]:
     """The harness's engine saved and loaded before its batches 1, 2, 4, 8, …, violations compared."""
     run = _Run(tmp_path)
 
-    def reference(*args: Any, **kwargs: Any) -> ClusterState:  # the compiled core cannot be subclassed here
+    def reference(*args: Any, **kwargs: Any) -> ClusterState:  # the core as made, kept for the comparison
         made = ClusterState(*args, **kwargs)
         run.refs.append(made)
         return made

@@ -4,8 +4,7 @@ Each tests/data/real-kafka/<scenario>/ holds the controller's metadata log as Ka
 the scenario's end (``metadata.dump``) and, per checkpoint, the log's end offset then and what the brokers answered
 to DescribeTopicPartitions and DescribeCluster (``answers.json``). For every checkpoint the log up to its end offset
 is replayed through the core and must equal those answers; over the whole log the controller model must predict
-every PartitionChangeRecord Kafka wrote (tests/real_kafka_check.py). This runs in the fast suite and again on the
-mypyc-compiled core (make test-compiled).
+every PartitionChangeRecord Kafka wrote (tests/real_kafka_check.py). This runs in the fast suite.
 """
 
 from __future__ import annotations

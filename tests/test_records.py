@@ -749,7 +749,7 @@ def test_parse_line_never_raises_on_odd_input() -> None:
         assert isinstance(result, RecordError | Ignored), (text, result)
 
 
-# --- the compiled fast path agrees with the generic validator ---------------------------------------------------
+# --- the straight-line fast path agrees with the generic validator ----------------------------------------------
 
 _JSON_VALUES = st.recursive(
     st.none()
@@ -796,19 +796,18 @@ def test_fast_validator_takes_the_valid_examples(type_name: str, version: int) -
     )
 
 
-def test_the_generated_validators_are_what_the_schemas_give() -> None:
-    """state/validators_generated.py is records.validator_source of every used (type, version), current."""
-    from pathlib import Path
-
-    from elrwatch.state import validators_generated
-
-    path = Path(__file__).parent.parent / "state" / records_module.GENERATED_VALIDATORS
-    assert path.read_text() == records_module.generated_validators_source(), "stale: run `make validators`"
-    assert set(validators_generated.VALIDATORS) == {
+def test_the_parser_uses_one_validator_per_type_and_version() -> None:
+    """Every used (type, version) gets its straight-line validator from `validator_source` once, and the
+    parser's hot path calls that same function."""
+    used = {
         (name, version)
         for name in records_module.USED_TYPES
         for version in range(records_module.schema_versions(name)[0], records_module.schema_versions(name)[1] + 1)
     }
-    # the parser uses them
-    for key, validator in validators_generated.VALIDATORS.items():
-        assert records_module._fast_validator(*key) is validator
+    assert used <= set(TYPE_VERSIONS)
+    for type_name, version in sorted(used):
+        validator = records_module._fast_validator(type_name, version)
+        assert records_module._fast_validator(type_name, version) is validator
+        text = json.dumps({"type": type_name, "version": version, "data": example(type_name, version)})
+        assert isinstance(records_module.parse_envelope(text), Record), (type_name, version)
+        assert records_module._VALIDATORS[(type_name, version)] is validator
