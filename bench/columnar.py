@@ -1,21 +1,22 @@
-"""Benchmark the columnar engine (state/columnar.py) against the object core (`ClusterState.apply`).
+"""Benchmark the columnar store (state/partitions/columnar/, the runtime's) against the object store (the
+specification): a `ClusterState` of each.
 
-For each cluster size (``--partitions``, default 100k and 1M), each engine runs in a process of its own:
+For each cluster size (``--partitions``, default 100k and 1M), each store runs in a process of its own:
 
 1. the load: the EventGenerator's bootstrap (features, brokers, topics, one PartitionRecord per partition), read
-   from a file written beforehand, parsed and applied in batches of 100k records (the object core then builds its broker index, as the job does);
+   from a file written beforehand, parsed and applied in batches of 100k records (the object store then builds its
+   broker index, as a long-lived state does);
 2. the storm: the fence of broker 0, one PartitionChangeRecord per partition whose ISR holds it (with RF 3 and
    ``3 × partitions / 100k`` brokers: 100k records), then the broker's own record, applied as one batch.
 
-Printed per engine: CPU seconds of the process (`time.process_time`: the machine is shared) to apply the storm
+Printed per store: CPU seconds of the process (`time.process_time`: the machine is shared) to apply the storm
 (records already parsed, the GC paused as the job does), with its transitions drained as `Transition` objects,
 and the load's apply time; the time to build the bucket's output after the storm (its changed rows as
-`partition_row` lists with their stored form, as `bucket_payload` builds them, and the partition gauges: the
-object core's `drain_changes` rows + `gauges.partition_gauges`, the engine's `columnar_output.drain` +
-`columnar_output.partition_gauges`); the state's memory (RSS added by the load once the parsed records are freed and
-``malloc_trim`` ran, and for the engine the bytes of its columns); then the ratio core / engine, and whether the two agree on the storm's
-transitions, the status counts, the changed rows (all but their violation kinds, which the engine does not audit)
-and the gauges (all but the invariant-violation ones).
+`partition_row` lists with their stored form, and the partition gauges: the object store's `drain_changes` rows
++ `gauges.partition_gauges`, the columnar store's `output.drain` (Arrow rows) + `output.partition_gauges`); the
+state's memory (RSS added by the load once the parsed records are freed and ``malloc_trim`` ran, and for the
+columnar store the bytes of its columns); then the ratio objects / columnar, and whether the two agree on the
+storm's transitions, the status counts, the changed rows and the gauges.
 
 Run: python bench/columnar.py [--partitions 100000 1000000]
 """
@@ -34,12 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elrwatch.state import columnar_output
-from elrwatch.state.cluster import ClusterState, Outcome
-from elrwatch.state.columnar import ColumnarState
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.gauges import as_samples, partition_gauges
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.partition_row import partition_row
+from elrwatch.state.partitions.columnar import output
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.report import stored_partition
 
@@ -86,18 +87,17 @@ def trimmed_rss_mb() -> float:
 
 
 def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
-    """Load then storm with one engine, from the files; its figures."""
+    """Load then storm with one store ("core": the object store, "engine": the columnar one), from the files."""
     gc.disable()
     before = trimmed_rss_mb()
-    core = ClusterState(default_min_isr=2, bucket=(0, 1)) if engine == "core" else ClusterState()
-    fast = ColumnarState(default_min_isr=2, bucket=(0, 1)) if engine == "engine" else ColumnarState()
+    cluster = ClusterState(default_min_isr=2, bucket=(0, 1), store="objects" if engine == "core" else "columnar")
     load_s = 0.0
     seq = 1
     n_load = 0
 
     def apply(batch: list[Record]) -> float:
         started = time.process_time()
-        outcomes = [core.apply(r) for r in batch] if engine == "core" else fast.apply_batch(batch)[0]
+        outcomes = cluster.apply_batch(batch)[0]
         elapsed = time.process_time() - started
         assert all(o is Outcome.APPLIED for o in outcomes)
         return elapsed
@@ -109,38 +109,38 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
             n_load += len(chunk)
     started = time.process_time()
     if engine == "core":
-        core.index_brokers()
-        core.drain_changes()
+        cluster.partitions.index_brokers()  # type: ignore[attr-defined]
+        cluster.drain_changes()
     else:
-        fast.drain_transitions()
+        cluster.partitions.drain_transitions()  # type: ignore[attr-defined]
     load_s += time.process_time() - started
-    if engine == "engine":  # what the load changed, as the core's drain_changes forgot it (not timed: no rows built)
-        columnar_output.drain(fast)
+    if engine == "engine":  # what the load changed, as the object store's drain forgot it (not timed)
+        output.drain(cluster.partitions)  # type: ignore[arg-type]
     state_mb = trimmed_rss_mb() - before
     storm = parse(storm_path.read_bytes().splitlines(), seq)
     started = time.process_time()
     storm_apply_s = apply(storm)
     if engine == "core":
-        changes = core.drain_changes()
+        changes = cluster.drain_changes()
         transitions = changes.transitions
-        counts = {k: v for k, v in core.status_counts.items() if v}
     else:
-        transitions = fast.drain_transitions()
-        counts = fast.status_counts()
+        transitions = cluster.partitions.drain_transitions()  # type: ignore[attr-defined]
+    counts = {k: v for k, v in cluster.status_counts.items() if v}
     storm_s = time.process_time() - started
     started = time.process_time()
     if engine == "core":
-        stored, min_isr = stored_partition, core.effective_min_isr
-        rows = [partition_row(t.name, p, min_isr(t), stored(core, t, p)) for t, p in changes.partitions]
+        stored, min_isr = stored_partition, cluster.effective_min_isr
+        rows = [partition_row(t.name, p, min_isr(t), stored(cluster, t, p)) for t, p in changes.partitions]
+        rows_s = time.process_time() - started
     else:
-        rows = columnar_output.drain(fast).partitions
-    rows_s = time.process_time() - started
+        table = output.drain(cluster.partitions).partitions  # type: ignore[arg-type]
+        rows_s = time.process_time() - started  # the job's buckets emit the Arrow table; the store writer makes rows
+        rows = list(output.rows_of(table)) if table is not None else []
     started = time.process_time()
-    gauges = partition_gauges(core) if engine == "core" else columnar_output.partition_gauges(fast)
+    gauges = partition_gauges(cluster)
     gauges_s = time.process_time() - started
     rows.sort(key=lambda r: (r[0], r[1]))
-    for row in rows:  # the stored form without the violation kinds (the engine does not audit)
-        row[8] = json.loads(row[8])[:-2] + json.loads(row[8])[-1:]
+    table_mb = cluster.partitions.table.nbytes() / 2**20 if engine == "engine" else None  # type: ignore[attr-defined]
     return {
         "n_load": n_load,
         "n_storm": len(storm),
@@ -148,18 +148,18 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
         "storm_apply_s": storm_apply_s,
         "storm_s": storm_s,
         "state_mb": state_mb,
-        "table_mb": fast.table.nbytes() / 2**20 if engine == "engine" else None,
+        "table_mb": table_mb,
         "transitions": len(transitions),
         "transition_digest": sorted(
             (t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset) for t in transitions
         )[:: max(1, len(transitions) // 1000)],
         "counts": counts,
-        "fast_records": fast.fast_records,
+        "fast_records": cluster.partitions.fast_records if engine == "engine" else 0,  # type: ignore[attr-defined]
         "rows_s": rows_s,
         "gauges_s": gauges_s,
         "n_rows": len(rows),
         "rows_digest": rows[:: max(1, len(rows) // 1000)],
-        "gauges": {k: v for k, v in as_samples(gauges).items() if not k.startswith("elrwatch_invariant_violations")},
+        "gauges": as_samples(gauges),
     }
 
 
@@ -199,10 +199,10 @@ def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
         f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
         f"(fence of broker 0)"
     )
-    for name, r in results.items():
+    for name, r in (("objects", core), ("columnar", fast)):
         table = f", columns {r['table_mb']:.0f} MB" if r["table_mb"] is not None else ""
         print(
-            f"  {name:6}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
+            f"  {name:8}: storm apply {r['storm_apply_s']:6.3f} s ({r['storm_apply_s'] / r['n_storm'] * 1e6:5.2f}"
             f" µs/record), with transitions {r['storm_s']:6.3f} s | load {r['load_s']:6.2f} s | state "
             f"+{r['state_mb']:,.0f} MB RSS{table}"
         )
@@ -213,17 +213,17 @@ def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
     same = all(core[k] == fast[k] for k in ("transitions", "transition_digest", "counts"))
     same_output = all(core[k] == fast[k] for k in ("n_rows", "rows_digest", "gauges"))
 
-    def output(r: dict[str, Any]) -> float:
+    def output_s(r: dict[str, Any]) -> float:
         return r["rows_s"] + r["gauges_s"]
 
     print(
-        f"  ratio core/engine: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
+        f"  ratio objects/columnar: storm apply {core['storm_apply_s'] / fast['storm_apply_s']:.2f}x, with "
         f"transitions {core['storm_s'] / fast['storm_s']:.2f}x, load {core['load_s'] / fast['load_s']:.2f}x, "
         f"memory {core['state_mb'] / max(fast['state_mb'], 1):.2f}x | {core['transitions']:,} transitions; "
         f"transitions and status counts equal: {same}"
     )
     print(
-        f"  ratio core/engine: output {output(core) / output(fast):.2f}x (rows {core['rows_s'] / fast['rows_s']:.2f}x,"
+        f"  ratio objects/columnar: output {output_s(core) / output_s(fast):.2f}x (rows {core['rows_s'] / fast['rows_s']:.2f}x,"
         f" gauges {core['gauges_s'] / max(fast['gauges_s'], 1e-6):.2f}x) | rows and gauges equal: {same_output}"
     )
 

@@ -93,7 +93,8 @@ class ClusterState:
 
     def _reset_transient(self) -> None:
         self._quarantined: list[RecordError] = []
-        self._area_handlers: dict[str, Any] = {}
+        #: Type name → `_resolve`'s answer (the registry's entries, resolved once per state).
+        self._dispatch: dict[str, tuple[bool, bool, Any]] = {}
         #: The error of the last record quarantined.
         self.last_error: RecordError | None = None
 
@@ -111,31 +112,13 @@ class ClusterState:
         COVERED). ``owned``: the caller routed it here (a partition record other than partition 0's is this
         bucket's: ownership is not computed again).
         """
-        entry = record_types.get(record.type)
-        if entry is None or not entry.applied:
-            raise KeyError(f"record type {record.type} is not one the core applies")
-        if entry.scope == SCOPE_PARTITION:
-            return self._apply_partition(entry, record, snapshot_end, owned)
-        partitions = self.partitions
-        partitions.flush()
+        dispatch = self._dispatch.get(record.type)
+        if dispatch is None:
+            dispatch = self._resolve(record.type)
+        of_partition, shadowed, handler = dispatch
         image = self.image
-        verdict = image.positions.admit(record, snapshot_end)
-        if verdict.__class__ is not int:
-            return self._verdict(record, verdict)  # type: ignore[arg-type]
-        image.effects.reset()
-        result = self._area_handler(entry)(record)
-        if result.__class__ is not Outcome:
-            return self._quarantine(record, result)
-        if result is Outcome.APPLIED:
-            image.positions.remember(verdict, record)  # type: ignore[arg-type]
-            if image.effects:
-                partitions.react(image.effects, record)
-        return result
-
-    def _apply_partition(
-        self, entry: record_types.RecordType, record: Record, snapshot_end: int | None, owned: bool
-    ) -> Outcome:
-        image = self.image
+        if not of_partition:
+            return self._apply_to_image(handler, record, snapshot_end)
         verdict = image.positions.admit(record, snapshot_end)
         if verdict.__class__ is not int:
             return self._verdict(record, verdict)  # type: ignore[arg-type]
@@ -151,24 +134,49 @@ class ClusterState:
             and not (owned and partition_id != 0)
             and bucket_of(topic.topic_id, partition_id, bucket[1]) != bucket[0]
         ):
-            if partition_id != 0 or entry.route != ROUTE_OWNER_P0_EVERY:
+            if partition_id != 0 or not shadowed:
                 return Outcome.NOT_OWNED
             image.effects.reset()
             result = image.topics.apply_shadow(topic, record)
             if result is Outcome.APPLIED and image.effects:
                 self.partitions.react(image.effects, record)
         else:
-            result = self.partitions.handler(record.type)(record)
+            result = handler(record)
         if result.__class__ is not Outcome:
             return self._quarantine(record, result)  # type: ignore[arg-type]
         if result is Outcome.APPLIED:
             image.positions.remember(verdict, record)  # type: ignore[arg-type]
         return result  # type: ignore[return-value]
 
-    def _area_handler(self, entry: record_types.RecordType) -> Any:
-        found = self._area_handlers.get(entry.name)
-        if found is None:
-            found = self._area_handlers[entry.name] = self.image.handler(entry)
+    def _apply_to_image(self, handler: Any, record: Record, snapshot_end: int | None) -> Outcome:
+        """A record of the image's: the store's pending records first, then the area's handler and its effects."""
+        partitions = self.partitions
+        partitions.flush()
+        image = self.image
+        verdict = image.positions.admit(record, snapshot_end)
+        if verdict.__class__ is not int:
+            return self._verdict(record, verdict)  # type: ignore[arg-type]
+        image.effects.reset()
+        result = handler(record)
+        if result.__class__ is not Outcome:
+            return self._quarantine(record, result)
+        if result is Outcome.APPLIED:
+            image.positions.remember(verdict, record)  # type: ignore[arg-type]
+            if image.effects:
+                partitions.react(image.effects, record)
+        return result
+
+    def _resolve(self, type_name: str) -> tuple[bool, bool, Any]:
+        """(a partition's record?, partition 0 of another bucket kept as a shadow?, its handler bound to this
+        state's store or image) of a type the registry names."""
+        entry = record_types.get(type_name)
+        if entry is None or not entry.applied:
+            raise KeyError(f"record type {type_name} is not one the core applies")
+        if entry.scope == SCOPE_PARTITION:
+            found = (True, entry.route == ROUTE_OWNER_P0_EVERY, self.partitions.handler(type_name))
+        else:
+            found = (False, False, self.image.handler(entry))
+        self._dispatch[type_name] = found
         return found
 
     def _verdict(self, record: Record, verdict: Outcome | RecordError | TopicState) -> Outcome:
@@ -195,15 +203,19 @@ class ClusterState:
         applies their lines as Records). ``owned``: as `apply`."""
         outcomes: list[Outcome] = []
         errors: list[RecordError | None] = []
+        add_outcome, add_error = outcomes.append, errors.append
+        quarantined = Outcome.QUARANTINED
 
         def note(record: Record, outcome: Outcome) -> None:
-            outcomes.append(outcome)
-            errors.append(self.last_error if outcome is Outcome.QUARANTINED else None)
+            add_outcome(outcome)
+            add_error(self.last_error if outcome is quarantined else None)
 
         apply = self.apply
         for item in items:
             if item.__class__ is Record:
-                note(item, apply(item, None, owned))
+                outcome = apply(item, None, owned)
+                add_outcome(outcome)
+                add_error(self.last_error if outcome is quarantined else None)
             else:  # a block of partition-record lines (`columnar.lines.LineBlock`)
                 self.partitions.apply_block(self, item, outcomes, errors, note, owned)
         self.partitions.flush()
