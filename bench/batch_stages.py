@@ -1,8 +1,8 @@
 """Where a streaming micro-batch's Python time goes, stage by stage, outside Spark (one process, one core).
 
 The job's Python work for one batch, run in-process on the same rows a micro-batch carries: parse + route
-(`route.route_batches`, the read task's share), the state stage's pandas frame and ordering (`bucket._ordered_rows`),
-each bucket's apply (`bucket.apply_rows`) and payload (`bucket.bucket_payload` + `payload.encode_payload`), the
+(`route.route_batches`, the read task's share), the state stage's pandas frame and ordering (`bucket.ordered_rows`),
+each bucket's apply (`bucket_input.apply_rows`) and payload (`bucket.bucket_payload` + `payload.encode_payload`), the
 state save, and the driver's decode + merge (`sink.Aggregator`), each output both ways: everything in Spark's output
 rows (no rows directory: before) and the lists in a rows file with only the head in the output (the default: after),
 with the bytes through Spark's output. What Spark adds on top (JVM fetch, Arrow hops,
@@ -12,7 +12,6 @@ Two workloads: ``churn`` (the throughput phase of bench/streaming.py: 10k partit
 moves per batch) and ``storm`` (a broker fenced on a cluster of ``--partitions``: ~``--storm-partitions`` changes).
 
 Run: python bench/batch_stages.py [--events 100000] [--partitions 1000000] [--storm-partitions 100000] [--buckets 4]
-[--engine objects,columnar] (each state engine in turn, the slowest bucket's stage and its ratio)
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.streaming.bucket import StateSettings, apply_rows, bucket_payload, run_bucket
+from elrwatch.streaming.bucket import StateSettings, bucket_payload, ordered_rows, run_bucket
+from elrwatch.streaming.bucket_input import apply_rows
 from elrwatch.streaming.payload import (
     decode_payloads,
     encode_payload,
@@ -124,27 +124,21 @@ def one_batch(
     batch: list[bytes],
     buckets: int,
     routing: str = "python",
-    engine: str = "objects",
     profile: int = 0,
 ) -> float:
     """Load ``warm`` into the buckets (not timed), then time each Python stage of ``batch``; ``routing``: python
     (the Python sources: parse + route in the read task) or jvm (kafka-native: routed in Spark SQL, parsed in the
-    bucket); ``engine``: the state engine (`StateSettings.engine`); ``profile``: print that many functions with the
+    bucket); ``profile``: print that many functions with the
     most own time in the buckets' apply + payload (cProfile). The bucket stage (apply + payload + rows file) of the
     slowest bucket."""
-    print(
-        f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ("
-        f"{routing} routing, {engine} state engine)"
-    )
+    print(f"{name}: {len(batch):,} events on a state of {len(warm):,} events, {buckets} buckets ({routing} routing)")
     with tempfile.TemporaryDirectory() as tmp:
-        settings = StateSettings(buckets=buckets, state_dir=tmp, engine=engine)
+        settings = StateSettings(buckets=buckets, state_dir=tmp)
         cache: dict[int, Any] = {}
         rows: dict[int, tuple[str, bytes]] = {}
         table = route_all(warm, buckets).to_pandas()
         for bucket, frame in table.groupby("bucket"):
-            from elrwatch.streaming.bucket import _ordered_rows
-
-            token, blob, _ = run_bucket(int(bucket), settings, None, _ordered_rows(frame), len(frame), cache)
+            token, blob, _ = run_bucket(int(bucket), settings, None, ordered_rows(frame), len(frame), cache)
             rows[int(bucket)] = (token, blob)
         del table
         total = 0.0
@@ -162,11 +156,9 @@ def one_batch(
             len(batch),
         )
         total += took
-        from elrwatch.streaming.bucket import _ordered_rows
-
         ordered, took = timed(
             "order the rows (sort by source, seq)",
-            lambda: {b: _ordered_rows(f) for b, f in frames.items()},
+            lambda: {b: ordered_rows(f) for b, f in frames.items()},
             len(batch),
         )
         total += took
@@ -256,14 +248,6 @@ def one_batch(
         return max(per_bucket.values())
 
 
-def _compare(name: str, engines: list[str], run: Callable[[str], float]) -> None:
-    """Run each engine; print the slowest bucket's stage per engine and each one's ratio to the first."""
-    slowest = {engine: run(engine) for engine in engines}
-    first = engines[0]
-    for engine, took in slowest.items():
-        print(f"{name}: slowest bucket stage, {engine}: {took:.3f} s, ratio to {first}: {took / slowest[first]:.3f}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=100_000, help="churn: events in the batch")
@@ -274,12 +258,10 @@ def main() -> None:
     parser.add_argument(
         "--routing", default="python,jvm", help="python (the kafka and files sources), jvm (kafka-native)"
     )
-    parser.add_argument("--engine", default="columnar", help="state engines to compare, e.g. columnar,objects")
     parser.add_argument(
         "--profile", type=int, default=0, metavar="N", help="print the N functions with the most own time (cProfile)"
     )
     args = parser.parse_args()
-    engines = args.engine.split(",")
     print(f"python {sys.version.split()[0]}; one process")
     workloads = set(args.workloads.split(","))
     if "churn" in workloads:
@@ -287,13 +269,8 @@ def main() -> None:
         warm = list(gen.bootstrap()) + list(gen.churn(args.events))
         batch = list(gen.churn(args.events))
         for routing in args.routing.split(","):
-            _compare(
-                f"churn, {routing} routing",
-                engines,
-                lambda e, r=routing: one_batch(
-                    "churn (bench/streaming.py's throughput phase)", warm, batch, 2, r, e, args.profile
-                ),
-            )
+            took = one_batch("churn (bench/streaming.py's throughput phase)", warm, batch, 2, routing, args.profile)
+            print(f"churn, {routing} routing: slowest bucket stage {took:.3f} s")
     if "storm" in workloads:
         brokers = max(4, round(3 * args.partitions / args.storm_partitions))
         topics = max(1, args.partitions // 10_000)
@@ -301,13 +278,10 @@ def main() -> None:
         warm = list(gen.bootstrap())
         batch = list(gen.fence(0))
         for routing in args.routing.split(","):
-            _compare(
-                f"storm, {routing} routing",
-                engines,
-                lambda e, r=routing: one_batch(
-                    "storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, r, e, args.profile
-                ),
+            took = one_batch(
+                "storm (bench/streaming.py's storm phase)", warm, batch, args.buckets, routing, args.profile
             )
+            print(f"storm, {routing} routing: slowest bucket stage {took:.3f} s")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""Benchmark the columnar engine's audit (state/columnar_audit.py) and snapshots (state/columnar_snapshot.py).
+"""Benchmark the columnar store's audit (state/partitions/columnar/audit.py) and snapshots (.../snapshot.py).
 
 On ``--partitions`` (default 1M) partitions of the EventGenerator (RF 3, min ISR 2, the ELR feature on):
 
-1. the load (one PartitionRecord per partition, batches of 100k) applied by the plain engine and by the audited
-   one; then two storms, each one batch: the fence of broker 0 (ISR 3 → 2: no partition needs the audit) and the
-   fence of broker 1 (the partitions of both go below min ISR, with an ELR: each needs the audit). Printed: CPU
-   seconds of each engine (`time.process_time`, the GC paused as the job does), the audited rows, and the ratio;
-2. a snapshot of the audited engine: save time (tmp + fsync + rename; the second save, and the process's first)
-   and file size; load time with the file in
-   the page cache, and after the file's pages were dropped (`posix_fadvise(DONTNEED)`, as after a restart); then
-   a third storm (the unfence of broker 0) applied to the original and to the loaded engine, which must agree.
+1. the load (one PartitionRecord per partition, batches of 100k); then two storms, each one batch: the fence of
+   broker 0 (ISR 3 → 2: no partition needs the audit) and the fence of broker 1 (the partitions of both go below
+   min ISR, with an ELR: each needs the audit). Printed: CPU seconds (`time.process_time`, the GC paused as the job
+   does) and the rows audited;
+2. a snapshot of the state: save time (tmp + fsync + rename; the second save, and the process's first) and file
+   size; load time with the file in the page cache, and after the file's pages were dropped
+   (`posix_fadvise(DONTNEED)`, as after a restart); then a third storm (the unfence of broker 0) applied to the
+   original and to the loaded state, which must agree.
 
 Run: python bench/columnar_snapshot.py [--partitions 1000000] [--dir DIR]
 """
@@ -25,11 +25,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from elrwatch.state.cluster import Outcome
-from elrwatch.state.columnar import ColumnarState
-from elrwatch.state.columnar_audit import AuditedColumnarState
-from elrwatch.state.columnar_snapshot import load, save
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
+from elrwatch.state.outcome import Outcome
+from elrwatch.state.partitions.columnar.snapshot import load, save
 from elrwatch.state.records import Record, parse_line
 
 BATCH = 100_000
@@ -60,11 +59,11 @@ def wall(action: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def apply(engine: ColumnarState, batch: list[Record]) -> list[Any]:
+def apply(state: ClusterState, batch: list[Record]) -> list[Any]:
     """Apply one batch (every record must apply) and drain its transitions."""
-    outcomes, _ = engine.apply_batch(batch)
+    outcomes, _ = state.apply_batch(batch)
     assert all(o is Outcome.APPLIED for o in outcomes)
-    return engine.drain_transitions()
+    return state.partitions.drain_transitions()  # type: ignore[attr-defined]
 
 
 def digest(transitions: Iterable[Any]) -> list[tuple[Any, ...]]:
@@ -80,63 +79,56 @@ def main() -> None:
     partitions = args.partitions
     gen = EventGenerator(topics=TOPICS, partitions=partitions // TOPICS, brokers=max(3, 3 * partitions // 100_000))
     gc.disable()
-    plain = ColumnarState(default_min_isr=2, bucket=(0, 1))
-    audited = AuditedColumnarState(default_min_isr=2, bucket=(0, 1))
+    state = ClusterState(default_min_isr=2, bucket=(0, 1))
+    store = state.partitions
     seq = 1
-    spent = {"plain": 0.0, "audited": 0.0}
+    spent = 0.0
     lines = list(gen.bootstrap())
     for start in range(0, len(lines), BATCH):
         batch = parse(lines[start : start + BATCH], seq)
         seq += len(batch)
-        spent["plain"] += timed(lambda b=batch: apply(plain, b))[0]
-        spent["audited"] += timed(lambda b=batch: apply(audited, b))[0]
-    print(f"{plain.table.size:,} partitions ({len(lines):,} load records)")
-    print(
-        f"  load   : plain {spent['plain']:6.2f} s, audited {spent['audited']:6.2f} s "
-        f"(ratio {spent['audited'] / spent['plain']:.2f}x), audited rows {audited.audited_rows:,}"
-    )
+        spent += timed(lambda b=batch: apply(state, b))[0]
+    print(f"{state.partition_count:,} partitions ({len(lines):,} load records)")
+    print(f"  load   : {spent:6.2f} s, audited rows {store.audited_rows:,}")  # type: ignore[attr-defined]
     del lines
     for name, storm_lines in (("fence 0", list(gen.fence(0))), ("fence 1", list(gen.fence(1)))):
         storm = parse(storm_lines, seq)
         seq += len(storm)
-        before = audited.audited_rows
-        plain_s, plain_t = timed(lambda s=storm: apply(plain, s))
-        audited_s, audited_t = timed(lambda s=storm: apply(audited, s))
-        assert digest(plain_t) == digest(audited_t)
+        before = store.audited_rows  # type: ignore[attr-defined]
+        took, transitions = timed(lambda s=storm: apply(state, s))
         print(
-            f"  {name}: {len(storm):,} records, {len(plain_t):,} transitions: plain {plain_s:6.3f} s, audited "
-            f"{audited_s:6.3f} s (ratio {audited_s / plain_s:.2f}x), audited rows {audited.audited_rows - before:,},"
-            f" violations {sum(audited.violation_counts.values()):,}"
+            f"  {name}: {len(storm):,} records, {len(transitions):,} transitions: {took:6.3f} s, audited rows "
+            f"{store.audited_rows - before:,}, violations {sum(store.violations.counts.values()):,}"  # type: ignore[attr-defined]
         )
     with tempfile.TemporaryDirectory(prefix="bench-colsnap-", dir=args.dir) as directory:
         path = Path(directory) / "bucket.arrow"
-        first_s, size = wall(lambda: save(audited, path))
-        save_s, size = wall(lambda: save(audited, path))  # the job saves again and again: the second is typical
-        warm_s, loaded = wall(lambda: load(path, AuditedColumnarState))
+        first_s, size = wall(lambda: save(state, path))
+        save_s, size = wall(lambda: save(state, path))  # the job saves again and again: the second is typical
+        warm_s, loaded = wall(lambda: load(path))
         del loaded
         fd = os.open(path, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-        cold_s, loaded = wall(lambda: load(path, AuditedColumnarState))
+        cold_s, loaded = wall(lambda: load(path))
         print(
             f"  snapshot: {size / 2**20:,.1f} MB, save {save_s:.3f} s (fsync'd; the process's first {first_s:.3f} s), "
             f"load {warm_s:.3f} s from the page "
             f"cache, {cold_s:.3f} s after its pages were dropped"
         )
     storm = parse(list(gen.unfence(0)), seq)
-    original = digest(apply(audited, storm))
+    original = digest(apply(state, storm))
     again = digest(apply(loaded, storm))
     same = (
         original == again
-        and audited.status_counts() == loaded.status_counts()
-        and audited.flag_histogram() == loaded.flag_histogram()
-        and audited.violations == loaded.violations
+        and state.status_counts == loaded.status_counts
+        and state.partitions.flag_histogram() == loaded.partitions.flag_histogram()  # type: ignore[attr-defined]
+        and state.violations == loaded.violations
     )
-    print(f"  unfence 0 after the load: {len(original):,} transitions; loaded engine equals the original: {same}")
+    print(f"  unfence 0 after the load: {len(original):,} transitions; loaded state equals the original: {same}")
     if not same:
-        raise SystemExit("the loaded engine differs from the original")
+        raise SystemExit("the loaded state differs from the original")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The parse of a storm's partition records: one Record per line (`records.parse_line`, what a bucket does today)
-against the columnar parse with its proof (`state/partition_lines.py`: Arrow's JSON reader, then vector checks that
+against the columnar parse with its proof (`state/partitions/columnar/parse.py`: Arrow's JSON reader, then vector checks that
 each line would give the same Record).
 
 The lines are a broker fence's PartitionChangeRecords (``--partitions`` partitions, RF 3, 30 brokers per 1M: ~10%
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.state.partition_lines import parse_partition_lines
+from elrwatch.state.partitions.columnar.parse import parse_partition_lines
 from elrwatch.state.records import parse_line
 
 

@@ -919,7 +919,7 @@ def main() -> None:
     parser.add_argument(
         "--job-args",
         default="",
-        help="extra `elrwatch stream` options for every job (A/B runs), e.g. --state-engine objects",
+        help="extra `elrwatch stream` options for every job (A/B runs), e.g. --state-mode blob",
     )
     parser.add_argument(
         "--events",
