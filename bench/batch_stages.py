@@ -31,7 +31,8 @@ from typing import Any
 
 from elrwatch.state import core_build
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.streaming.bucket import StateSettings, apply_rows, bucket_payload, run_bucket
+from elrwatch.streaming.bucket import apply_rows, bucket_payload, run_bucket
+from elrwatch.streaming.config import StateSettings
 from elrwatch.streaming.payload import (
     decode_payloads,
     encode_payload,
@@ -41,6 +42,7 @@ from elrwatch.streaming.payload import (
 )
 from elrwatch.streaming.route import route_batches
 from elrwatch.streaming.sink import Aggregator
+from elrwatch.streaming.snapshots import SnapshotDir
 
 
 def arrow_batches(
@@ -199,7 +201,7 @@ def one_batch(
             write_rows_file(rows_dir, payload, token)
             heads.extend(encode_payload(payload))
             t5 = time.perf_counter()
-            bs.to_row(settings.snapshots(), int(bucket), token, settings.delta_max_records)
+            bs.to_row(SnapshotDir(tmp), int(bucket), token, settings.delta_max_records)
             t6 = time.perf_counter()
             gc.enable()
             per_bucket[int(bucket)] = (t1 - t0) + (t2 - t1) + (t5 - t4)

@@ -16,8 +16,7 @@ import typer
 
 from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.store.urls import DEFAULT_URL
-from elrwatch.streaming.config import SOURCES, JobConfig, MetricsEndpoint, StoreSettings
-from elrwatch.streaming.local.tuning import LocalTuning
+from elrwatch.streaming.config import SOURCES, JobConfig, LocalTuning, MetricsEndpoint, StoreSettings
 
 JOB, TUNING = JobConfig(), LocalTuning()  # elrwatch stream's defaults
 

@@ -33,25 +33,15 @@ from elrwatch.state.gauges import PipelineCounts, encode_gauges
 from elrwatch.state.partition_lines import parse_partition_lines
 from elrwatch.state.records import PARTITION_CHANGE_RECORD, PARTITION_RECORD
 from elrwatch.state.routing import bucket_of
+from elrwatch.streaming.config import BLOB_REFUSED
 from elrwatch.streaming.payload import shared_parts
 from elrwatch.streaming.route import decode_record
 from elrwatch.streaming.snapshots import BucketState, SnapshotDir, SnapshotError
 
-ENGINES = ("objects", "columnar")
-DEFAULT_ENGINE = "columnar"
 #: A columnar state row starts with this byte (an object engine's snapshot row with ``S``, a blob otherwise).
 ROW_TAG = b"C"
-BLOB_REFUSED = "--state-engine columnar needs --state-mode snapshot: with --state-mode blob add --state-engine objects"
 #: Records per ``apply_batch`` call (log order kept across calls): bounds the per-call lists.
 CHUNK = 1 << 18
-
-
-def check_engine(engine: str, state_mode: str) -> None:
-    """A one-line ValueError for an unknown engine or the columnar engine in blob mode."""
-    if engine not in ENGINES:
-        raise ValueError(f"--state-engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "columnar" and state_mode != "snapshot":
-        raise ValueError(BLOB_REFUSED)
 
 
 class ColumnarBucketState(BucketState):

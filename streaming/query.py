@@ -17,7 +17,7 @@ Pipeline (one micro-batch):
    written to the status store behind the batches).
 
 `run` starts the store, the exporter and Spark, waits until stopped or drained, and stops everything. The
-local-mode accelerators (``local/``) are asked at fixed points through one `Accelerators` object.
+local-mode accelerators (``accelerators.py``) are asked at fixed points through one `Accelerators` object.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from typing import Any
 from elrwatch.kafkaio.config import SourceError
 from elrwatch.state import core_build
 from elrwatch.store import StatusStore
+from elrwatch.streaming.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
 from elrwatch.streaming.connector import ConnectorError, ConnectorJars
 from elrwatch.streaming.connector import resolve as resolve_connector
-from elrwatch.streaming.local.accelerators import Accelerators, launched_jvm
-from elrwatch.streaming.local.memory import ARROW_POOL_ENV
+from elrwatch.streaming.memory import ARROW_POOL_ENV
 from elrwatch.streaming.metrics import Health, start_exporter
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink

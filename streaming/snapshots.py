@@ -16,16 +16,15 @@ import zlib
 from typing import Any
 
 from elrwatch.state.cluster import ClusterState
+from elrwatch.streaming.config import DELTA_MAX_RECORDS
 from elrwatch.streaming.route import decode_record
 
-STATE_MODES = ("snapshot", "blob")
-DEFAULT_STATE_MODE = "snapshot"
 SNAPSHOT_SUFFIX = ".snap"
 SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
 # Snapshot mode: when a bucket's delta (records applied since its snapshot) exceeds either bound, the worker
-# writes a new snapshot. Rows bound the replay on a worker-cache miss (~10 µs per record); bytes bound what every
-# micro-batch ships through Arrow into the state store (~15 B per compressed PartitionChangeRecord).
-DELTA_MAX_RECORDS = 100_000
+# writes a new snapshot. Rows (`config.DELTA_MAX_RECORDS`) bound the replay on a worker-cache miss (~10 µs per
+# record); bytes bound what every micro-batch ships through Arrow into the state store (~15 B per compressed
+# PartitionChangeRecord).
 DELTA_MAX_BYTES = 4 << 20
 # A batch of at most this many records is quiet: an engine whose snapshots are cheap (`BucketState.QUIET_DELTA`)
 # writes one then, once its delta is past its quiet bound, so that a storm does not pay for it and a restart or

@@ -150,8 +150,7 @@ def test_the_columnar_engine_is_the_default_and_blob_mode_alone_keeps_the_object
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     from elrwatch.streaming import query
-    from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
-    from elrwatch.streaming.config import JobConfig
+    from elrwatch.streaming.config import DEFAULT_ENGINE, JobConfig
 
     assert DEFAULT_ENGINE == "columnar" and JobConfig().state_engine == "columnar"
     args = ["stream", "--source", "files", "--path", str(tmp_path), "--checkpoint", str(tmp_path / "ck")]

@@ -28,8 +28,7 @@ from test_streaming_e2e import (
 )
 
 from elrwatch.devtools.spark_cluster import SparkCluster
-from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
-from elrwatch.streaming.config import JobConfig
+from elrwatch.streaming.config import DEFAULT_ENGINE, JobConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

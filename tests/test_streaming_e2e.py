@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
-from elrwatch.streaming.config import ROWS_SUBDIR_PREFIX
+from elrwatch.streaming.config import DEFAULT_ENGINE, ROWS_SUBDIR_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # Both Kafka sources pass the same tests: ours on kafka-python and Spark's own connector (make spark-jars).

@@ -28,7 +28,7 @@ def _module():
 
 def test_the_listing_names_modules_of_every_package_and_their_data() -> None:
     sources = _module().wheel_sources(ROOT)
-    for path in ("elrwatch/cli.py", "state/cluster.py", "streaming/bucket.py", "streaming/local/memory.py"):
+    for path in ("elrwatch/cli.py", "state/cluster.py", "streaming/bucket.py", "streaming/memory.py"):
         assert path in sources
     for folder in ("api/routers", "store", "kafkaio", "bridge", "devtools"):
         assert any(s.startswith(f"{folder}/") and s.endswith(".py") for s in sources), folder
