@@ -350,14 +350,12 @@ def restart_check(
     (unknown broker, unreadable input)."""
     import json
 
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from elrwatch.state.replay import ReplayInputError, replay_file
-    from elrwatch.state.report import restart_check as check_cluster
-
     if file is not None and store is not None:
         _fail("give --store URL or FILE, not both")
     if file is not None:
+        from elrwatch.state.replay import ReplayInputError, replay_file
+        from elrwatch.state.report import restart_check as check_cluster
+
         try:
             cluster = replay_file(file, default_min_isr).cluster
         except ReplayInputError as exc:
@@ -367,6 +365,8 @@ def restart_check(
         except KeyError as exc:
             _fail(str(exc.args[0]))
     else:
+        from sqlalchemy.exc import SQLAlchemyError
+
         status_store = _open_store(store or DEFAULT_URL, store_password_file)
         try:
             found = status_store.restart_check(broker, limit=limit)
@@ -379,7 +379,7 @@ def restart_check(
             _fail(f"unknown broker {broker}")
         result = found
 
-    from elrwatch.api.params import encode_cursor  # loads FastAPI: only for the command that prints a cursor
+    from elrwatch.api.cursor import encode_cursor
 
     for kind in ("blocking", "offline"):  # the cursor of the API's next page (GET /v1/brokers/{id}/restart-check)
         nxt = result[kind]["nextCursor"]
