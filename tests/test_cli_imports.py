@@ -8,6 +8,7 @@ numpy, pandas, pyarrow or pyspark. ``--help`` loads no web or database stack eit
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -28,43 +29,41 @@ SIDECAR_LIBRARIES = "import kafka, prometheus_client"
 NO_SERVER = "import uvicorn; uvicorn.run = lambda *args, **kwargs: print('would serve on', kwargs['port'])"
 
 
-def run_cli(args: list[str], prelude: str = "") -> tuple[int, str, list[str]]:
-    """Run ``elrwatch ARGS`` in a fresh interpreter after ``prelude``: its exit code, its output (stdout and
-    stderr) and the packages of HEAVY and WEB loaded by then."""
+def run_cli(*invocations: list[str], prelude: str = "") -> list[tuple[int, str, list[str]]]:
+    """Run ``elrwatch ARGS`` for each of ``invocations``, in order, in one fresh interpreter after ``prelude``: for
+    each, its exit code, its output (stdout and stderr) and the packages of HEAVY and WEB loaded by then."""
     code = textwrap.dedent(
         f"""
-        import json, sys
+        import contextlib, io, json, sys
         {prelude}
         from elrwatch.cli import app
-        try:
-            app({args!r})
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        print("\\n" + json.dumps([code, [m for m in {HEAVY + WEB!r} if m in sys.modules]]))
+        results = []
+        for args in {list(invocations)!r}:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    app(args)
+                    code = 0
+                except SystemExit as exc:
+                    code = exc.code or 0
+            results.append([code, out.getvalue(), [m for m in {HEAVY + WEB!r} if m in sys.modules]])
+        print(json.dumps(results))
         """
     )
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     done = subprocess.run(
-        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120, env=_env(), check=False
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False
     )
     assert done.returncode == 0, done.stderr
-    output, _, last = done.stdout.rstrip("\n").rpartition("\n")
-    exit_code, heavy = json.loads(last)
-    return exit_code, output + done.stderr, heavy
+    return [(exit_code, output, loaded) for exit_code, output, loaded in json.loads(done.stdout)]
 
 
-def _env() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-
-
-@pytest.mark.parametrize("command", ["", *COMMANDS])
-def test_help_loads_no_numeric_stack(command: str) -> None:
-    args = [command, "--help"] if command else ["--help"]
-    code, output, loaded = run_cli(args)
-    assert code == 0 and "Usage:" in output, output
-    assert loaded == [], f"elrwatch {' '.join(args)} imported {loaded}"
+def test_help_loads_no_numeric_stack_nor_web_stack() -> None:
+    """Every command's ``--help``, one after the other: the first that loads a package is named."""
+    invocations = [["--help"], *([command, "--help"] for command in COMMANDS)]
+    for args, (code, output, loaded) in zip(invocations, run_cli(*invocations), strict=True):
+        assert code == 0 and "Usage:" in output, (args, output)
+        assert loaded == [], f"elrwatch {' '.join(args)} imported {loaded}"
 
 
 @pytest.mark.parametrize(
@@ -77,7 +76,7 @@ def test_help_loads_no_numeric_stack(command: str) -> None:
 )
 def test_the_sidecars_load_no_numeric_stack(args: list[str], expected: str) -> None:
     """Each runs its command (its library imported) up to a usage error, with the clients it runs with loaded."""
-    code, output, loaded = run_cli(args, prelude=SIDECAR_LIBRARIES)
+    ((code, output, loaded),) = run_cli(args, prelude=SIDECAR_LIBRARIES)
     assert code == 2 and expected in output, output
     assert not set(loaded) & set(HEAVY), f"elrwatch {args[0]} imported {loaded}"
 
@@ -110,18 +109,18 @@ def store_url(tmp_path: Path, events: Path) -> str:
 
 
 def test_restart_check_from_events_loads_no_numeric_stack(events: Path) -> None:
-    code, output, loaded = run_cli(["restart-check", "1", str(events)])
+    ((code, output, loaded),) = run_cli(["restart-check", "1", str(events)])
     assert code == 0 and json.loads(output)["safe"] is True, output
     assert loaded == [], f"elrwatch restart-check FILE imported {loaded}"
 
 
 def test_restart_check_from_the_store_loads_no_numeric_stack(store_url: str) -> None:
-    code, output, loaded = run_cli(["restart-check", "1", "--store", store_url])
+    ((code, output, loaded),) = run_cli(["restart-check", "1", "--store", store_url])
     assert code == 0 and json.loads(output)["safe"] is True, output
     assert loaded == ["sqlalchemy"], f"elrwatch restart-check --store imported {loaded}"
 
 
 def test_api_up_to_serving_loads_no_numeric_stack(store_url: str) -> None:
-    code, output, loaded = run_cli(["api", "--store", store_url, "--port", "18080"], prelude=NO_SERVER)
+    ((code, output, loaded),) = run_cli(["api", "--store", store_url, "--port", "18080"], prelude=NO_SERVER)
     assert code == 0 and "would serve on 18080" in output, output
     assert not set(loaded) & set(HEAVY), f"elrwatch api imported {loaded}"
