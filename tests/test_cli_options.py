@@ -180,3 +180,16 @@ def test_the_columnar_engine_is_the_default_and_blob_mode_alone_keeps_the_object
             "elrwatch: error: --state-engine columnar needs --state-mode snapshot: with --state-mode blob add "
             "--state-engine objects"
         ]
+
+
+def test_stream_help_shows_its_options_in_panels() -> None:
+    """`elrwatch stream` takes some 35 options: each is shown under a panel of its kind, the groups several commands
+    share under the same panel in each of them."""
+    panels = {option.rich_help_panel for option in _options("stream")}  # type: ignore[attr-defined]
+    assert None not in panels and len(panels) >= 7, panels
+    result = CliRunner().invoke(app, ["stream", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert all(f"─ {panel} ─" in result.output for panel in panels), result.output
+    for name in ("produce", "bridge", "agent"):
+        kafka = {o.rich_help_panel for o in _options(name) if o.name == "bootstrap_servers"}  # type: ignore[attr-defined]
+        assert kafka == {"Kafka connection"}, (name, kafka)
