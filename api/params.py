@@ -1,4 +1,5 @@
-"""Path and query parameters shared by the routers, and the opaque pagination cursor."""
+"""Path and query parameters shared by the routers, and the reading of the opaque pagination cursor (its writing:
+``cursor.py``)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,8 @@ PartitionParam = Annotated[int, Path(ge=0, le=INT32_MAX, description="Partition 
 CursorParam = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description="`nextCursor` of the previous page.")]
 
 
-def encode_cursor(key: tuple[Any, ...]) -> str:
-    """Opaque cursor: base64url of the JSON key, no padding."""
-    return base64.urlsafe_b64encode(orjson.dumps(list(key))).decode().rstrip("=")
-
-
 def decode_cursor(cursor: str, types: tuple[type, ...]) -> tuple[Any, ...]:
-    """Inverse of :func:`encode_cursor`; 422 on anything that is not a cursor this API issued."""
+    """Inverse of `cursor.encode_cursor`; 422 on anything that is not a cursor this API issued."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         values = orjson.loads(raw)

@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.streaming.bucket import StateSettings, bucket_payload, ordered_rows, run_bucket
+from elrwatch.streaming.bucket import bucket_payload, ordered_rows, run_bucket
 from elrwatch.streaming.bucket_input import apply_rows
+from elrwatch.streaming.config import StateSettings
 from elrwatch.streaming.payload import (
     decode_payloads,
     encode_payload,
@@ -40,6 +41,7 @@ from elrwatch.streaming.payload import (
 )
 from elrwatch.streaming.route import route_batches
 from elrwatch.streaming.sink import Aggregator
+from elrwatch.streaming.snapshots import SnapshotDir
 
 
 def arrow_batches(
@@ -190,7 +192,7 @@ def one_batch(
             write_rows_file(rows_dir, payload, token)
             heads.extend(encode_payload(payload))
             t5 = time.perf_counter()
-            bs.to_row(settings.snapshots(), int(bucket), token, settings.delta_max_records)
+            bs.to_row(SnapshotDir(tmp), int(bucket), token, settings.delta_max_records)
             t6 = time.perf_counter()
             gc.enable()
             per_bucket[int(bucket)] = (t1 - t0) + (t2 - t1) + (t5 - t4)

@@ -44,7 +44,7 @@ from consume_raw import JvmProducer
 from elrwatch.devtools.kafka_cluster import KafkaCluster
 from elrwatch.kafkaio.clients import create_topic
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.streaming.local.accelerators import QUICK_START_OPTIONS
+from elrwatch.streaming.accelerators import QUICK_START_OPTIONS
 from elrwatch.streaming.route import route_in_jvm
 from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, read_stream
 

@@ -26,7 +26,7 @@ with its target.
   restart to the first completed batch. ``--cold-restart`` drops the page cache first (root), as on a rebooted
   node: every jar, module, archive and state file is read from disk again.
 
-The jobs map the JVM class archive a first clean stop writes (`streaming/local/jvm_archive.py`): before the phases,
+The jobs map the JVM class archive a first clean stop writes (`streaming/jvm_archive.py`): before the phases,
 a short clean run writes it if this machine has none yet, as an operator's first stop (or the image) would.
 ``--no-class-archive`` measures without it (the jobs are given a ``--jvm-class-archive-dir`` that cannot exist, so
 they start without one and write none).
@@ -878,7 +878,7 @@ def ensure_class_archive(workdir: str) -> None:
     """Write the JVM class archive with a short clean run if this machine has none (a killed job never writes
     it); print what the jobs will use."""
     from elrwatch.state.eventgen import scenario
-    from elrwatch.streaming.local import jvm_archive
+    from elrwatch.streaming import jvm_archive
 
     java = jvm_archive.java_executable()
     if java is None:

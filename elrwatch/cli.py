@@ -3,6 +3,11 @@
 Every option can also be set from the environment as ``ELRWATCH_<OPTION>`` (e.g. ``ELRWATCH_STORE``).
 The commands are thin: they parse options and call the library (``elrwatch.state``, ``elrwatch.streaming``,
 ``elrwatch.api``), where the behaviour and its tests live.
+
+This module imports only what the options are declared with (typer, ``options``, the settings objects): each
+command imports the library it calls when it runs, so that ``--help`` and the sidecars (`bridge`, `agent`,
+`produce`) start without loading the core's replay, the stream's Spark, pandas, numpy or pyarrow, or the API's
+FastAPI and SQLAlchemy (``tests/test_cli_imports.py``).
 """
 
 from __future__ import annotations
@@ -13,25 +18,17 @@ from typing import Annotated
 
 import typer
 
-from elrwatch.bridge.agent import AgentError, run_agent
-from elrwatch.bridge.runner import run_bridge
-from elrwatch.kafkaio import clients
-from elrwatch.kafkaio import produce as producing
 from elrwatch.kafkaio.config import KafkaSettings, SourceError
 from elrwatch.options import JOB_OPTIONS, KAFKA, METRICS, STORE, DefaultMinIsr, EventTopic, StorePasswordFile, grouped
 from elrwatch.options import fail as _fail
 from elrwatch.options import option as _opt
-from elrwatch.state.advice import STRATEGIES
-from elrwatch.state.advice import advise as advise_partition
-from elrwatch.state.conformance import CaseFileError, run_file
-from elrwatch.state.eventgen import simulated_lines
-from elrwatch.state.replay import ReplayInputError, replay_file, replay_to_document
-from elrwatch.state.report import dumps_document
-from elrwatch.state.report import restart_check as check_cluster
-from elrwatch.state.simulator import simulate as run_simulation
-from elrwatch.state.whatif import what_if
 from elrwatch.store.urls import DEFAULT_URL
 from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
+
+#: The panels of `elrwatch --help`.
+LIVE = "Monitoring a cluster"
+STORE_PANEL = "Reading the status store"
+FILES = "Event files (offline)"
 
 app = typer.Typer(
     name="elrwatch",
@@ -59,7 +56,7 @@ InputFiles = Annotated[
 ]
 
 
-@app.command()
+@app.command(rich_help_panel=FILES)
 def replay(
     files: InputFiles = None,
     default_min_isr: DefaultMinIsr = 1,
@@ -77,6 +74,8 @@ def replay(
     ] = True,
 ) -> None:
     """Replay metadata events in order and print the resulting state as one JSON document."""
+    from elrwatch.state.replay import ReplayInputError, replay_to_document
+    from elrwatch.state.report import dumps_document
 
     try:
         document = replay_to_document(files or ["-"], default_min_isr=default_min_isr, advice=advice)
@@ -88,11 +87,12 @@ def replay(
     sys.stdout.write("\n")
 
 
-@app.command()
+@app.command(rich_help_panel=FILES)
 def conformance(
     file: Annotated[str, typer.Argument(help="Conformance cases (JSON lines, conformance/README.md format).")],
 ) -> None:
     """Replay controller conformance cases through the controller model: PASS/FAIL per case, a summary."""
+    from elrwatch.state.conformance import CaseFileError, run_file
 
     try:
         _, failed = run_file(file, sys.stdout)
@@ -102,7 +102,7 @@ def conformance(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(rich_help_panel=FILES)
 def advise(
     topic: Annotated[str, typer.Argument(help="Topic name (or id).")],
     partition: Annotated[int, typer.Argument(help="Partition id.", min=0)],
@@ -120,6 +120,10 @@ def advise(
     """Replay FILE and print one partition's outlook (what Kafka will do) and recommendation (what to do)."""
     import json
 
+    from elrwatch.state.advice import STRATEGIES
+    from elrwatch.state.advice import advise as advise_partition
+    from elrwatch.state.replay import ReplayInputError, replay_file
+
     if strategy is not None and strategy not in STRATEGIES:
         _fail(f"unknown strategy {strategy!r} (Aggressive, Balanced or None)")
     try:
@@ -133,7 +137,7 @@ def advise(
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
 
 
-@app.command()
+@app.command(rich_help_panel=FILES)
 def whatif(
     down: Annotated[
         str,
@@ -154,9 +158,13 @@ def whatif(
     ] = 1000,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
-    """Replay FILE, take brokers down through the controller model; print the partitions that end under min ISR,
-    leaderless, or needing an unclean election, with counts (JSON)."""
+    """Replay FILE and take brokers down through the controller model: what would end under min ISR or leaderless.
+
+    Prints the partitions that end under min ISR, leaderless, or needing an unclean election, with counts (JSON)."""
     import json
+
+    from elrwatch.state.replay import ReplayInputError, replay_file
+    from elrwatch.state.whatif import what_if
 
     try:
         brokers = [int(part) for part in down.split(",") if part.strip()]
@@ -170,7 +178,7 @@ def whatif(
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
 
 
-@app.command()
+@app.command(rich_help_panel=FILES)
 def simulate(
     brokers: Annotated[
         int,
@@ -233,6 +241,7 @@ def simulate(
     ] = "-",
 ) -> None:
     """Simulate a cluster through the controller model and write the metadata records Kafka would write."""
+    from elrwatch.state.simulator import simulate as run_simulation
 
     if (scenario is None) == (faults is None):
         _fail("give exactly one of --scenario NAME or --faults RATE")
@@ -280,7 +289,7 @@ def _open_store(store: str, store_password_file: str | Path | None, must_exist: 
         _fail(f"cannot open status store {mask_url(url)}: {type(exc).__name__}")
 
 
-@app.command()
+@app.command(rich_help_panel=STORE_PANEL)
 @grouped
 def status(
     store: StoreSettings = STORE,
@@ -306,7 +315,7 @@ def status(
     sys.stdout.write("\n")
 
 
-@app.command("restart-check")
+@app.command("restart-check", rich_help_panel=STORE_PANEL)
 def restart_check(
     broker: Annotated[int, typer.Argument(help="Broker id.", min=0)],
     file: Annotated[
@@ -334,17 +343,19 @@ def restart_check(
     ] = 100,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
-    """Is it safe to stop BROKER now? Prints the verdict, the reason and the partitions that stopping it would
-    leave under min ISR or without an electable leader (JSON, as GET /v1/brokers/{id}/restart-check). Exit code
-    0: safe, 1: not safe, 2: usage error (unknown broker, unreadable input)."""
-    import json
+    """Is it safe to stop BROKER now? From the status store, or by replaying FILE.
 
-    from sqlalchemy.exc import SQLAlchemyError
+    Prints the verdict, the reason and the partitions that stopping it would leave under min ISR or without an
+    electable leader (JSON, as GET /v1/brokers/{id}/restart-check). Exit code 0: safe, 1: not safe, 2: usage error
+    (unknown broker, unreadable input)."""
+    import json
 
     if file is not None and store is not None:
         _fail("give --store URL or FILE, not both")
     if file is not None:
         from elrwatch.state.cluster import REFERENCE_STORE  # a light command: the store that needs no numpy
+        from elrwatch.state.replay import ReplayInputError, replay_file
+        from elrwatch.state.report import restart_check as check_cluster
 
         try:
             cluster = replay_file(file, default_min_isr, store=REFERENCE_STORE).cluster
@@ -355,6 +366,8 @@ def restart_check(
         except KeyError as exc:
             _fail(str(exc.args[0]))
     else:
+        from sqlalchemy.exc import SQLAlchemyError
+
         status_store = _open_store(store or DEFAULT_URL, store_password_file)
         try:
             found = status_store.restart_check(broker, limit=limit)
@@ -367,7 +380,7 @@ def restart_check(
             _fail(f"unknown broker {broker}")
         result = found
 
-    from elrwatch.api.params import encode_cursor  # loads FastAPI: only for the command that prints a cursor
+    from elrwatch.api.cursor import encode_cursor
 
     for kind in ("blocking", "offline"):  # the cursor of the API's next page (GET /v1/brokers/{id}/restart-check)
         nxt = result[kind]["nextCursor"]
@@ -377,7 +390,7 @@ def restart_check(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(rich_help_panel=STORE_PANEL)
 @grouped
 def api(
     store: StoreSettings = STORE,
@@ -441,6 +454,10 @@ def api(
 # --- Kafka and the streaming job: produce, stream, bridge, agent --------------------------------------------------
 
 
+#: The panel of `elrwatch produce --help` with the options of --simulate.
+SIM = "Generated events (--simulate)"
+
+
 def _kafka_options(kafka: KafkaSettings, topic: str | None) -> dict[str, str]:
     """The event topic's client options (`produce`, `bridge`, `agent`: servers and topic required)."""
     if not kafka.bootstrap_servers or not topic:
@@ -448,7 +465,7 @@ def _kafka_options(kafka: KafkaSettings, topic: str | None) -> dict[str, str]:
     return kafka.options(topic)
 
 
-@app.command()
+@app.command(rich_help_panel=LIVE)
 @grouped
 def produce(
     file: Annotated[
@@ -457,13 +474,21 @@ def produce(
     kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     simulate: Annotated[bool, _opt("--simulate", "Publish generated events instead of a file.")] = False,
-    sim_topics: Annotated[int, _opt("--sim-topics", "--simulate: topics.", min=1)] = 3,
-    sim_partitions: Annotated[int, _opt("--sim-partitions", "--simulate: partitions per topic.", min=1)] = 10,
-    sim_brokers: Annotated[int, _opt("--sim-brokers", "--simulate: brokers.", min=2)] = 4,
-    sim_steps: Annotated[int, _opt("--sim-steps", "--simulate: broker failures/recoveries per round.", min=0)] = 20,
-    sim_churn: Annotated[int, _opt("--sim-churn", "--simulate: leader moves per round.", min=0)] = 100,
-    sim_loop: Annotated[bool, _opt("--sim-loop", "--simulate: repeat rounds until --duration.")] = False,
-    seed: Annotated[int, _opt("--seed", "--simulate: RNG seed.")] = 7,
+    sim_topics: Annotated[int, _opt("--sim-topics", "--simulate: topics.", min=1, rich_help_panel=SIM)] = 3,
+    sim_partitions: Annotated[
+        int, _opt("--sim-partitions", "--simulate: partitions per topic.", min=1, rich_help_panel=SIM)
+    ] = 10,
+    sim_brokers: Annotated[int, _opt("--sim-brokers", "--simulate: brokers.", min=2, rich_help_panel=SIM)] = 4,
+    sim_steps: Annotated[
+        int, _opt("--sim-steps", "--simulate: broker failures/recoveries per round.", min=0, rich_help_panel=SIM)
+    ] = 20,
+    sim_churn: Annotated[
+        int, _opt("--sim-churn", "--simulate: leader moves per round.", min=0, rich_help_panel=SIM)
+    ] = 100,
+    sim_loop: Annotated[
+        bool, _opt("--sim-loop", "--simulate: repeat rounds until --duration.", rich_help_panel=SIM)
+    ] = False,
+    seed: Annotated[int, _opt("--seed", "--simulate: RNG seed.", rich_help_panel=SIM)] = 7,
     rate: Annotated[float, _opt("--rate", "Events per second (0 = as fast as possible).", min=0)] = 0.0,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
     create_topic: Annotated[bool, _opt("--create-topic", "Create the topic if it does not exist.")] = False,
@@ -472,6 +497,10 @@ def produce(
     """Publish metadata events to Kafka, keyed so each partition's and each broker's records keep their order."""
     import itertools
     import time
+
+    from elrwatch.kafkaio import clients
+    from elrwatch.kafkaio import produce as producing
+    from elrwatch.state.eventgen import simulated_lines
 
     opts = _kafka_options(kafka, topic)
     if simulate == (file is not None):
@@ -502,7 +531,7 @@ def produce(
             handle.close()
 
 
-@app.command()
+@app.command(rich_help_panel=LIVE)
 @grouped
 def stream(config: JobConfig = JOB_OPTIONS) -> None:
     """Run the streaming job: events → Spark (bucketed state) → status store + Prometheus gauges."""
@@ -519,7 +548,7 @@ def stream(config: JobConfig = JOB_OPTIONS) -> None:
         _fail(str(exc), code=1)
 
 
-@app.command()
+@app.command(rich_help_panel=LIVE)
 @grouped
 def bridge(
     source: Annotated[
@@ -577,9 +606,12 @@ def bridge(
     metrics: MetricsEndpoint = METRICS,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
 ) -> None:
-    """Publish a live cluster's metadata to the event topic: polled from its admin API, or read from a node's
-    metadata log (exact records and offsets)."""
+    """Publish a live cluster's metadata to the event topic.
+
+    Polled from its admin API, or read from a node's metadata log (exact records and offsets)."""
     import logging
+
+    from elrwatch.bridge.runner import run_bridge
 
     opts = _kafka_options(kafka, topic)
     if source not in ("admin", "metadata-log"):
@@ -607,7 +639,7 @@ def bridge(
         _fail(f"bridge failed: {type(exc).__name__}: {exc}", code=1)
 
 
-@app.command()
+@app.command(rich_help_panel=LIVE)
 @grouped
 def agent(
     log_dirs: Annotated[
@@ -657,10 +689,14 @@ def agent(
     metrics: MetricsEndpoint = METRICS,
     duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
 ) -> None:
-    """Beside one broker: publish its replicas' log end offset and last leader epoch (REPLICA_LOG_INFO_RECORD) for
-    the partitions that have no leader or an empty ISR, so that the advice names the replica an unclean election
-    should pick. Reads the node's metadata log and its partitions' batch headers, never record payloads."""
+    """Beside one broker: publish its stranded replicas' log end offsets, for the advice on unclean elections.
+
+    Publishes the log end offset and last leader epoch (REPLICA_LOG_INFO_RECORD) of its replicas of the partitions
+    that have no leader or an empty ISR, so that the advice names the replica an unclean election should pick.
+    Reads the node's metadata log and its partitions' batch headers, never record payloads."""
     import logging
+
+    from elrwatch.bridge.agent import AgentError, run_agent
 
     opts = _kafka_options(kafka, topic)
     dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]

@@ -1,23 +1,26 @@
 """The command line's options: type, flag, environment variable (``ELRWATCH_<OPTION>``) and help of each, shared by
 the commands that take them, and the groups of options several commands take (:class:`OptionGroup`: the Kafka
-connection, the status store, the metrics endpoint, `elrwatch stream`'s job). ``elrwatch stream``'s defaults are the
-job's own (`JobConfig`, `LocalTuning`)."""
+connection, the status store, the metrics endpoint, `elrwatch stream`'s job), each shown in ``--help`` under a panel
+of its own. ``elrwatch stream``'s defaults are the job's own (`JobConfig`, `LocalTuning`)."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.models import ParameterInfo
 
 from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.store.urls import DEFAULT_URL
-from elrwatch.streaming.config import SOURCES, JobConfig, MetricsEndpoint, StoreSettings
-from elrwatch.streaming.local.tuning import LocalTuning
+from elrwatch.streaming.config import SOURCES, JobConfig, LocalTuning, MetricsEndpoint, StoreSettings
 
 JOB, TUNING = JobConfig(), LocalTuning()  # elrwatch stream's defaults
 
@@ -195,12 +198,33 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Opt:
-    """One option of a group: its parameter name, its declaration (``Annotated[type, typer.Option(...)]``) and
-    its default."""
+    """One option of a group: its parameter name, its declaration (``Annotated[type, typer.Option(...)]``), its
+    default and the ``--help`` panel it is shown under (None: its group's)."""
 
     name: str
     annotation: Any
     default: Any = None
+    panel: str | None = None
+
+
+def panel(title: str, *options: Opt) -> tuple[Opt, ...]:
+    """``options`` shown under the ``--help`` panel ``title`` (to splice into an :class:`OptionGroup`'s options)."""
+    return tuple(dataclasses.replace(o, panel=title) for o in options)
+
+
+def in_panel(annotation: Any, title: str | None) -> Any:
+    """``annotation`` (``Annotated[type, typer.Option(...)]``) with its option shown under the ``--help`` panel
+    ``title``: a copy, since one declaration serves several commands; ``annotation`` itself when ``title`` is None."""
+    if title is None:
+        return annotation
+    base, *metadata = typing.get_args(annotation)
+    placed = []
+    for item in metadata:
+        if isinstance(item, ParameterInfo):
+            item = copy.copy(item)
+            item.rich_help_panel = title
+        placed.append(item)
+    return Annotated[(base, *placed)]
 
 
 @dataclass(frozen=True)
@@ -215,6 +239,8 @@ class OptionGroup:
 
     build: Callable[..., Any]
     options: tuple[Opt | tuple[str, OptionGroup], ...]
+    #: The ``--help`` panel of the group's options that name none (`Opt.panel`); None: the command's "Options".
+    panel: str | None = None
 
     def parameters(self) -> list[inspect.Parameter]:
         """The group's options as keyword parameters, nested groups' included, in declaration order."""
@@ -222,7 +248,8 @@ class OptionGroup:
         for entry in self.options:
             if isinstance(entry, Opt):
                 kind = inspect.Parameter.KEYWORD_ONLY
-                out.append(inspect.Parameter(entry.name, kind, default=entry.default, annotation=entry.annotation))
+                annotation = in_panel(entry.annotation, entry.panel or self.panel)
+                out.append(inspect.Parameter(entry.name, kind, default=entry.default, annotation=annotation))
             else:
                 out.extend(entry[1].parameters())
         return out
@@ -287,24 +314,28 @@ KAFKA = OptionGroup(
         Opt("sasl_username", SaslUsername),
         Opt("sasl_password_file", SaslPasswordFile),
     ),
+    panel="Kafka connection",
 )
 
 #: --store and --store-password-file: the status store of `stream`, `status` and `api`.
 STORE = OptionGroup(
     lambda store, store_password_file: StoreSettings(store, _text(store_password_file)),
     (Opt("store", StoreUrl, DEFAULT_URL), Opt("store_password_file", StorePasswordFile)),
+    panel="Status store",
 )
 
 #: --metrics-port and --metrics-host: the Prometheus endpoint of `stream`, `bridge` and `agent`.
 METRICS = OptionGroup(
     lambda metrics_port, metrics_host: MetricsEndpoint(metrics_port, metrics_host),
     (Opt("metrics_port", MetricsPort), Opt("metrics_host", MetricsHost, MetricsEndpoint().host)),
+    panel="Metrics endpoint",
 )
 
 #: Where `elrwatch stream`'s local-mode accelerators keep their files.
 LOCAL_TUNING = OptionGroup(
     LocalTuning,
     (Opt("jvm_class_archive_dir", JvmClassArchiveDir, TUNING.jvm_class_archive_dir),),
+    panel="Local mode",
 )
 
 
@@ -315,33 +346,45 @@ def job_config(*, source: str, spark_conf: list[str] | None, **values: Any) -> J
     return JobConfig(source=source, spark_conf=key_values(spark_conf or [], "--spark-conf"), **values)
 
 
-#: Everything `elrwatch stream` takes, in `--help` order.
+#: Everything `elrwatch stream` takes, in `--help` order, panel by panel.
 JOB_OPTIONS = OptionGroup(
     job_config,
     (
-        Opt("source", Source, JOB.source),
+        *panel(
+            "Source",
+            Opt("source", Source, JOB.source),
+            Opt("topic", EventTopic, JOB.topic),
+            Opt("path", FilesPath, JOB.path),
+            Opt("starting_offsets", StartingOffsets, JOB.starting_offsets),
+            Opt("source_timeout_ms", SourceTimeoutMs, JOB.source_timeout_ms),
+        ),
         ("kafka", KAFKA),
-        Opt("topic", EventTopic, JOB.topic),
-        Opt("path", FilesPath, JOB.path),
+        *panel(
+            "Micro-batches",
+            Opt("checkpoint", Checkpoint, JOB.checkpoint),
+            Opt("trigger", Trigger, JOB.trigger),
+            Opt("max_records_per_batch", MaxRecordsPerBatch, JOB.max_records_per_batch),
+            Opt("available_now", AvailableNow, JOB.available_now),
+        ),
+        *panel(
+            "State",
+            Opt("buckets", Buckets, JOB.buckets),
+            Opt("default_min_isr", DefaultMinIsr, JOB.default_min_isr),
+            Opt("state_mode", StateMode, JOB.state_mode),
+            Opt("state_dir", StateDir, JOB.state_dir),
+            Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
+        ),
         ("store", STORE),
-        Opt("checkpoint", Checkpoint, JOB.checkpoint),
         ("metrics", METRICS),
-        Opt("trigger", Trigger, JOB.trigger),
-        Opt("buckets", Buckets, JOB.buckets),
-        Opt("max_records_per_batch", MaxRecordsPerBatch, JOB.max_records_per_batch),
-        Opt("starting_offsets", StartingOffsets, JOB.starting_offsets),
-        Opt("available_now", AvailableNow, JOB.available_now),
-        Opt("default_min_isr", DefaultMinIsr, JOB.default_min_isr),
-        Opt("source_timeout_ms", SourceTimeoutMs, JOB.source_timeout_ms),
-        Opt("spark_master", SparkMaster, JOB.spark_master),
-        Opt("spark_conf", SparkConf, None),  # JobConfig's: {}
-        Opt("spark_driver_memory", SparkDriverMemory, JOB.spark_driver_memory),
-        Opt("spark_jars_packages", SparkJarsPackages, JOB.spark_jars_packages),
-        Opt("spark_jars", SparkJars, JOB.spark_jars),
-        Opt("spark_log_level", SparkLogLevel, JOB.spark_log_level),
-        Opt("state_mode", StateMode, JOB.state_mode),
-        Opt("state_dir", StateDir, JOB.state_dir),
-        Opt("state_delta_max_records", StateDeltaMaxRecords, JOB.state_delta_max_records),
+        *panel(
+            "Spark",
+            Opt("spark_master", SparkMaster, JOB.spark_master),
+            Opt("spark_conf", SparkConf, None),  # JobConfig's: {}
+            Opt("spark_driver_memory", SparkDriverMemory, JOB.spark_driver_memory),
+            Opt("spark_jars_packages", SparkJarsPackages, JOB.spark_jars_packages),
+            Opt("spark_jars", SparkJars, JOB.spark_jars),
+            Opt("spark_log_level", SparkLogLevel, JOB.spark_log_level),
+        ),
         ("local", LOCAL_TUNING),
     ),
 )

@@ -21,7 +21,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,29 +30,14 @@ from elrwatch.state import report
 from elrwatch.state.gauges import encode_gauges
 from elrwatch.state.partitions.columnar import output
 from elrwatch.streaming.bucket_input import OrderedRows, Row, apply_rows
-from elrwatch.streaming.local.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
+from elrwatch.streaming.config import StateSettings
+from elrwatch.streaming.memory import gc_paused, keep_out_of_gc, trim_after_big_batch
 from elrwatch.streaming.payload import encode_payload, shared_parts, write_rows_file
-from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, BucketState, SnapshotDir
+from elrwatch.streaming.snapshots import BucketState, SnapshotDir
 
 #: The environment variable that puts the state function's Python workers in a pool of their own (see
-#: `query.build_query`); the local warm-ups (``local/warm.py``) keep that pool alive too.
+#: `query.build_query`); the warm-ups (``warm.py``) keep that pool alive too.
 STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
-
-
-@dataclass(frozen=True)
-class StateSettings:
-    """What the state stage needs to apply a bucket's micro-batch."""
-
-    buckets: int
-    default_min_isr: int = 1
-    use_cache: bool = True  # False: every batch rebuilds its buckets from the committed rows (tests of that path)
-    state_mode: str = DEFAULT_STATE_MODE
-    state_dir: str | None = None
-    delta_max_records: int = DELTA_MAX_RECORDS
-    rows_dir: str | None = None  # the job's rows files (`payload.write_rows_file`); None: the rows go in the output
-
-    def snapshots(self) -> SnapshotDir | None:
-        return SnapshotDir(self.state_dir) if self.state_dir else None
 
 
 # Per Python worker: bucket → (token, BucketState), at most every bucket. Spark reuses Python workers, so the state
@@ -230,7 +214,7 @@ def run_bucket(
     this worker's `_CACHE`). The caller stores (token, row) as the bucket's new Spark state.
     """
     cache = _CACHE if cache is None else cache
-    snapshots = settings.snapshots()
+    snapshots = SnapshotDir(settings.state_dir) if settings.state_dir else None
     started = time.perf_counter()
     bs, how = _load_bucket(
         bucket, settings.buckets, row, settings.default_min_isr, settings.use_cache, snapshots, cache
@@ -295,7 +279,7 @@ def make_state_function(
     ``keys``: the group key of each bucket (`route.group_keys`); None: the bucket number is the key.
     """
     bucket_of_key = {key: bucket for bucket, key in enumerate(keys)} if keys is not None else None
-    if settings.state_mode == "snapshot" and settings.snapshots() is None:
+    if settings.state_mode == "snapshot" and not settings.state_dir:
         raise ValueError("snapshot state mode needs a state directory")
 
     def update(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:

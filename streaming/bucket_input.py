@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Iterator
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from elrwatch.state.outcome import Outcome
-from elrwatch.state.partitions.columnar.lines import LineBlock
-from elrwatch.state.partitions.columnar.parse import line_record, parse_partition_lines
+from elrwatch.state.partitions.columnar.lines import LineBlock, stretches
+from elrwatch.state.partitions.columnar.parse import parse_partition_lines
 from elrwatch.state.record_types import PARTITION_ROUTED
 from elrwatch.state.records import PARTITION_CHANGE_RECORD, PARTITION_RECORD, Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, bucket_of, reporter, targets
@@ -41,13 +40,12 @@ from elrwatch.streaming.route import (
     decode_record,
     encode_record,
 )
+from elrwatch.streaming.snapshots import CHUNK
 
 if TYPE_CHECKING:
     from elrwatch.state.gauges import PipelineCounts
     from elrwatch.streaming.snapshots import BucketState
 
-#: Records per ``apply_batch`` call (log order kept across calls): bounds the per-call lists.
-CHUNK = 1 << 18
 #: A stretch of JVM-placed lines shorter than this is parsed line by line (Arrow's reader costs ~0.1 ms a call).
 MIN_BLOCK = 32
 #: Lines parsed as columns at once: the parse's byte-wise vectors take ≈ 3 bytes a byte of text for a moment
@@ -209,41 +207,6 @@ def line_blocks(
         else:
             out.append((lo, hi, None))
     return out
-
-
-def journal_items(entries: list[Any]) -> list[Any]:
-    """Journal entries as `ClusterState.apply_batch` items: an encoded record decoded, a run of raw lines
-    (``(source, seq, line)``, journalled from `LineBlock`s) as blocks again."""
-    items: list[Any] = []
-    i, n = 0, len(entries)
-    while i < n:
-        if entries[i].__class__ is not tuple:
-            items.append(decode_record(entries[i]))
-            i += 1
-            continue
-        j = i + 1
-        while j < n and entries[j].__class__ is tuple:
-            j += 1
-        sources = [source for source, _, _ in entries[i:j]]
-        seqs = [seq for _, seq, _ in entries[i:j]]
-        lines = [line for _, _, line in entries[i:j]]
-        parsed = parse_partition_lines(lines)
-        blocks = parsed.certain & (parsed.column("partitionId").fill_null(0).to_numpy(zero_copy_only=False) != 0)
-        for lo, hi in stretches(blocks):
-            if blocks[lo]:
-                picked = np.arange(lo, hi, dtype=np.int64)
-                seq_array = np.array(seqs[lo:hi], dtype=np.int64)
-                items.append(LineBlock(parsed, picked, lines[lo:hi], sources[lo:hi], seq_array))
-            else:
-                items.extend(line_record(lines[k], sources[k], seqs[k]) for k in range(lo, hi))
-        i = j
-    return items
-
-
-def stretches(flags: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) of the runs of equal values of ``flags``."""
-    edges = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
-    return list(pairwise([0, *edges.tolist(), len(flags)]))
 
 
 def apply_items(items: Iterator[Any], bs: BucketState, quarantined: list[Any]) -> None:

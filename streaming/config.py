@@ -1,6 +1,9 @@
 """The streaming job's configuration: what `elrwatch stream` was asked to do (one default per setting: the
 CLI's defaults are these), and what follows from it (the source's options, the state stage's settings, the Spark
-master)."""
+master).
+
+The stages read their settings from here and this module imports none of them: it is the job's leaf, which the
+command line imports without loading Spark, pandas, numpy or pyarrow."""
 
 from __future__ import annotations
 
@@ -14,13 +17,43 @@ from typing import Any
 
 from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.store.urls import DEFAULT_URL, mask_url
-from elrwatch.streaming.bucket import StateSettings
-from elrwatch.streaming.local.tuning import LocalTuning
-from elrwatch.streaming.snapshots import DEFAULT_STATE_MODE, DELTA_MAX_RECORDS, STATE_MODES
 
 SOURCES = ("kafka", "kafka-native", "files")
 DEFAULT_SNAPSHOT_SUBDIR = "bucket-snapshots"
 ROWS_SUBDIR_PREFIX = "rows-"
+
+#: How a bucket's state is kept between micro-batches (`snapshots`): snapshot files plus a delta in Spark's state
+#: row, or the whole state in the row.
+STATE_MODES = ("snapshot", "blob")
+DEFAULT_STATE_MODE = "snapshot"
+#: Snapshot mode: a bucket writes a new snapshot once its delta (records applied since its snapshot) holds this
+#: many records. It bounds the replay on a worker-cache miss (~10 µs per record).
+DELTA_MAX_RECORDS = 100_000
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """What the state stage needs to apply a bucket's micro-batch."""
+
+    buckets: int
+    default_min_isr: int = 1
+    use_cache: bool = True  # False: every batch rebuilds its buckets from the committed rows (tests of that path)
+    state_mode: str = DEFAULT_STATE_MODE
+    state_dir: str | None = None  # the bucket snapshots' directory (`snapshots.SnapshotDir`)
+    delta_max_records: int = DELTA_MAX_RECORDS
+    rows_dir: str | None = None  # the job's rows files (`payload.write_rows_file`); None: the rows go in the output
+
+
+@dataclass
+class LocalTuning:
+    """Where the local-mode accelerators (`accelerators`) keep their files.
+
+    The accelerators themselves are fixed behaviour, each kept because a benchmark showed it pays: the Python
+    workers kept warm through idle periods, the driver JVM compiling with C1 only, and in local mode an archive of
+    Spark's classes. The C1-only compilation is overridden with ``--spark-conf
+    spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4`` (later flags win)."""
+
+    jvm_class_archive_dir: str | None = None  # None: jvm_archive.default_archive_dir()
 
 
 @dataclass(frozen=True)

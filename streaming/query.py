@@ -17,7 +17,7 @@ Pipeline (one micro-batch):
    written to the status store behind the batches).
 
 `run` starts the store, the exporter and Spark, waits until stopped or drained, and stops everything. The
-local-mode accelerators (``local/``) are asked at fixed points through one `Accelerators` object.
+local-mode accelerators (``accelerators.py``) are asked at fixed points through one `Accelerators` object.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from typing import Any
 
 from elrwatch.kafkaio.config import SourceError
 from elrwatch.store import StatusStore
+from elrwatch.streaming.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
 from elrwatch.streaming.connector import ConnectorError, ConnectorJars
 from elrwatch.streaming.connector import resolve as resolve_connector
-from elrwatch.streaming.local.accelerators import Accelerators, launched_jvm
-from elrwatch.streaming.local.memory import ARROW_POOL_ENV
+from elrwatch.streaming.memory import ARROW_POOL_ENV
 from elrwatch.streaming.metrics import Health, start_exporter
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
@@ -369,7 +369,10 @@ def _run_query(
 ) -> int:
     """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
     log.info(
-        "starting Spark (store %s, checkpoint %s, state mode %s)", store.masked_url, config.checkpoint, config.state_mode
+        "starting Spark (store %s, checkpoint %s, state mode %s)",
+        store.masked_url,
+        config.checkpoint,
+        config.state_mode,
     )
     accelerators.prepare_jvm()
     spark = build_spark(config, accelerators, connector)

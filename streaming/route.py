@@ -24,7 +24,7 @@ from typing import Any
 from elrwatch.state.record_types import PARTITION_ID, TOPIC_ID, partition_routed_names
 from elrwatch.state.records import Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, targets
-from elrwatch.streaming.local.memory import trim_after_big_batch
+from elrwatch.streaming.memory import trim_after_big_batch
 
 #: A routed row. ``kind`` is a one-byte code (below): as a one-letter string it cost a storm batch of 100k records
 #: ≈ 0.19 s of Spark's own time (1.40 → 1.21 s, Spark alone: the string's Arrow column through the shuffle and a

@@ -25,7 +25,7 @@ from elrwatch.state.gauges import (
     sum_gauges,
 )
 from elrwatch.state.report import counts_doc
-from elrwatch.streaming.local.memory import gc_paused, trim_after_big_batch
+from elrwatch.streaming.memory import gc_paused, trim_after_big_batch
 from elrwatch.streaming.payload import concat_payloads, decode_payloads
 from elrwatch.streaming.store_writer import FILES, StoreWriter, rows_files
 

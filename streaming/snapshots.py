@@ -17,18 +17,22 @@ import uuid
 import zlib
 from typing import Any
 
+import numpy as np
+
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.partitions.columnar import snapshot as columnar_snapshot
+from elrwatch.state.partitions.columnar.lines import LineBlock, stretches
+from elrwatch.state.partitions.columnar.parse import line_record, parse_partition_lines
+from elrwatch.streaming.config import DELTA_MAX_RECORDS
+from elrwatch.streaming.route import decode_record
 
-STATE_MODES = ("snapshot", "blob")
-DEFAULT_STATE_MODE = "snapshot"
 SNAPSHOT_SUFFIX = ".snap"
 SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
 # Snapshot mode: when a bucket's delta (records applied since its snapshot) exceeds either bound, the worker
-# writes a new snapshot. Rows bound the replay on a worker-cache miss (~10 µs per record); bytes bound what every
-# micro-batch ships through Arrow into the state store (~15 B per compressed PartitionChangeRecord).
-DELTA_MAX_RECORDS = 100_000
+# writes a new snapshot. Rows (`config.DELTA_MAX_RECORDS`) bound the replay on a worker-cache miss (~10 µs per
+# record); bytes bound what every micro-batch ships through Arrow into the state store (~15 B per compressed
+# PartitionChangeRecord).
 DELTA_MAX_BYTES = 4 << 20
 # A batch of at most this many records is quiet: past `QUIET_DELTA` records of delta, a quiet batch writes a
 # snapshot, so that a storm does not pay for it and a restart or a cache miss after it replays little. A
@@ -36,6 +40,8 @@ DELTA_MAX_BYTES = 4 << 20
 # replay: past 20k records, the next quiet batch snapshots (a load then takes ≤ ~0.2 s).
 QUIET_BATCH_RECORDS = 1_000
 QUIET_DELTA = 20_000
+#: Delta records per ``apply_batch`` call when a delta is replayed (log order kept across calls).
+CHUNK = 1 << 18
 #: The first byte of a snapshot-mode state row, and of a blob-mode one (the rows of the object engine of older
 #: versions start with ``S`` or a zlib header: refused, `_older_row`).
 ROW_TAG = b"C"
@@ -141,7 +147,7 @@ class BucketState:
         self.delta_rows = 0
         self.delta_bytes = 0
         #: This micro-batch's records as applied (snapshot mode): encoded records, and (source, seq, line) for the
-        #: lines applied as blocks (`bucket_input.journal_items` reads them back).
+        #: lines applied as blocks (`journal_items` reads them back).
         self.journal: list[Any] = []
         self.must_snapshot = False  # the state does not derive from (snapshot, delta): e.g. read from a blob
         self.caught_up = False  # loaded by catching up a stale cached state (see from_row)
@@ -297,10 +303,8 @@ def _empty_state(default_min_isr: int, bucket: int, buckets: int) -> ClusterStat
 
 
 def _replay(cluster: ClusterState, chunks: list[bytes]) -> None:
-    """Apply delta chunks (journalled when first applied, `bucket_input.journal_items`) in bounded batches, and
+    """Apply delta chunks (journalled when first applied, `journal_items`) in bounded batches, and
     forget what they changed (it was emitted when they were first applied)."""
-    from elrwatch.streaming.bucket_input import CHUNK, journal_items
-
     entries: list[Any] = []
     for chunk in chunks:
         entries.extend(marshal.loads(zlib.decompress(chunk)))
@@ -313,6 +317,35 @@ def _replay(cluster: ClusterState, chunks: list[bytes]) -> None:
     cluster.drain_quarantined()
     cluster.image.brokers.drain()
     cluster.image.topics.drain()
+
+
+def journal_items(entries: list[Any]) -> list[Any]:
+    """Journal entries as `ClusterState.apply_batch` items: an encoded record decoded, a run of raw lines
+    (``(source, seq, line)``, journalled from `LineBlock`s) as blocks again."""
+    items: list[Any] = []
+    i, n = 0, len(entries)
+    while i < n:
+        if entries[i].__class__ is not tuple:
+            items.append(decode_record(entries[i]))
+            i += 1
+            continue
+        j = i + 1
+        while j < n and entries[j].__class__ is tuple:
+            j += 1
+        sources = [source for source, _, _ in entries[i:j]]
+        seqs = [seq for _, seq, _ in entries[i:j]]
+        lines = [line for _, _, line in entries[i:j]]
+        parsed = parse_partition_lines(lines)
+        blocks = parsed.certain & (parsed.column("partitionId").fill_null(0).to_numpy(zero_copy_only=False) != 0)
+        for lo, hi in stretches(blocks):
+            if blocks[lo]:
+                picked = np.arange(lo, hi, dtype=np.int64)
+                seq_array = np.array(seqs[lo:hi], dtype=np.int64)
+                items.append(LineBlock(parsed, picked, lines[lo:hi], sources[lo:hi], seq_array))
+            else:
+                items.extend(line_record(lines[k], sources[k], seqs[k]) for k in range(lo, hi))
+        i = j
+    return items
 
 
 def _older_row(bucket: int) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from elrwatch.streaming.local.memory import trim_after_big_batch
+from elrwatch.streaming.memory import trim_after_big_batch
 from elrwatch.streaming.payload import (
     ROWS_FILE,
     ROWS_SUFFIX,

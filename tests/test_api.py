@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from elrwatch.api.app import create_app
-from elrwatch.api.params import decode_cursor, encode_cursor
+from elrwatch.api.cursor import encode_cursor
+from elrwatch.api.params import decode_cursor
 from elrwatch.api.settings import Settings
 from elrwatch.cli import app as cli_app
 from elrwatch.state.replay import replay_lines

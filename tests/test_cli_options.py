@@ -146,38 +146,39 @@ def test_grouped_needs_a_group() -> None:
         grouped(command)
 
 
-def test_the_columnar_engine_is_the_default_and_blob_mode_alone_keeps_the_object_engine(
-    monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:
+def test_one_engine_in_both_state_modes_and_no_engine_option(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The job has one state engine (the columnar store): --state-mode picks snapshot or blob, by option or by
+    environment; --state-engine is not an option of the product."""
     from elrwatch.streaming import query
-    from elrwatch.streaming.columnar_bucket import DEFAULT_ENGINE
     from elrwatch.streaming.config import JobConfig
 
-    assert DEFAULT_ENGINE == "columnar" and JobConfig().state_engine == "columnar"
     args = ["stream", "--source", "files", "--path", str(tmp_path), "--checkpoint", str(tmp_path / "ck")]
     args += ["--store", f"sqlite:///{tmp_path}/s.db"]
     seen: dict[str, JobConfig] = {}
     with monkeypatch.context() as patched:
         patched.setattr(query, "run", lambda config, **_kwargs: seen.setdefault("config", config))
         for extra, env, want in (
-            ([], {}, ("snapshot", "columnar")),
-            (["--state-mode", "blob"], {}, ("blob", "objects")),  # blob mode alone: the object engine
-            (["--state-mode", "blob"], {"ELRWATCH_STATE_ENGINE": "objects"}, ("blob", "objects")),
-            (["--state-engine", "objects"], {}, ("snapshot", "objects")),
-            ([], {"ELRWATCH_STATE_MODE": "blob"}, ("blob", "objects")),
+            ([], {}, "snapshot"),
+            (["--state-mode", "blob"], {}, "blob"),
+            ([], {"ELRWATCH_STATE_MODE": "blob"}, "blob"),
         ):
             seen.clear()
             result = CliRunner().invoke(app, args + extra, env=env)
             assert result.exit_code == 0, result.output
-            assert (seen["config"].state_mode, seen["config"].state_engine) == want, (extra, env)
-    # blob mode with the columnar engine asked for: one line saying what to add, before Spark starts
-    for extra, env in (
-        (["--state-mode", "blob", "--state-engine", "columnar"], {}),
-        ([], {"ELRWATCH_STATE_MODE": "blob", "ELRWATCH_STATE_ENGINE": "columnar"}),
-    ):
-        result = CliRunner().invoke(app, args + extra, env=env)
-        assert result.exit_code == 1, result.output
-        assert result.output.strip().splitlines() == [
-            "elrwatch: error: --state-engine columnar needs --state-mode snapshot: with --state-mode blob add "
-            "--state-engine objects"
-        ]
+            assert seen["config"].state_mode == want, (extra, env)
+            assert not hasattr(seen["config"], "state_engine")
+    result = CliRunner().invoke(app, [*args, "--state-engine", "objects"])
+    assert result.exit_code == 2 and "No such option: --state-engine" in result.output
+
+
+def test_stream_help_shows_its_options_in_panels() -> None:
+    """`elrwatch stream` takes some 35 options: each is shown under a panel of its kind, the groups several commands
+    share under the same panel in each of them."""
+    panels = {option.rich_help_panel for option in _options("stream")}  # type: ignore[attr-defined]
+    assert None not in panels and len(panels) >= 7, panels
+    result = CliRunner().invoke(app, ["stream", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert all(f"─ {panel} ─" in result.output for panel in panels), result.output
+    for name in ("produce", "bridge", "agent"):
+        kafka = {o.rich_help_panel for o in _options(name) if o.name == "bootstrap_servers"}  # type: ignore[attr-defined]
+        assert kafka == {"Kafka connection"}, (name, kafka)

@@ -261,7 +261,9 @@ def run_both(
             assert_same(f"{where} kept state", kept_state(ref), kept_state(fast))
             assert_same(f"{where} log info", ref.log_info, fast.log_info)
             assert_same(f"{where} status counts", +ref.status_counts, +fast.status_counts)
-            assert_same(f"{where} flag histogram", dict(+ref.partitions.flag_histogram), fast.partitions.flag_histogram())
+            assert_same(
+                f"{where} flag histogram", dict(+ref.partitions.flag_histogram), fast.partitions.flag_histogram()
+            )
             assert_same(f"{where} partition count", ref.partition_count, len(held_partitions(fast)))
         for outcome in ref_outcomes:
             result.outcomes[outcome.value] = result.outcomes.get(outcome.value, 0) + 1

@@ -16,9 +16,9 @@ import test_columnar as base
 from test_columnar import Parser, assert_same, buckets_of
 
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.outcome import Outcome
 from elrwatch.state.columnar_audit import AuditedColumnarState
 from elrwatch.state.eventgen import EventGenerator
+from elrwatch.state.outcome import Outcome
 
 
 class _Compared:

@@ -17,8 +17,7 @@ from elrwatch.state.routing import ALL_BUCKETS, targets
 from elrwatch.streaming import bucket as bucket_module
 from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import route
-from elrwatch.streaming.columnar_bucket import check_engine
-from elrwatch.streaming.config import JobConfig
+from elrwatch.streaming.config import JobConfig, check_engine
 from elrwatch.streaming.snapshots import SnapshotError
 
 BUCKETS = 3

@@ -75,10 +75,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_covers_every_package() -> None:
     graph = import_graph()
-    for package in ("elrwatch.state", "elrwatch.store", "elrwatch.streaming.local", "elrwatch.api.routers"):
+    for package in ("elrwatch.state", "elrwatch.store", "elrwatch.streaming", "elrwatch.api.routers"):
         assert any(name.startswith(package) for name in graph), package
     assert "elrwatch.store" in graph["elrwatch.api.dependencies"]
-    assert "elrwatch.streaming.bucket" in graph["elrwatch.streaming.local.accelerators"]
+    assert "elrwatch.streaming.bucket" in graph["elrwatch.streaming.accelerators"]
 
 
 def test_cycles_are_found() -> None:
@@ -87,3 +87,21 @@ def test_cycles_are_found() -> None:
 
 def test_elrwatch_has_no_import_cycles() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_the_job_config_is_a_leaf_of_streaming() -> None:
+    """The stages read the job's configuration; it reads none of them (the command line imports it to build the
+    job's options without loading a stage)."""
+    graph = import_graph()
+    assert {"elrwatch.streaming.bucket", "elrwatch.streaming.snapshots"} <= {
+        name for name, targets in graph.items() if "elrwatch.streaming.config" in targets
+    }
+    assert {t for t in graph["elrwatch.streaming.config"] if t.startswith("elrwatch.streaming")} == set()
+
+
+def test_streaming_has_no_subpackage_reached_from_outside() -> None:
+    """The job's modules are one level, so each stage imports what it uses (memory hygiene, the local-mode
+    accelerators) without climbing into another's folder."""
+    streaming = {name for name in import_graph() if name.startswith("elrwatch.streaming.")}
+    assert "elrwatch.streaming.memory" in streaming
+    assert all(name.count(".") == 2 for name in streaming), sorted(streaming)

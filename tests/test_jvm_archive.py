@@ -1,4 +1,4 @@
-"""The JVM class archive (streaming/local/jvm_archive.py), against the real java of this machine."""
+"""The JVM class archive (streaming/jvm_archive.py), against the real java of this machine."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from elrwatch.streaming.local import jvm_archive
-from elrwatch.streaming.local.jvm_archive import ClassArchive
+from elrwatch.streaming import jvm_archive
+from elrwatch.streaming.jvm_archive import ClassArchive
 
 JAVA = jvm_archive.java_executable()
 pytestmark = pytest.mark.skipif(JAVA is None, reason="needs java (make test installs it)")

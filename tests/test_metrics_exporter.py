@@ -41,7 +41,7 @@ def test_every_computed_gauge_is_served_with_its_table_type() -> None:
 
 
 def test_batches_spark_ran_are_counted_apart_from_the_store_s() -> None:
-    # the warm-ups (streaming/local/warm.py) watch the batches Spark ran: a store catching up behind them is not
+    # the warm-ups (streaming/warm.py) watch the batches Spark ran: a store catching up behind them is not
     # Python work, and counting it as activity let Spark stop the idle state worker with the buckets cached in it
     health = Health(aggregator=None)
     health.gauges_ready({})

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from elrwatch.state import report
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.outcome import Outcome
 from elrwatch.state.gauges import PipelineCounts
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.records import Ignored, Record, RecordError, Skipped, parse_line
 from elrwatch.state.replay import Replayer
 

@@ -120,7 +120,7 @@ def test_a_batch_is_served_while_an_earlier_one_is_still_being_written(tmp_path,
 def test_the_writer_gives_a_big_batch_s_memory_back_after_writing_it(tmp_path, lines, monkeypatch):
     """After writing a batch of at least TRIM_AFTER_ROWS changed partitions (the 1M load), the writer thread gives
     the freed heap back to the OS; after a small batch it does not."""
-    from elrwatch.streaming.local import memory
+    from elrwatch.streaming import memory
 
     released: list[str] = []
     monkeypatch.setattr(memory, "release_memory", lambda: released.append(threading.current_thread().name))

@@ -22,13 +22,11 @@ from elrwatch.state.gauges import PipelineCounts, as_samples
 from elrwatch.state.gauges import key as gauge_key
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
+from elrwatch.streaming import accelerators, query, route, sink
 from elrwatch.streaming import bucket as bucket_module
 from elrwatch.streaming import payload as payload_module
-from elrwatch.streaming import query, route, sink
 from elrwatch.streaming import snapshots as snapshot_module
-from elrwatch.streaming.config import STATE_MODES, JobConfig, parse_trigger
-from elrwatch.streaming.local import accelerators
-from elrwatch.streaming.local.tuning import LocalTuning
+from elrwatch.streaming.config import STATE_MODES, JobConfig, LocalTuning, parse_trigger
 
 
 def _batch(lines: list[str]) -> pa.RecordBatch:
@@ -402,7 +400,7 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
     else:
         assert kept.snapshot is None and kept.delta_rows == len(routed) and os.listdir(tmp_path) == []
     bucket_module._CACHE.clear()
-    loaded = bucket_module.load_row(state.row[1], settings.snapshots(), 0, 1, engine)
+    loaded = bucket_module.load_row(state.row[1], snapshot_module.SnapshotDir(str(tmp_path)), 0, 1, engine)
     assert loaded.counts == kept.counts
 
 
@@ -426,9 +424,10 @@ def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tm
     assert name.endswith(f"-{token}.snap") and bucket_module._CACHE[0][1].snapshot == name
     assert bucket_module.on_idle() == 0  # nothing left to compact
     bucket_module._CACHE.clear()  # a restart: the row still names no snapshot and the long delta
-    compacted = bucket_module.load_row(row, settings.snapshots(), 0, 1, "columnar", token=token)
+    snapshots = snapshot_module.SnapshotDir(str(tmp_path))
+    compacted = bucket_module.load_row(row, snapshots, 0, 1, "columnar", token=token)
     assert compacted.snapshot == name and compacted.delta == [] and compacted.delta_rows == 0
-    replayed = bucket_module.load_row(row, settings.snapshots(), 0, 1, "columnar")  # no token: the delta replayed
+    replayed = bucket_module.load_row(row, snapshots, 0, 1, "columnar")  # no token: the delta replayed
     assert replayed.snapshot is None and replayed.delta_rows == len(routed) - 3
     after = [
         bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed.iloc[-3:]), bs)

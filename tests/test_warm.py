@@ -1,4 +1,4 @@
-"""Keeping the job's Python workers warm while the stream is idle (streaming/local/warm.py)."""
+"""Keeping the job's Python workers warm while the stream is idle (streaming/warm.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from elrwatch.streaming import warm
 from elrwatch.streaming.bucket import STATE_POOL_ENV
-from elrwatch.streaming.local import warm
-from elrwatch.streaming.local.warm import WorkerWarmer
+from elrwatch.streaming.warm import WorkerWarmer
 
 
 class _FakeJob:
@@ -71,8 +71,8 @@ def test_the_state_pool_is_warmed_with_as_many_tasks_as_state_tasks():
 def test_the_job_warms_the_source_pool_only_for_a_python_source(source: str, pools: list[str]):
     """Spark's JVM Kafka source reads without Python workers: warming a pool for it would only start workers that
     hold memory (three of them, 348 MB, measured after a 1M load)."""
+    from elrwatch.streaming.accelerators import Accelerators
     from elrwatch.streaming.config import JobConfig
-    from elrwatch.streaming.local.accelerators import Accelerators
 
     spark = _FakeSpark()
     accelerators = Accelerators(JobConfig(source=source))

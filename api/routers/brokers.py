@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
+from elrwatch.api.cursor import encode_cursor
 from elrwatch.api.dependencies import StoreDep
 from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import Broker, RestartCheck
-from elrwatch.api.params import INT32_MAX, CursorParam, decode_cursor, encode_cursor
+from elrwatch.api.params import INT32_MAX, CursorParam, decode_cursor
 
 router = APIRouter(tags=["cluster"], responses=problem_responses(STORE_UNAVAILABLE))
 BrokerParam = Annotated[int, Path(ge=0, le=INT32_MAX, description="Broker id.", examples=[1])]

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
+from elrwatch.api.cursor import encode_cursor
 from elrwatch.api.dependencies import StoreDep, read_store
 from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import History, Partition, PartitionPage, Status
@@ -17,7 +18,6 @@ from elrwatch.api.params import (
     PartitionParam,
     TopicParam,
     decode_cursor,
-    encode_cursor,
 )
 from elrwatch.store import StatusStore
 

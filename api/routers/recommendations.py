@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from elrwatch.api.cursor import encode_cursor
 from elrwatch.api.dependencies import StoreDep
 from elrwatch.api.errors import STORE_UNAVAILABLE, problem_responses
 from elrwatch.api.models import RecommendationPage
-from elrwatch.api.params import CursorParam, decode_cursor, encode_cursor
+from elrwatch.api.params import CursorParam, decode_cursor
 from elrwatch.state.status import SEVERITY, STATUSES
 
 router = APIRouter(tags=["partitions"], responses=problem_responses(STORE_UNAVAILABLE))

@@ -8,6 +8,7 @@ the group is split by value), and one Python tuple per distinct list, interned o
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Final
 
 import numpy as np
@@ -168,3 +169,9 @@ class LineBlock:
         names = self.source_names
         sources = [names[c] for c in self.source_codes[idx].tolist()]
         return inputs_of_lines(self.parsed, self.picked[idx], sources, self.seqs[idx], tuples)
+
+
+def stretches(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of the runs of equal values of ``flags``."""
+    edges = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
+    return list(pairwise([0, *edges.tolist(), len(flags)]))

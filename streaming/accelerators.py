@@ -1,12 +1,12 @@
-"""The local-mode accelerators of one run of the job, behind one object (`Accelerators`) that the query's wiring
-(``query.py``) asks at fixed points: before Spark starts (the JVM's options and class archive, the workers'
-interpreter), when the query runs (keeping workers warm), in its wait loop (warm-ups), and after Spark stops
-(writing the class archive).
+"""The local-mode accelerators of one run of the job, each an optimisation the job is correct without, behind one
+object (`Accelerators`) that the query's wiring (``query.py``) asks at fixed points: before Spark starts (the JVM's
+options and class archive, the workers' interpreter), when the query runs (keeping workers warm: ``warm.py``), in
+its wait loop (warm-ups), and after Spark stops (writing the class archive: ``jvm_archive.py``).
 
 Each accelerator is fixed behaviour, kept because a benchmark showed it pays (docs/PERFORMANCE.md, "The local-mode
 accelerators"), and decides here, once, to which master it applies: on a cluster the class archive and the
 interpreter choice are off, so the cluster path runs without them. A run that drains its source and ends
-(``--available-now``) keeps no worker warm. `LocalTuning` says only where the class archive lives.
+(``--available-now``) keeps no worker warm. `config.LocalTuning` says only where the class archive lives.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import os
 import sys
 from typing import Any
 
+from elrwatch.streaming import jvm_archive
 from elrwatch.streaming.bucket import STATE_POOL_ENV
 from elrwatch.streaming.config import JobConfig, is_local, spark_master
-from elrwatch.streaming.local import jvm_archive
-from elrwatch.streaming.local.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
+from elrwatch.streaming.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
 
 log = logging.getLogger("elrwatch.stream")
 
