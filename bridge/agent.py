@@ -177,7 +177,7 @@ class ReplicaLogAgent(_Delivery):
         """(topic id, partition) → (topic name, partition state) of this node's replicas without a leader or ISR."""
         out = {}
         topics = self.cluster.topics
-        for p in self.cluster.index_brokers().get(self.node_id, ()):  # the core's broker index: its partitions only
+        for p in self.cluster.partitions_with(self.node_id):  # its partitions only
             topic = topics.get(p.topic_id)
             if topic is not None and self.node_id in p.replicas and (p.leader < 0 or not p.isr):
                 out[(p.topic_id, p.partition_id)] = (topic.name, p)

@@ -11,17 +11,18 @@ from dataclasses import dataclass
 
 from elrwatch.state.model import NO_LEADER, PartitionState
 
-ISR_ELR_OVERLAP = "isr_elr_overlap"
-ELR_NOT_UNDER_MIN_ISR = "elr_not_under_min_isr"
-ISR_NOT_IN_REPLICAS = "isr_not_in_replicas"
-ELR_NOT_IN_REPLICAS = "elr_not_in_replicas"
-LEADER_NOT_IN_ISR = "leader_not_in_isr"
-INELIGIBLE_BROKER_IN_ISR = "ineligible_broker_in_isr"
-EPOCH_DECREASED = "epoch_decreased"
-DURABILITY_MARGIN_LOST = "durability_margin_lost"
-
 #: Every violation kind, in report order (bounded label values for `elrwatch_invariant_violations`).
 VIOLATION_KINDS: tuple[str, ...] = (
+    "isr_elr_overlap",
+    "elr_not_under_min_isr",
+    "isr_not_in_replicas",
+    "elr_not_in_replicas",
+    "leader_not_in_isr",
+    "ineligible_broker_in_isr",
+    "epoch_decreased",
+    "durability_margin_lost",
+)
+(
     ISR_ELR_OVERLAP,
     ELR_NOT_UNDER_MIN_ISR,
     ISR_NOT_IN_REPLICAS,
@@ -30,7 +31,7 @@ VIOLATION_KINDS: tuple[str, ...] = (
     INELIGIBLE_BROKER_IN_ISR,
     EPOCH_DECREASED,
     DURABILITY_MARGIN_LOST,
-)
+) = VIOLATION_KINDS
 
 
 @dataclass(frozen=True, slots=True)

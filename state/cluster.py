@@ -375,6 +375,11 @@ class ClusterState:
         for _name, _pid, partition in held:
             yield topics[partition.topic_id], partition
 
+    def partitions_with(self, broker_id: int) -> list[PartitionState]:
+        """The partitions this state holds whose replicas, ISR, ELR or last known ELR name the broker."""
+        self.partitions.flush()
+        return self.partitions.of_broker(broker_id)
+
     def partition_count_of(self, topic: TopicState) -> int:
         """How many of the topic's partitions this state holds."""
         self.partitions.flush()

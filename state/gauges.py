@@ -17,19 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elrwatch.state import insight
+from elrwatch.state import insight, status
 from elrwatch.state.audit import VIOLATION_KINDS
 from elrwatch.state.records import QUARANTINE_REASONS
-from elrwatch.state.status import (
-    F_AT_MIN_ISR,
-    F_LAST_REPLICA_STANDING,
-    F_LEADERLESS,
-    F_MANUAL,
-    F_RECOVERING,
-    F_UNCLEAN_RECOVERY,
-    F_UNDER_MIN_ISR,
-    STATUSES,
-)
+from elrwatch.state.status import STATUSES
 
 ELECTABLE_LABELS = ("0", "1", "2", "3+")
 BROKER_STATES = ("active", "fenced", "controlled_shutdown")
@@ -265,7 +256,7 @@ def candidate_known_partitions(
     brokers = image.brokers
     for (topic_id, partition_id), infos in log_info.items():
         p = partition(topic_id, partition_id)
-        if p is None or p.leader >= 0 or not p.flags & (F_UNCLEAN_RECOVERY | F_MANUAL):
+        if p is None or p.leader >= 0 or not p.flags & (status.F_UNCLEAN_RECOVERY | status.F_MANUAL):
             continue
         for broker_id, info in infos.items():
             broker = brokers.by_id.get(broker_id)
@@ -301,20 +292,20 @@ def counted_partition_gauges(
     live electable replicas, per status, per violation kind, the insight counters, the election counters and the
     leaderless partitions whose best replica is known (`candidate_known_partitions`)."""
     out: Gauges = {
-        key("elrwatch_global_under_min_isr_partitions"): flags.get(F_UNDER_MIN_ISR, 0),
-        key("elrwatch_at_min_isr_partitions"): flags.get(F_AT_MIN_ISR, 0),
-        key("elrwatch_offline_partitions"): flags.get(F_LEADERLESS, 0),
-        key("elrwatch_unclean_recovery_partitions"): flags.get(F_UNCLEAN_RECOVERY, 0),
+        key("elrwatch_global_under_min_isr_partitions"): flags.get(status.F_UNDER_MIN_ISR, 0),
+        key("elrwatch_at_min_isr_partitions"): flags.get(status.F_AT_MIN_ISR, 0),
+        key("elrwatch_offline_partitions"): flags.get(status.F_LEADERLESS, 0),
+        key("elrwatch_unclean_recovery_partitions"): flags.get(status.F_UNCLEAN_RECOVERY, 0),
         key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known,
-        key("elrwatch_manual_leader_election_required_partitions"): flags.get(F_MANUAL, 0),
-        key("elrwatch_recovering_partitions"): flags.get(F_RECOVERING, 0),
-        key("elrwatch_last_replica_standing_partitions"): flags.get(F_LAST_REPLICA_STANDING, 0),
+        key("elrwatch_manual_leader_election_required_partitions"): flags.get(status.F_MANUAL, 0),
+        key("elrwatch_recovering_partitions"): flags.get(status.F_RECOVERING, 0),
+        key("elrwatch_last_replica_standing_partitions"): flags.get(status.F_LAST_REPLICA_STANDING, 0),
         key("elrwatch_partition_count"): partitions,
     }
     for label, count in zip(ELECTABLE_LABELS, electable, strict=True):
         out[key("elrwatch_electable_leaders_partitions", live_electable=label)] = count
-    for status in STATUSES:
-        out[key("elrwatch_partitions", status=status)] = statuses.get(status, 0)
+    for name in STATUSES:
+        out[key("elrwatch_partitions", status=name)] = statuses.get(name, 0)
     for kind in VIOLATION_KINDS:
         out[key("elrwatch_invariant_violations", kind=kind)] = violations.get(kind, 0)
     out.update(insight_gauges(image, insight_counts))

@@ -41,6 +41,17 @@ def partition_from_record(data: Mapping[str, object]) -> PartitionState:
     )
 
 
+#: A PartitionChangeRecord's broker-id lists and the registration attribute each one replaces.
+CHANGE_LISTS: tuple[tuple[str, str], ...] = (
+    ("replicas", "replicas"),
+    ("isr", "isr"),
+    ("removingReplicas", "removing_replicas"),
+    ("addingReplicas", "adding_replicas"),
+    ("eligibleLeaderReplicas", "elr"),
+    ("lastKnownElr", "last_known_elr"),
+)
+
+
 def merge_partition_change(partition: PartitionState, data: Mapping[str, object]) -> None:
     """Apply PartitionChangeRecord data to ``partition`` in place, exactly as `PartitionRegistration.merge`.
 
@@ -50,24 +61,10 @@ def merge_partition_change(partition: PartitionState, data: Mapping[str, object]
     * partitionEpoch += 1 for every merged record.
     """
     get = data.get
-    value = get("replicas")
-    if value is not None:
-        partition.replicas = value  # type: ignore[assignment]
-    value = get("isr")
-    if value is not None:
-        partition.isr = value  # type: ignore[assignment]
-    value = get("removingReplicas")
-    if value is not None:
-        partition.removing_replicas = value  # type: ignore[assignment]
-    value = get("addingReplicas")
-    if value is not None:
-        partition.adding_replicas = value  # type: ignore[assignment]
-    value = get("eligibleLeaderReplicas")
-    if value is not None:
-        partition.elr = value  # type: ignore[assignment]
-    value = get("lastKnownElr")
-    if value is not None:
-        partition.last_known_elr = value  # type: ignore[assignment]
+    for key, attribute in CHANGE_LISTS:
+        value = get(key)
+        if value is not None:
+            setattr(partition, attribute, value)
     leader = get("leader", NO_LEADER_CHANGE)
     if leader is not None and leader != NO_LEADER_CHANGE:
         partition.leader = leader  # type: ignore[assignment]

@@ -183,6 +183,19 @@ def _check(entry: RecordType) -> None:
         raise ValueError(f"{where}: a {entry.key.kind} key names its data field")
 
 
+def _broker(name: str, handler: str, id_field: str, schema_file: str, admin_derived: bool = False) -> RecordType:
+    """A broker's record type: every bucket gets it, its Kafka message is keyed by the broker's id."""
+    return RecordType(
+        name,
+        SCOPE_BROKER,
+        ROUTE_EVERY,
+        handler=handler,
+        key=ProducerKey(KEY_BROKER, id_field),
+        admin_derived=admin_derived,
+        schema_file=schema_file,
+    )
+
+
 def _skipped(name: str) -> RecordType:
     return RecordType(name, SCOPE_CLUSTER, ROUTE_SKIPPED)
 
@@ -261,49 +274,25 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         admin_derived=True,
         schema_file="RemoveTopicRecord.json",
     ),
-    RecordType(
-        REGISTER_BROKER_RECORD,
-        SCOPE_BROKER,
-        _EVERY,
-        handler="brokers.apply_register",
-        key=ProducerKey(KEY_BROKER, "brokerId"),
-        admin_derived=True,
-        schema_file="RegisterBrokerRecord.json",
+    _broker(
+        REGISTER_BROKER_RECORD, "brokers.apply_register", "brokerId", "RegisterBrokerRecord.json", admin_derived=True
     ),
-    RecordType(
+    _broker(
         BROKER_REGISTRATION_CHANGE_RECORD,
-        SCOPE_BROKER,
-        _EVERY,
-        handler="brokers.apply_change",
-        key=ProducerKey(KEY_BROKER, "brokerId"),
+        "brokers.apply_change",
+        "brokerId",
+        "BrokerRegistrationChangeRecord.json",
         admin_derived=True,
-        schema_file="BrokerRegistrationChangeRecord.json",
     ),
-    RecordType(
+    _broker(
         UNREGISTER_BROKER_RECORD,
-        SCOPE_BROKER,
-        _EVERY,
-        handler="brokers.apply_unregister",
-        key=ProducerKey(KEY_BROKER, "brokerId"),
+        "brokers.apply_unregister",
+        "brokerId",
+        "UnregisterBrokerRecord.json",
         admin_derived=True,
-        schema_file="UnregisterBrokerRecord.json",
     ),
-    RecordType(
-        FENCE_BROKER_RECORD,
-        SCOPE_BROKER,
-        _EVERY,
-        handler="brokers.apply_fence",
-        key=ProducerKey(KEY_BROKER, "id"),
-        schema_file="FenceBrokerRecord.json",
-    ),
-    RecordType(
-        UNFENCE_BROKER_RECORD,
-        SCOPE_BROKER,
-        _EVERY,
-        handler="brokers.apply_fence",
-        key=ProducerKey(KEY_BROKER, "id"),
-        schema_file="UnfenceBrokerRecord.json",
-    ),
+    _broker(FENCE_BROKER_RECORD, "brokers.apply_fence", "id", "FenceBrokerRecord.json"),
+    _broker(UNFENCE_BROKER_RECORD, "brokers.apply_fence", "id", "UnfenceBrokerRecord.json"),
     RecordType(
         CONFIG_RECORD,
         SCOPE_CLUSTER,  # a topic's, a broker's or the cluster default's config

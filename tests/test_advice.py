@@ -127,7 +127,7 @@ def test_stranded_partition_balanced_picks_longest_current_log_and_commands_make
     assert "--election-type unclean --path-to-json-file elect.json" in rec["commands"][3]
     assert "find-hanging --topic topic-0 --partition 0" in rec["commands"][4]
     # Running the commands through the controller model elects the candidate.
-    p = cluster.topic_by_name("topic-0").partitions[0].copy()
+    p = cluster.partition(cluster.topic_by_name("topic-0").topic_id, 0).copy()
     ctx = controller.TopicContext(min_isr=2, elr_enabled=True)
     controller.apply_decision(p, controller.reassign(p, rec["reorder"], cluster.brokers, ctx))
     decision = controller.elect_leaders(p, "UNCLEAN", cluster.brokers, ctx)
@@ -253,9 +253,9 @@ def test_candidate_known_gauge_separates_partitions_with_log_info() -> None:
     from elrwatch.state.gauges import candidate_known_partitions
 
     cluster, _ = _cluster(_strand)
-    assert candidate_known_partitions(cluster) == 0
+    assert candidate_known_partitions(cluster.image, cluster.log_info, cluster.partition) == 0
     cluster, _ = _cluster(_strand, log_info=[(2, 3, 999, 9)])  # stale: not known
-    assert candidate_known_partitions(cluster) == 0
+    assert candidate_known_partitions(cluster.image, cluster.log_info, cluster.partition) == 0
     cluster, _ = _cluster(_strand, log_info=[(2, None, 150, 3)])
     assert candidate_known_partitions(cluster) == 1
     from elrwatch.state.gauges import partition_gauges

@@ -825,7 +825,7 @@ def test_old_cluster_a_broker_that_leaves_is_fenced_in_kraft_and_unregistered_in
     assert not quarantined and not metrics.counts
     registered = {b: s.fenced for b, s in state.brokers.items() if s.registered}
     assert registered == ({1: False, 2: False, 3: True} if kraft else {1: False, 2: False})
-    assert list(state.topic_by_name("a").partitions[0].isr) == [1, 2]
+    assert list(state.partition(state.topic_by_name("a").topic_id, 0).isr) == [1, 2]
     doc = cluster_doc(state)
     assert doc["derivedFrom"] == "admin-poll"
     assert doc["unknown"][-1] == "fencedBrokers" and "partitionEpoch" in doc["unknown"]

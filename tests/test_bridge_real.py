@@ -141,7 +141,7 @@ def mismatches(cluster: Any, state: Any) -> list[Any]:
     described = cluster.describe_topic_partitions()
     for (topic, pid), d in sorted(described.items()):
         t = state.topic_by_name(topic)
-        p = t.partitions.get(pid) if t is not None else None
+        p = state.partition(t.topic_id, pid) if t is not None else None
         if p is None:
             found.append((topic, pid, "missing"))
             continue
@@ -292,7 +292,7 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
     assert "partitionEpoch" in cluster_doc(admin_state)["unknown"]
     assert cluster_doc(log_state)["derivedFrom"] is None and cluster_doc(log_state)["unknown"] == []
     # The log bridge met snapshots and rolled segments; the unclean election is in the log as RECOVERING.
-    solo = log_state.topic_by_name("solo").partitions[0]
+    solo = log_state.partition(log_state.topic_by_name("solo").topic_id, 0)
     assert solo.leader == 3
     broker1 = cluster.brokers[1]
     assert len(cluster.metadata_snapshot_files(broker1)) >= 2

@@ -75,9 +75,9 @@ def state_answer(state: Any, brokers: set[int]) -> tuple[dict[tuple[str, int], t
     """The same from a replayed core state (the metadata-log bridge's events; KRaft: down is fenced)."""
     partitions = {}
     for name in TOPICS:
-        topic = state.topic_by_name(name)
-        for pid, p in topic.partitions.items() if topic is not None else ():
-            partitions[(name, pid)] = (p.leader, p.leader_epoch, list(p.replicas), list(p.isr))
+        for topic, p in state.iter_partitions():
+            if topic.name == name:
+                partitions[(name, p.partition_id)] = (p.leader, p.leader_epoch, list(p.replicas), list(p.isr))
     return partitions, {b for b in brokers if (s := state.brokers.get(b)) is not None and s.registered and s.fenced}
 
 

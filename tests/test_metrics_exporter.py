@@ -7,7 +7,7 @@ import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from elrwatch.state.eventgen import scenario
-from elrwatch.state.gauges import METRICS, PipelineCounts, insight_gauges, key, partition_gauges, pipeline_gauges
+from elrwatch.state.gauges import METRICS, PipelineCounts, key, partition_gauges, pipeline_gauges
 from elrwatch.state.gauges import shared_gauges as shared
 from elrwatch.state.replay import replay_lines
 from elrwatch.streaming.metrics import Health, JobCollector, UnknownMetricError, metric_of
@@ -29,7 +29,7 @@ def test_an_unknown_metric_is_an_error_naming_it() -> None:
 def test_every_computed_gauge_is_served_with_its_table_type() -> None:
     cluster = replay_lines(scenario(topics=3, partitions=10, brokers=4, steps=20, churn=5), "scenario").cluster
     counts = PipelineCounts()
-    gauges = {**partition_gauges(cluster), **insight_gauges(cluster), **shared(cluster), **pipeline_gauges(counts)}
+    gauges = {**partition_gauges(cluster), **shared(cluster), **pipeline_gauges(counts)}  # the insight ones within
     names = {name for name, _ in gauges}
     assert names and names <= set(METRICS), sorted(names - set(METRICS))
     families = {f.name: f for f in _collect(gauges)}

@@ -28,7 +28,6 @@ from elrwatch.state import record_types, records
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.image import AREA_CLASSES, MetadataImage
-from elrwatch.state.model import BrokerState
 from elrwatch.state.outcome import Outcome, record_error
 from elrwatch.state.partitions import PartitionStore
 from elrwatch.state.partitions.columnar import ColumnarPartitions
@@ -77,12 +76,7 @@ def shrink_isr(store: PartitionStore, record: Record) -> Outcome | RecordError:
 
 def enter_maintenance(image: MetadataImage, record: Record) -> Outcome | RecordError:
     """The fake broker type's handler: the registered broker (at its epoch) enters a controlled shutdown."""
-    broker = image.brokers.registered(record, "brokerId", "brokerEpoch")
-    if not isinstance(broker, BrokerState):
-        return broker
-    broker.in_controlled_shutdown = True
-    image.brokers.changed_by(broker, record)
-    return Outcome.APPLIED
+    return image.brokers.update(record, lambda broker: setattr(broker, "in_controlled_shutdown", True))
 
 
 FAKE_ENTRY = record_types.RecordType(

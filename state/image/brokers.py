@@ -4,6 +4,7 @@ an ISR, KIP-903), and each broker's cause code for the operator insight (state/i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from elrwatch.state import insight
@@ -113,35 +114,39 @@ class Brokers:
         self.changed_by(broker, record)
         return Outcome.APPLIED
 
-    def apply_change(self, record: Record) -> Outcome | RecordError:
-        """BrokerRegistrationChangeRecord: fenced (1 fences, -1 unfences) and controlled shutdown (1 sets)."""
-        broker = self.registered(record, "brokerId", "brokerEpoch")
+    def update(
+        self,
+        record: Record,
+        change: Callable[[BrokerState], None],
+        id_field: str = "brokerId",
+        epoch_field: str = "brokerEpoch",
+    ) -> Outcome | RecordError:
+        """A record that changes a registered broker (named by ``id_field`` at the epoch in ``epoch_field``):
+        ``change`` applied to it, the liveness kept in step, its partitions derived again; or why not."""
+        broker = self.registered(record, id_field, epoch_field)
         if not isinstance(broker, BrokerState):
             return broker
-        fenced = record.data.get("fenced", 0)
-        if fenced == 1:
-            broker.fenced = True
-        elif fenced == -1:
-            broker.fenced = False
-        if record.data.get("inControlledShutdown", 0) == 1:
-            broker.in_controlled_shutdown = True
+        change(broker)
         self.changed_by(broker, record)
         return Outcome.APPLIED
+
+    def apply_change(self, record: Record) -> Outcome | RecordError:
+        """BrokerRegistrationChangeRecord: fenced (1 fences, -1 unfences) and controlled shutdown (1 sets)."""
+        fenced = record.data.get("fenced", 0)
+        shutdown = record.data.get("inControlledShutdown", 0) == 1
+
+        def change(broker: BrokerState) -> None:
+            if fenced:
+                broker.fenced = fenced == 1
+            broker.in_controlled_shutdown |= shutdown
+
+        return self.update(record, change)
 
     def apply_fence(self, record: Record) -> Outcome | RecordError:
         """FenceBrokerRecord / UnfenceBrokerRecord."""
-        broker = self.registered(record, "id", "epoch")
-        if not isinstance(broker, BrokerState):
-            return broker
-        broker.fenced = record.type == FENCE_BROKER_RECORD
-        self.changed_by(broker, record)
-        return Outcome.APPLIED
+        fenced = record.type == FENCE_BROKER_RECORD
+        return self.update(record, lambda broker: setattr(broker, "fenced", fenced), "id", "epoch")
 
     def apply_unregister(self, record: Record) -> Outcome | RecordError:
         """UnregisterBrokerRecord: the registration stays, marked unregistered."""
-        broker = self.registered(record, "brokerId", "brokerEpoch")
-        if not isinstance(broker, BrokerState):
-            return broker
-        broker.registered = False
-        self.changed_by(broker, record)
-        return Outcome.APPLIED
+        return self.update(record, lambda broker: setattr(broker, "registered", False))

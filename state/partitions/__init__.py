@@ -303,6 +303,10 @@ class PartitionStore:
         """Every partition held here (in no particular order)."""
         raise NotImplementedError
 
+    def of_broker(self, broker_id: int) -> list[PartitionState]:
+        """The partitions held here whose replicas, ISR, ELR or last known ELR name the broker."""
+        raise NotImplementedError
+
     def replica_count(self, topic_id: str, partition_id: int) -> int | None:
         """The replica count of a partition held here, None if it is not."""
         raise NotImplementedError

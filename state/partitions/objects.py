@@ -110,6 +110,9 @@ class ObjectPartitions(PartitionStore):
         for partitions in self.by_topic.values():
             yield from partitions.values()
 
+    def of_broker(self, broker_id: int) -> list[PartitionState]:
+        return list(self.index_brokers().get(broker_id, ()))
+
     def replica_count(self, topic_id: str, partition_id: int) -> int | None:
         partition = self.partition(topic_id, partition_id)
         return len(partition.replicas) if partition is not None else None

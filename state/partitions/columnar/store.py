@@ -46,7 +46,6 @@ from elrwatch.state.records import Record, RecordError
 from elrwatch.state.status import STATUSES
 
 if TYPE_CHECKING:
-    from elrwatch.state.cluster import ClusterState
     from elrwatch.state.partitions.columnar.lines import LineBlock
 
 _PR: Final = PARTITION_RECORD
@@ -171,6 +170,21 @@ class ColumnarPartitions(PartitionStore):
         for row in np.flatnonzero(self.table.alive[: self.table.size]):
             yield self.partition_at(int(row))
 
+    def of_broker(self, broker_id: int) -> list[PartitionState]:
+        return [self.partition_at(int(row)) for row in self._broker_rows(broker_id)]
+
+    def _broker_rows(self, broker_id: int) -> np.ndarray:
+        """The live rows whose replicas, ISR, ELR or last known ELR hold the broker."""
+        dense = self.tuples.broker_index.get(broker_id)
+        if dense is None:
+            return np.zeros(0, dtype=np.int64)
+        _, members = self.tuples.arrays()
+        holds = (members == dense).any(axis=1)
+        c = self.table.cols
+        size = self.table.size
+        mask = holds[c["replicas"][:size]] | holds[c["isr"][:size]] | holds[c["elr"][:size]] | holds[c["lke"][:size]]
+        return self._live_rows(mask)
+
     def replica_count(self, topic_id: str, partition_id: int) -> int | None:
         row = self.row_of(topic_id, partition_id)
         return None if row is None else len(self.tuples.tuples[self.table.cols["replicas"][row]])
@@ -290,17 +304,8 @@ class ColumnarPartitions(PartitionStore):
         if row is not None:
             self.table.changed[row] = True
 
-    def apply_block(
-        self,
-        cluster: ClusterState,
-        block: LineBlock,
-        outcomes: list[Outcome],
-        errors: list[Any],
-        note: Any,
-        owned: bool = False,
-    ) -> None:
-        """A block of certain partition-record lines, admitted as vectors (`admission.admit_block`)."""
-        admission.admit_block(self, cluster, block, outcomes, errors, note, owned)
+    #: A block of certain partition-record lines, admitted as vectors.
+    apply_block = admission.admit_block
 
     def stage(self, record: Record) -> Outcome | RecordError:
         """Add an admitted partition record to the segment: its outcome (a duplicate by the partition's offset, a
@@ -382,17 +387,8 @@ class ColumnarPartitions(PartitionStore):
             self._clear_elr(effects.clear_elr, record)
         if effects.brokers:
             self._active = None
-            _, members = self.tuples.arrays()
-            c = self.table.cols
-            size = self.table.size
             for broker in effects.brokers:
-                dense = self.tuples.broker_index.get(broker)
-                if dense is None:
-                    continue
-                holds = (members == dense).any(axis=1)
-                mask = holds[c["replicas"][:size]] | holds[c["isr"][:size]] | holds[c["elr"][:size]]
-                mask |= holds[c["lke"][:size]]
-                self._rederive(self._live_rows(mask), record)
+                self._rederive(self._broker_rows(broker), record)
         if effects.everything:
             for t in self.topic_index.values():
                 self._topic_params(t)
