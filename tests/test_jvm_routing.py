@@ -15,6 +15,7 @@ from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.routing import ALL_BUCKETS, targets
 from elrwatch.streaming import bucket as bucket_module
+from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import route, sink
 from elrwatch.streaming import snapshots as snapshot_module
 
@@ -87,6 +88,13 @@ def test_jvm_places_what_the_core_places_and_broadcasts_the_rest(spark):
     assert set(routed["src"]) == {"ev/0"} and routed["moff"].dtype.kind == "i"
 
 
+def _on_the_wire(payload: dict) -> dict:
+    """A bucket's payload as the sink gets it: its output rows decoded."""
+    (head,), chunks = payload_module.decode_payloads(payload_module.encode_payload(payload))
+    head["partitions"] = list(payload_module.iter_partition_rows(chunks))
+    return head
+
+
 def test_buckets_fed_jvm_rows_equal_the_replay_oracle(spark, tmp_path):
     lines = _lines()
     routed = _routed(spark, lines)
@@ -110,6 +118,7 @@ def test_buckets_fed_jvm_rows_equal_the_replay_oracle(spark, tmp_path):
             bucket_module.process_bucket(b, BUCKETS, bucket_module.ordered_rows(part.iloc[half:]), states[b])
         )
     aggregator = sink.Aggregator(BUCKETS)
+    payloads = [_on_the_wire(p) for p in payloads]
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
     oracle = replay_lines(lines, "ev", store="objects").document()
