@@ -1,9 +1,10 @@
-"""Objects bucket snapshots pickle, one of each class (test_compiled_core.py)."""
+"""The core's picklable objects, one of each class with every field set (test_compiled_core.py)."""
 
 from __future__ import annotations
 
-from elrwatch.state.cluster import Changes, Transition
+from elrwatch.state.cluster import Changes
 from elrwatch.state.model import BrokerState, PartitionState, TopicState
+from elrwatch.state.partitions.objects import Transition
 from elrwatch.state.records import Record, RecordError
 
 
@@ -17,7 +18,7 @@ def messages() -> list[object]:
         transition,
         error,
         BrokerState(4, 10, "x", False, True, True, "r1", 12),
-        TopicState("AAAAAAAAAAAAAAAAAAAAAQ", "t", {3: partition}, {"min.insync.replicas": "2"}, 2),
+        TopicState("AAAAAAAAAAAAAAAAAAAAAQ", "t", 2),
         Record("PARTITION_CHANGE_RECORD", 2, {"isr": (1, 2)}, "sim", 8, None, 8, 1_700_000_000_000),
         Changes(partitions=[], transitions=[transition], quarantined=[error]),
     ]
