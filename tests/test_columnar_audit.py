@@ -1,8 +1,8 @@
-"""The invariant audit of the columnar engine (state/columnar_audit.py) against the object core's.
+"""The invariant audit of the columnar store (state/partitions/columnar/audit.py) against the object store's.
 
-Every input of the differential harness (tests/test_columnar.py) runs again with the audited engine; after every
-batch, besides what the harness compares, the violations of every partition (kind, detail and the record that
-first caused each) and the violation counts must equal the core's.
+Every input of the differential harness (tests/test_columnar.py) runs again; after every batch, besides what the
+harness compares, the violations of every partition (kind, detail and the record that first caused each) and the
+violation counts of the columnar store must equal the object store's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import test_columnar as base
 from test_columnar import Parser, assert_same, buckets_of
 
 from elrwatch.state.cluster import ClusterState
-from elrwatch.state.columnar_audit import AuditedColumnarState
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.outcome import Outcome
 
@@ -37,34 +36,39 @@ def _violations(cluster: ClusterState) -> dict[tuple[str, int], list[dict[str, o
 
 @pytest.fixture
 def compared(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Compared]:
-    """The harness's engines replaced: the core registers itself, the audited engine compares after each batch."""
+    """The harness's states replaced: the object store's registers itself, the columnar store's compares its
+    violations with it after each batch."""
     seen = _Compared()
 
-    def reference(*args: Any, **kwargs: Any) -> ClusterState:  # the core as made, kept for the comparison
-        made = ClusterState(*args, **kwargs)
-        seen.refs.append(made)
-        return made
+    class Compared(ClusterState):
+        def __init__(self, *args: Any, store: str = "columnar", **kwargs: Any) -> None:
+            super().__init__(*args, store=store, **kwargs)
+            self.ref: ClusterState | None = None
+            if store == "objects":
+                seen.refs.append(self)
+            else:
+                self.ref = seen.refs[-1]  # run_both makes the object store's state first
 
-    class Audited(AuditedColumnarState):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.ref = seen.refs[-1]  # run_both makes the core first
-
-        def apply_batch(self, batch: Any) -> Any:
-            out = super().apply_batch(batch)  # the harness applied the batch to the core just before
+        def apply_batch(self, items: Any, owned: bool = False) -> Any:
+            out = super().apply_batch(items, owned)
+            if self.ref is None:
+                return out
+            ref = self.ref  # the harness applied the batch to the object store just before
             where = f"batch {seen.batches}"
-            assert_same(f"{where} violations", _violations(self.ref), _violations(self.core))
-            assert_same(f"{where} violation counts", +self.ref.violation_counts, +self.violation_counts)
-            for key in self.ref.violations:
-                assert self.partition_violations(*key) == self.ref.partition_violations(*key)
+            assert_same(f"{where} violations", _violations(ref), _violations(self))
+            assert_same(
+                f"{where} violation counts", +ref.partitions.violations.counts, +self.partitions.violations.counts
+            )
+            for key in ref.violations:
+                assert self.partition_violations(*key) == ref.partition_violations(*key)
             seen.batches += 1
-            seen.violations = max(seen.violations, sum(len(v) for v in self.ref.violations.values()))
-            seen.audited += self.audited_rows - getattr(self, "_counted", 0)
-            self._counted = self.audited_rows
+            seen.violations = max(seen.violations, sum(len(v) for v in ref.violations.values()))
+            audited = self.partitions.audited_rows  # type: ignore[attr-defined]
+            seen.audited += audited - getattr(self, "_counted", 0)
+            self._counted = audited
             return out
 
-    monkeypatch.setattr(base, "ClusterState", reference)
-    monkeypatch.setattr(base, "ColumnarState", Audited)
+    monkeypatch.setattr(base, "ClusterState", Compared)
     yield seen
     assert seen.batches > 0
 
@@ -128,10 +132,10 @@ def test_a_violation_keeps_the_record_that_first_caused_it() -> None:
     margin, a third that restores it; then a decreased epoch."""
     gen = EventGenerator(topics=1, partitions=4, brokers=3, seed=1)
     parser = Parser("s")
-    fast = AuditedColumnarState(default_min_isr=2)
+    fast = ClusterState(default_min_isr=2)
     boot = [line for line in gen.bootstrap() if b"eligible.leader.replicas" not in line]
     fast.apply_batch(parser.records(boot))
-    topic_id = next(iter(fast.core.topics))
+    topic_id = next(iter(fast.topics))
     p1 = fast.partition(topic_id, 1)
     assert p1 is not None and fast.partition_violations(topic_id, 1) == ()
     leader, other = p1.replicas[0], p1.replicas[1]
@@ -148,10 +152,10 @@ def test_a_violation_keeps_the_record_that_first_caused_it() -> None:
     fast.apply_batch(parser.records(lines))
     kinds = {v.kind: v.offset for v in fast.partition_violations(topic_id, 1)}
     assert kinds == {"durability_margin_lost": base_offset}
-    assert fast.audited_rows >= 2
+    assert fast.partitions.audited_rows >= 2  # type: ignore[attr-defined]
     fast.apply_batch(parser.records([change(base_offset + 2, isr=[leader, other])]))
     assert fast.partition_violations(topic_id, 1) == ()
-    assert sum(fast.violation_counts.values()) == 0
+    assert sum(fast.partitions.violations.counts.values()) == 0
     replaced = {
         "type": "PARTITION_RECORD",
         "version": 0,
@@ -180,8 +184,9 @@ def test_a_violation_keeps_the_record_that_first_caused_it() -> None:
 def test_a_storm_without_violations_audits_no_row() -> None:
     gen = EventGenerator(topics=3, partitions=200, brokers=6, seed=4)
     parser = Parser("s")
-    fast = AuditedColumnarState(default_min_isr=1)
+    fast = ClusterState(default_min_isr=1)
+    store = fast.partitions
     fast.apply_batch(parser.records(list(gen.bootstrap())))
-    before = fast.audited_rows
+    before = store.audited_rows  # type: ignore[attr-defined]
     fast.apply_batch(parser.records(list(gen.fence(0))))
-    assert fast.fast_records > 0 and fast.audited_rows == before and not fast.violations
+    assert store.fast_records > 0 and store.audited_rows == before and not fast.violations  # type: ignore[attr-defined]

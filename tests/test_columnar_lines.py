@@ -1,5 +1,6 @@
-"""`columnar_lines`: a segment's inputs from parsed lines equal those `columnar.inputs_of_records` builds from the
-lines' Records (tuple ids compared by value: each side interns into its own table)."""
+"""The columnar store's lines (state/partitions/columnar/lines.py): a segment's inputs from parsed lines equal those
+`table.inputs_of_records` builds from the lines' Records (tuple ids compared by value: each side interns into its
+own table)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_partition_lines import _mutate, _valid_envelopes
+from test_columnar_parse import _mutate, _valid_envelopes
 
-from elrwatch.state.columnar import TupleTable, inputs_of_records
-from elrwatch.state.columnar_lines import inputs_of_lines, intern_lists
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.state.partition_lines import parse_partition_lines
+from elrwatch.state.partitions.columnar.lines import inputs_of_lines, intern_lists
+from elrwatch.state.partitions.columnar.parse import parse_partition_lines
+from elrwatch.state.partitions.columnar.table import TupleTable, inputs_of_records
 from elrwatch.state.records import parse_line
 from elrwatch.state.simulator import SCENARIOS, simulate
 
@@ -89,7 +90,7 @@ def test_intern_lists_by_value() -> None:
 
 def test_intern_lists_survives_hash_collisions(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a hash that sees only the length, lists of one length all collide: each is still its own value."""
-    from elrwatch.state import columnar_lines
+    from elrwatch.state.partitions.columnar import lines as columnar_lines
 
     monkeypatch.setattr(columnar_lines, "_MIX_VALUE", np.uint64(0))
     table = TupleTable()

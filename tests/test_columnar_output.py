@@ -1,6 +1,7 @@
-"""The columnar engine's output (state/columnar_output.py): what the differential harness's inputs exercise, and
-the drain's own rules. Equality with the object core's `bucket_payload` parts is checked after every batch of
-every input by the harness (tests/test_columnar.py `run_both`, tests/columnar_output_check.py)."""
+"""The columnar store's output (state/partitions/columnar/output.py): what the differential harness's inputs
+exercise, and the drain's own rules. Equality with what the object store gives for a bucket's payload is checked
+after every batch of every input by the harness (tests/test_columnar.py `run_both`,
+tests/columnar_output_check.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections import Counter
 import orjson
 from test_columnar import DATA, REAL, SCENARIOS, Parser, corner_stream, cut, generator_batches, run_both, simulated
 
-from elrwatch.state import columnar_output, insight
-from elrwatch.state.columnar import ColumnarState
-from elrwatch.state.columnar_elections import LEADER_CHANGES
+from elrwatch.state import insight
+from elrwatch.state.cluster import ClusterState
 from elrwatch.state.partition_row import PARTITION_ROW_FIELDS
+from elrwatch.state.partitions.columnar import ColumnarPartitions
+from elrwatch.state.partitions.columnar import output as columnar_output
+from elrwatch.state.partitions.columnar.elections import LEADER_CHANGES
 from elrwatch.state.report import STORED_FIELDS
 
 
@@ -30,10 +33,10 @@ def test_the_inputs_exercise_every_counter_and_leader_change_kind() -> None:
         fast = result.state
         assert fast is not None
         counters.update(fast.counters)
-        kinds.update(p.last_leader_change for p in fast.iter_partitions())
-        insight_kinds.update(kind for kind, _ in columnar_output.insight_counts(fast))
+        kinds.update(p.last_leader_change for _, p in fast.iter_partitions())
+        insight_kinds.update(kind for kind, _ in columnar_output.insight_counts(store_of(fast)))
         rows += result.rows
-        removed += len(fast.core.removed_topics)
+        removed += len(fast.image.topics.removed)
     elections = {"unclean_elections", "unclean_recovery_finished", "elr_elections", "last_known_leader_elections"}
     assert set(+counters) == elections, counters
     assert kinds == set(LEADER_CHANGES), kinds
@@ -42,18 +45,25 @@ def test_the_inputs_exercise_every_counter_and_leader_change_kind() -> None:
     assert rows > 0 and removed > 0
 
 
+def store_of(cluster: ClusterState) -> ColumnarPartitions:
+    """The columnar store of a state."""
+    store = cluster.partitions
+    assert isinstance(store, ColumnarPartitions)
+    return store
+
+
 def test_a_drain_forgets_what_it_returned() -> None:
-    fast = ColumnarState(default_min_isr=2, bucket=(1, 3))
+    fast = ClusterState(default_min_isr=2, bucket=(1, 3))
     parser = Parser("s")
     batches = generator_batches(5)
     fast.apply_batch(parser.records(batches[0]))
-    first = columnar_output.drain(fast)
+    first = columnar_output.drain(store_of(fast))
     assert first.partitions and first.topics and first.brokers and first.transitions
-    again = columnar_output.drain(fast)
+    again = columnar_output.drain(store_of(fast))
     assert again.partitions is None and again.transitions is None
     assert again.removed == again.brokers == again.topics == []
     fast.apply_batch(parser.records(batches[1]))  # a fence: only the broker's partitions changed
-    storm = columnar_output.drain(fast)
+    storm = columnar_output.drain(store_of(fast))
     assert 0 < len(storm.partitions) < len(first.partitions)
     row = dict(zip(PARTITION_ROW_FIELDS, next(columnar_output.rows_of(storm.partitions)), strict=True))
     stored = dict(zip((*STORED_FIELDS, "violations", "logInfo"), orjson.loads(row["state"]), strict=True))
@@ -66,28 +76,29 @@ def test_the_transition_table_holds_what_the_transition_objects_hold() -> None:
     """`transition_table` → `transitions_of` (what the store gets) equals `drain_transitions`' objects as dicts,
     registrations (no previous status: null) included."""
     batches = generator_batches(5)
-    engines = [ColumnarState(default_min_isr=2, bucket=(1, 3)) for _ in range(2)]
+    states = [ClusterState(default_min_isr=2, bucket=(1, 3)) for _ in range(2)]
     parsers = [Parser("s"), Parser("s")]
     for batch in batches[:3]:
-        for engine, parser in zip(engines, parsers, strict=True):
-            engine.apply_batch(parser.records(batch))
-        objects = [t.to_dict() for t in engines[0].drain_transitions()]
-        dicts = columnar_output.transitions_of(columnar_output.transition_table(engines[1]))
+        for state, parser in zip(states, parsers, strict=True):
+            state.apply_batch(parser.records(batch))
+        objects = [t.to_dict() for t in store_of(states[0]).drain_transitions()]
+        dicts = columnar_output.transitions_of(columnar_output.transition_table(store_of(states[1])))
         assert objects == dicts
-        assert columnar_output.transition_table(engines[1]) is None  # forgotten
+        assert columnar_output.transition_table(store_of(states[1])) is None  # forgotten
     assert columnar_output.transitions_of(None) == []
-    first = ColumnarState(default_min_isr=2, bucket=(1, 3))
+    first = ClusterState(default_min_isr=2, bucket=(1, 3))
     first.apply_batch(Parser("s").records(batches[0]))
-    registered = columnar_output.transitions_of(columnar_output.transition_table(first))
+    registered = columnar_output.transitions_of(columnar_output.transition_table(store_of(first)))
     assert registered and any(t["from"] is None for t in registered) and all(t["to"] for t in registered)
 
 
 def test_topic_documents_follow_the_owned_partition_count() -> None:
-    fast = ColumnarState(default_min_isr=2, bucket=(0, 2))
+    fast = ClusterState(default_min_isr=2, bucket=(0, 2))
+    store = store_of(fast)
     parser = Parser("s")
     emitted: dict[str, int] = {}
     fast.apply_batch(parser.records(generator_batches(5)[0]))
-    docs = columnar_output.topic_documents(fast, columnar_output.drain(fast), emitted)
-    assert len(docs) == 3 and sum(d["partitionCount"] for d in docs.values()) == fast.table.size
+    docs = columnar_output.topic_documents(store, columnar_output.drain(store), emitted)
+    assert len(docs) == 3 and sum(d["partitionCount"] for d in docs.values()) == store.table.size
     assert all(d["effectiveMinIsr"] == 2 and d["replicationFactor"] == 3 for d in docs.values()), docs
-    assert columnar_output.topic_documents(fast, columnar_output.drain(fast), emitted) == {}
+    assert columnar_output.topic_documents(store, columnar_output.drain(store), emitted) == {}

@@ -1,13 +1,13 @@
 """Operator insight (state/insight.py): each partition's contribution to the per-broker, per-topic and per-cause
-gauges, the core's incremental counters (equal to a from-scratch recount), bucketed states, persistence."""
+gauges; the counters of both partition stores (the object store's kept incrementally, the columnar store's counted
+from its columns) equal a from-scratch recount; bucketed states; persistence."""
 
 from __future__ import annotations
 
-import pickle
 import random
-import zlib
 from typing import Any
 
+import pytest
 from core_events import (
     TOPIC_ID,
     Feeder,
@@ -29,9 +29,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from elrwatch.state import insight, routing
-from elrwatch.state.cluster import ClusterState
+from elrwatch.state.cluster import STORES, ClusterState
 from elrwatch.state.gauges import as_samples, partition_gauges, sum_gauges
+from elrwatch.state.partitions.columnar import ColumnarPartitions
+from elrwatch.state.partitions.columnar import output as columnar_output
+from elrwatch.state.partitions.columnar import snapshot as columnar_snapshot
+from elrwatch.state.partitions.objects import ObjectPartitions
 from elrwatch.state.records import Record, parse_line
+from elrwatch.state.replay import Replayer
 
 STREAMS = settings(
     max_examples=30,
@@ -112,9 +117,19 @@ def _gauges(cluster: ClusterState, prefix: str) -> dict[str, float]:
     return {k: v for k, v in as_samples(partition_gauges(cluster)).items() if k.startswith(prefix)}
 
 
-def _rolling_restart_feeder() -> Feeder:
+def _counts(cluster: ClusterState) -> Any:
+    """The store's insight counters: the object store's incremental ones, the columnar store's from its columns."""
+    store = cluster.partitions
+    if isinstance(store, ObjectPartitions):
+        return store.insight_counts
+    assert isinstance(store, ColumnarPartitions)
+    store.flush()  # records applied one by one wait in the segment: the output reads the table after a flush
+    return columnar_output.insight_counts(store)
+
+
+def _rolling_restart_feeder(store: str) -> Feeder:
     """Brokers 0-2, topic 'orders' (min ISR 2) with partitions 0 (replicas 0,1,2) and 1 (replicas 1,2)."""
-    f = Feeder()
+    f = Feeder(replayer=Replayer(store=store))
     other = "BBBBBBBBBBBBBBBBBBBBBQ"
     f.feed(
         *base_cluster((0, 1, 2)),
@@ -128,8 +143,9 @@ def _rolling_restart_feeder() -> Feeder:
     return f
 
 
-def test_per_broker_per_topic_and_cause_gauges_through_a_rolling_restart() -> None:
-    f = _rolling_restart_feeder()
+@pytest.mark.parametrize("store", STORES)
+def test_per_broker_per_topic_and_cause_gauges_through_a_rolling_restart(store: str) -> None:
+    f = _rolling_restart_feeder(store)
     g = _gauges(f.cluster, "elrwatch_broker_")
     # orders-1 misses 0 (lagging); it is at min ISR: 1 and 2 block a restart; other-0 (min ISR 1, RF 1): 2 is the
     # only electable replica, and stopping it leaves other-0 under min ISR
@@ -203,11 +219,12 @@ def test_per_broker_per_topic_and_cause_gauges_through_a_rolling_restart() -> No
     assert _gauges(f.cluster, "elrwatch_topic_") == {'elrwatch_topic_at_min_isr_partitions{topic="other"}': 1}
     f.feed(remove_topic("BBBBBBBBBBBBBBBBBBBBBQ"))
     assert _gauges(f.cluster, "elrwatch_topic_") == {}
-    assert f.cluster.insight_counts == insight.recount(f.cluster)[1]
+    assert _counts(f.cluster) == insight.recount(f.cluster)[1]
 
 
-def test_a_min_isr_change_recounts_the_topic() -> None:
-    f = _rolling_restart_feeder()
+@pytest.mark.parametrize("store", STORES)
+def test_a_min_isr_change_recounts_the_topic(store: str) -> None:
+    f = _rolling_restart_feeder(store)
     f.feed(topic_min_isr("orders", "3"))
     g = _gauges(f.cluster, "elrwatch_topic_")
     assert g['elrwatch_topic_under_min_isr_partitions{topic="orders"}'] == 1
@@ -220,8 +237,9 @@ def test_a_min_isr_change_recounts_the_topic() -> None:
     )
 
 
-def test_fencing_the_only_other_active_member_makes_a_broker_critical() -> None:
-    f = _rolling_restart_feeder()
+@pytest.mark.parametrize("store", STORES)
+def test_fencing_the_only_other_active_member_makes_a_broker_critical(store: str) -> None:
+    f = _rolling_restart_feeder(store)
     f.feed(fence(1))  # orders-1 ISR {1,2}: 2 is now its only active member (Kafka would shrink the ISR too)
     g = _gauges(f.cluster, "elrwatch_broker_restart_offline")
     assert g['elrwatch_broker_restart_offline_partitions{broker="2"}'] == 2
@@ -261,43 +279,61 @@ def _records(lines: list[str]) -> list[Record]:
 @STREAMS
 @given(seed=st.integers(min_value=0, max_value=10_000), steps=st.integers(min_value=5, max_value=80))
 def test_incremental_counters_equal_a_recount(seed: int, steps: int) -> None:
-    cluster = ClusterState()
+    """The object store's incremental counters, and the columnar store's counted from its columns, equal a recount
+    after any records (checked every few records; the columnar store's segment is applied by the read)."""
+    cluster = ClusterState(store="objects")
+    columnar = ClusterState(store="columnar")
+    store = cluster.partitions
+    assert isinstance(store, ObjectPartitions)
     for i, rec in enumerate(_records(_with_unregistrations(random_stream(seed, steps=steps), seed))):
         cluster.apply(rec)
+        columnar.apply(rec)
         if i % 7 == 0:
-            assert (cluster.insight, cluster.insight_counts) == insight.recount(cluster)
-    assert (cluster.insight, cluster.insight_counts) == insight.recount(cluster)
-    restored = ClusterState.from_bytes(cluster.to_bytes())
-    assert (restored.insight, restored.insight_counts) == (cluster.insight, cluster.insight_counts)
+            assert (store.insight, store.insight_counts) == insight.recount(cluster)
+            assert _counts(columnar) == insight.recount(columnar)[1] == store.insight_counts
+    assert (store.insight, store.insight_counts) == insight.recount(cluster)
+    assert _counts(columnar) == store.insight_counts
+    restored = ClusterState.from_bytes(cluster.to_bytes()).partitions
+    assert isinstance(restored, ObjectPartitions)
+    assert (restored.insight, restored.insight_counts) == (store.insight, store.insight_counts)
 
 
 @STREAMS
 @given(seed=st.integers(min_value=0, max_value=10_000), n=st.integers(min_value=2, max_value=4))
 def test_bucketed_states_count_only_their_partitions_and_sum_to_the_whole(seed: int, n: int) -> None:
-    whole = ClusterState()
-    buckets = [ClusterState(bucket=(i, n)) for i in range(n)]
-    for rec in _records(random_stream(seed, steps=50)):
-        whole.apply(rec)
-        target = routing.targets(rec.type, rec.data, n)
-        for i in range(n) if target == routing.ALL_BUCKETS else [target]:
-            buckets[i].apply(rec)
-    for b in buckets:
-        assert set(b.insight) <= {(t.topic_id, p) for t in b.topics.values() for p in t.partitions}
-        assert (b.insight, b.insight_counts) == insight.recount(b)
-    keys = ("elrwatch_broker_", "elrwatch_topic_", "elrwatch_under_min_isr_partitions_by_cause")
-    summed = {
-        k: v for k, v in as_samples(sum_gauges(partition_gauges(b) for b in buckets)).items() if k.startswith(keys)
-    }
-    assert summed == {k: v for k, v in as_samples(partition_gauges(whole)).items() if k.startswith(keys)}
+    for store in STORES:
+        whole = ClusterState(store=store)
+        buckets = [ClusterState(bucket=(i, n), store=store) for i in range(n)]
+        for rec in _records(random_stream(seed, steps=50)):
+            whole.apply(rec)
+            target = routing.targets(rec.type, rec.data, n)
+            for i in range(n) if target == routing.ALL_BUCKETS else [target]:
+                buckets[i].apply(rec)
+        for b in buckets:
+            parts, counts = insight.recount(b)
+            held = {(t.topic_id, p.partition_id) for t, p in b.iter_partitions()}
+            assert all(b.owns(*key) for key in held)
+            assert set(parts) <= held
+            if isinstance(b.partitions, ObjectPartitions):
+                assert (b.partitions.insight, b.partitions.insight_counts) == (parts, counts)
+            assert _counts(b) == counts
+        keys = ("elrwatch_broker_", "elrwatch_topic_", "elrwatch_under_min_isr_partitions_by_cause")
+        summed = {
+            k: v for k, v in as_samples(sum_gauges(partition_gauges(b) for b in buckets)).items() if k.startswith(keys)
+        }
+        assert summed == {k: v for k, v in as_samples(partition_gauges(whole)).items() if k.startswith(keys)}, store
 
 
-def test_a_state_saved_without_the_counters_recounts_them_on_load() -> None:
-    cluster = ClusterState()
+def test_a_columnar_snapshot_keeps_no_counters_and_a_loaded_state_counts_them_from_its_columns() -> None:
+    cluster = ClusterState(store="columnar")
+    reference = ClusterState(store="objects")
     for rec in _records(random_stream(3, steps=60)):
         cluster.apply(rec)
-    assert cluster.insight_counts  # the stream leaves something to count
-    state: dict[str, Any] = pickle.loads(zlib.decompress(cluster.to_bytes()[1:]))
-    del state["insight"], state["insight_counts"]
-    old = b"Z" + zlib.compress(pickle.dumps(state))
-    restored = ClusterState.from_bytes(old)
-    assert (restored.insight, restored.insight_counts) == (cluster.insight, cluster.insight_counts)
+        reference.apply(rec)
+    assert _counts(reference)  # the stream leaves something to count
+    cluster.partitions.forget_changes()  # type: ignore[attr-defined]
+    data = columnar_snapshot.to_bytes(cluster)
+    assert b"insight" not in data
+    restored = columnar_snapshot.from_bytes(data)
+    assert _counts(restored) == _counts(cluster) == _counts(reference) == insight.recount(restored)[1]
+    assert _gauges(restored, "elrwatch_") == _gauges(reference, "elrwatch_")

@@ -1,6 +1,7 @@
 """Routing in the JVM (`route.route_in_jvm`, the ``kafka-native`` source): Spark SQL places exactly the partition
 records the core routes to one bucket, sends everything else to every bucket, and buckets fed its raw rows
-(parsed in the bucket) end equal to the replay oracle, bad lines quarantined and counted once."""
+(parsed in the bucket) end equal to the replay oracle (the object store's replay, the specification), bad lines
+quarantined and counted once."""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ import json
 import pandas as pd
 import pytest
 
-from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import scenario
-from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.routing import ALL_BUCKETS, targets
 from elrwatch.streaming import bucket as bucket_module
+from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import route, sink
 from elrwatch.streaming import snapshots as snapshot_module
 
@@ -88,27 +88,42 @@ def test_jvm_places_what_the_core_places_and_broadcasts_the_rest(spark):
     assert set(routed["src"]) == {"ev/0"} and routed["moff"].dtype.kind == "i"
 
 
-def test_buckets_fed_jvm_rows_equal_the_replay_oracle(spark):
+def _on_the_wire(payload: dict) -> dict:
+    """A bucket's payload as the sink gets it: its output rows decoded."""
+    (head,), chunks = payload_module.decode_payloads(payload_module.encode_payload(payload))
+    head["partitions"] = list(payload_module.iter_partition_rows(chunks))
+    return head
+
+
+def test_buckets_fed_jvm_rows_equal_the_replay_oracle(spark, tmp_path):
     lines = _lines()
     routed = _routed(spark, lines)
-    states = [
-        snapshot_module.BucketState(ClusterState(bucket=(b, BUCKETS)), PipelineCounts(), {}) for b in range(BUCKETS)
-    ]
+    states = [snapshot_module.BucketState.new(b, BUCKETS, 1) for b in range(BUCKETS)]
+    snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     payloads = []
-    for b in range(BUCKETS):  # two micro-batches, the state going through its blob (journal replay) in between
+    for b in range(BUCKETS):  # two micro-batches, the state going through its state row in between: a blob (even
+        # buckets) or a snapshot-mode row, its delta replayed on load (odd buckets)
         part = routed[routed.bucket == b].sort_values("seq")
         half = len(part) // 2
         payloads.append(
-            bucket_module.process_bucket(b, BUCKETS, bucket_module._ordered_rows(part.iloc[:half]), states[b])
+            bucket_module.process_bucket(b, BUCKETS, bucket_module.ordered_rows(part.iloc[:half]), states[b])
         )
-        states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob())
+        if b % 2 == 0:
+            states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob(), b)
+        else:
+            row = states[b].to_row(snapshots, b, "token", quiet_allowed=False)
+            states[b] = snapshot_module.BucketState.from_row(row, snapshots, b, BUCKETS)
+            assert states[b].delta_rows > 0 and states[b].snapshot is None  # the delta was replayed
         payloads.append(
-            bucket_module.process_bucket(b, BUCKETS, bucket_module._ordered_rows(part.iloc[half:]), states[b])
+            bucket_module.process_bucket(b, BUCKETS, bucket_module.ordered_rows(part.iloc[half:]), states[b])
         )
     aggregator = sink.Aggregator(BUCKETS)
+    payloads = [_on_the_wire(p) for p in payloads]
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
-    oracle = replay_lines(lines, "ev").document()
+    oracle = replay_lines(lines, "ev", store="objects").document()
+    runtime = replay_lines(lines, "ev").document()
+    assert (runtime["gauges"], runtime["counts"]) == (oracle["gauges"], oracle["counts"])
     assert second["gauges"] == oracle["gauges"]
     assert second["meta"]["counts"] == oracle["counts"]
     quarantined = first["quarantined"] + second["quarantined"]

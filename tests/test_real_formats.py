@@ -18,7 +18,9 @@ import pyarrow as pa
 import pytest
 from core_events import TOPIC_ID, base_cluster, change, dump_line, envelope, partition, topic
 
-from elrwatch.state.cluster import RECENT_OFFSETS, ClusterState, Outcome
+from elrwatch.state.cluster import STORES, ClusterState
+from elrwatch.state.image.positions import RECENT_OFFSETS
+from elrwatch.state.outcome import Outcome
 from elrwatch.state.records import (
     QUARANTINE_REASONS,
     DumpReader,
@@ -329,10 +331,19 @@ def test_the_same_record_at_an_applied_offset_stays_a_duplicate() -> None:
     assert document["quarantined"]["count"] == 0 and document["counts"]["duplicates"] == 1
 
 
-def test_a_conflict_is_found_after_the_state_is_persisted_and_restored() -> None:
+@pytest.mark.parametrize("persisted", ["pickle", "columnar snapshot"])
+def test_a_conflict_is_found_after_the_state_is_persisted_and_restored(persisted: str) -> None:
+    from elrwatch.state.partitions.columnar import snapshot as columnar_snapshot
+
     _original, diverged, _offset = _diverged_line()
     replayer = replay_file([fixture("snapshot.dump"), fixture("segments.dump")])
-    restored = Replayer(cluster=ClusterState.from_bytes(replayer.cluster.to_bytes()))
+    cluster = replayer.cluster
+    if persisted == "pickle":
+        cluster = ClusterState.from_bytes(cluster.to_bytes())
+    else:  # as the streaming job keeps a bucket: its Arrow snapshot, taken between batches
+        cluster.partitions.forget_changes()  # type: ignore[attr-defined]
+        cluster = columnar_snapshot.from_bytes(columnar_snapshot.to_bytes(cluster))
+    restored = Replayer(cluster=cluster)
     assert restored.feed_line(diverged, "again", 1) is Outcome.QUARANTINED
     assert restored.counts.quarantined_by_reason == {"conflict": 1}
 
@@ -343,8 +354,9 @@ def validated(rec: tuple[str, int, dict[str, Any]], source: str, seq: int, offse
     return parsed
 
 
-def test_the_conflict_window_is_bounded() -> None:
-    cluster = ClusterState()
+@pytest.mark.parametrize("store", STORES)
+def test_the_conflict_window_is_bounded(store: str) -> None:
+    cluster = ClusterState(store=store)
     first = 1000
     feed = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
     for n, rec in enumerate(feed):
@@ -353,7 +365,8 @@ def test_the_conflict_window_is_bounded() -> None:
     for n in range(RECENT_OFFSETS + 10):
         isr = [0, 1, 2] if n % 2 else [0, 1]
         assert cluster.apply(validated(change(isr=isr), "s", seq + n, first + len(feed) + n)) is Outcome.APPLIED
-    assert len(cluster.recent_offsets) == len(cluster.recent_records) == RECENT_OFFSETS
+    positions = cluster.image.positions
+    assert len(positions.recent_offsets) == len(positions.recent_records) == RECENT_OFFSETS
     # an offset that left the window: the partition's last offset alone decides (a duplicate, not compared)
     assert cluster.apply(validated(change(isr=[2]), "t", 1, first + len(feed))) is Outcome.DUPLICATE
     recent = validated(change(isr=[2]), "t", 2, first + len(feed) + RECENT_OFFSETS + 9)
@@ -367,7 +380,7 @@ def test_snapshot_records_sharing_one_offset_are_not_conflicts() -> None:
 
 def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.bucket import ordered_rows, process_bucket
     from elrwatch.streaming.route import route_batches
     from elrwatch.streaming.snapshots import BucketState
 
@@ -386,7 +399,7 @@ def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
     )
     routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
     state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = process_bucket(0, 1, _ordered_rows(routed), state)
+    payload = process_bucket(0, 1, ordered_rows(routed), state)
     assert state.counts.quarantined_by_reason["conflict"] == 1
     assert [q["reason"] for q in payload["quarantined"]].count("conflict") == 1
 
@@ -445,7 +458,7 @@ def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tm
     """Read by the streaming job's stages (files source, route, bucket): the snapshot, then in a later micro-batch
     the segments, give the partitions `elrwatch replay SNAPSHOT SEGMENTS` gives."""
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.bucket import ordered_rows, process_bucket
     from elrwatch.streaming.route import route_batches
     from elrwatch.streaming.snapshots import BucketState
 
@@ -464,7 +477,7 @@ def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tm
             names=["value", "topic", "partition", "offset", "timestamp"],
         )
         routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
-        process_bucket(0, 1, _ordered_rows(routed), state)
+        process_bucket(0, 1, ordered_rows(routed), state)
         (tmp_path / name).unlink()
     oracle = replay_file([fixture("snapshot.dump"), fixture("segments-skip-metadata.dump")]).document(advice=False)
     streamed = Replayer(cluster=state.cluster).document(advice=False)
@@ -489,7 +502,7 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
     """Envelopes with ``snapshotEnd`` (elrwatch bridge) share one offset: routed to a bucket, they stay a snapshot's
     records (not offset conflicts with each other), and a log record below the snapshot end is covered."""
     from elrwatch.state.gauges import PipelineCounts
-    from elrwatch.streaming.bucket import _ordered_rows, process_bucket
+    from elrwatch.streaming.bucket import ordered_rows, process_bucket
     from elrwatch.streaming.route import decode_record, encode_record, route_batches
     from elrwatch.streaming.snapshots import BucketState
 
@@ -512,7 +525,7 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
     )
     routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
     state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = process_bucket(0, 1, _ordered_rows(routed), state)
+    payload = process_bucket(0, 1, ordered_rows(routed), state)
     assert payload["quarantined"] == [] and state.counts.applied == len(snapshot)
     assert state.cluster.snapshot_end_offset == 42
     assert state.cluster.partition(TOPIC_ID, 0).isr == (0, 1, 2)

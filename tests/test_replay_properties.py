@@ -1,5 +1,6 @@
-"""Property tests of the core: bad input never raises and never changes state; replay is resumable from
-to_bytes/from_bytes; re-delivered events change nothing (DESIGN.md §2)."""
+"""Property tests of the core: bad input never raises and never changes state; replay is resumable from a persisted
+state (`ClusterState.to_bytes` of either partition store, the columnar store's Arrow snapshot); re-delivered events
+change nothing, in either store (DESIGN.md §2)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
 from core_events import random_stream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from elrwatch.state import report
-from elrwatch.state.cluster import ClusterState
+from elrwatch.state.cluster import STORES, ClusterState
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.outcome import Outcome
+from elrwatch.state.partitions.objects import ObjectPartitions
 from elrwatch.state.records import Ignored, Record, RecordError, Skipped, parse_line
 from elrwatch.state.replay import Replayer
 
@@ -131,33 +134,49 @@ def test_mutated_records_never_raise_and_only_apply_when_valid(
 
 # --- prefix + rest == whole ------------------------------------------------------------------------------------------
 
+#: (store, how its state is persisted): `ClusterState.to_bytes` of either store, the columnar store's Arrow snapshot.
+PERSISTED = [("objects", "pickle"), ("columnar", "pickle"), ("columnar", "arrow")]
 
+
+def restored(cluster: ClusterState, how: str) -> ClusterState:
+    """The state persisted and loaded again (between batches: its pending changes were emitted)."""
+    if how == "pickle":
+        return ClusterState.from_bytes(cluster.to_bytes())
+    from elrwatch.state.partitions.columnar import snapshot as columnar_snapshot
+
+    cluster.partitions.forget_changes()  # type: ignore[attr-defined]
+    return columnar_snapshot.from_bytes(columnar_snapshot.to_bytes(cluster))
+
+
+@pytest.mark.parametrize(("store", "how"), PERSISTED)
 @STREAMS
 @given(st.integers(0, 10**6), st.integers(0, 120), st.floats(0, 1))
-def test_prefix_then_rest_from_bytes_equals_whole(seed: int, steps: int, cut: float) -> None:
+def test_prefix_then_rest_from_bytes_equals_whole(store: str, how: str, seed: int, steps: int, cut: float) -> None:
     lines = random_stream(seed, steps=steps)
     k = int(len(lines) * cut)
-    whole = Replayer()
+    whole = Replayer(store=store)
     whole.feed_lines(lines, "events.jsonl")
-    prefix = Replayer()
+    prefix = Replayer(store=store)
     prefix.feed_lines(lines[:k], "events.jsonl")
-    rest = Replayer(cluster=ClusterState.from_bytes(prefix.cluster.to_bytes()))
+    rest = Replayer(cluster=restored(prefix.cluster, how))
+    assert rest.cluster.store == store
     rest.feed_lines(lines[k:], "events.jsonl", first_seq=k + 1)
     assert state_of(rest.cluster) == state_of(whole.cluster)
     assert not whole.quarantined and not rest.quarantined
     assert prefix.counts.applied + rest.counts.applied == whole.counts.applied
 
 
+@pytest.mark.parametrize(("store", "how"), PERSISTED)
 @STREAMS
 @given(st.integers(0, 10**6), st.lists(st.floats(0, 1), min_size=1, max_size=4))
-def test_many_checkpoints_equal_whole(seed: int, cuts: list[float]) -> None:
+def test_many_checkpoints_equal_whole(store: str, how: str, seed: int, cuts: list[float]) -> None:
     lines = random_stream(seed, steps=80)
-    whole = Replayer()
+    whole = Replayer(store=store)
     whole.feed_lines(lines, "events.jsonl")
     points = sorted({int(len(lines) * c) for c in cuts} | {0, len(lines)})
-    cluster = ClusterState()
+    cluster = ClusterState(store=store)
     for start, end in itertools.pairwise(points):
-        replayer = Replayer(cluster=ClusterState.from_bytes(cluster.to_bytes()))
+        replayer = Replayer(cluster=restored(cluster, how))
         replayer.feed_lines(lines[start:end], "events.jsonl", first_seq=start + 1)
         cluster = replayer.cluster
     assert state_of(cluster) == state_of(whole.cluster)
@@ -166,11 +185,12 @@ def test_many_checkpoints_equal_whole(seed: int, cuts: list[float]) -> None:
 # --- re-delivery changes nothing -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("store", STORES)
 @STREAMS
 @given(st.integers(0, 10**6), st.integers(1, 120), st.randoms(use_true_random=False))
-def test_redelivering_applied_positions_changes_nothing(seed: int, steps: int, rnd: random.Random) -> None:
+def test_redelivering_applied_positions_changes_nothing(store: str, seed: int, steps: int, rnd: random.Random) -> None:
     lines = random_stream(seed, steps=steps)
-    replayer = Replayer()
+    replayer = Replayer(store=store)
     replayer.feed_lines(lines, "events.jsonl")
     expected = state_of(replayer.cluster)
     picks = [rnd.randrange(len(lines)) for _ in range(10)]
@@ -186,11 +206,14 @@ def test_redelivering_applied_positions_changes_nothing(seed: int, steps: int, r
     assert not replayer.quarantined
 
 
+@pytest.mark.parametrize("store", STORES)
 @STREAMS
 @given(st.integers(0, 10**6), st.integers(1, 100), st.randoms(use_true_random=False))
-def test_duplicates_interleaved_in_the_stream_change_nothing(seed: int, steps: int, rnd: random.Random) -> None:
+def test_duplicates_interleaved_in_the_stream_change_nothing(
+    store: str, seed: int, steps: int, rnd: random.Random
+) -> None:
     lines = random_stream(seed, steps=steps)
-    clean = Replayer()
+    clean = Replayer(store=store)
     clean.feed_lines(lines, "events.jsonl")
     # every line of the generated stream is a record that applies: each re-delivery must come back a duplicate
     assert clean.counts.applied == len(lines) and clean.counts.duplicates == 0 and not clean.quarantined
@@ -202,7 +225,7 @@ def test_duplicates_interleaved_in_the_stream_change_nothing(seed: int, steps: i
             again = lines[rnd.randrange(i + 1)]  # an earlier record delivered again, at a new position
             noisy.append(again)
             redelivered.append(again)
-    replayer = Replayer()
+    replayer = Replayer(store=store)
     replayer.feed_lines(noisy, "events.jsonl")
     assert state_without_positions(replayer.cluster) == state_without_positions(clean.cluster)
     assert not replayer.quarantined
@@ -217,14 +240,16 @@ def test_duplicates_interleaved_in_the_stream_change_nothing(seed: int, steps: i
 @STREAMS
 @given(seed=st.integers(0, 10_000), steps=st.integers(20, 150), index_at=st.integers(0, 400))
 def test_an_eagerly_built_broker_index_changes_nothing(seed: int, steps: int, index_at: int) -> None:
-    """`ClusterState.index_brokers` (the streaming job builds the broker → partitions index once a bucket is loaded,
-    before any broker change) gives the same states, changes and transitions as the index built lazily by the first
-    broker change, wherever in the stream it is built, and the index stays exact as partitions change."""
+    """The object store's `index_brokers` (a long-lived state builds the broker → partitions index once it has
+    loaded, before any broker change) gives the same states, changes and transitions as the index built lazily by
+    the first broker change, wherever in the stream it is built, and the index stays exact as partitions change."""
     lines = random_stream(seed, steps=steps)
-    lazy, eager = ClusterState(), ClusterState()
+    lazy, eager = ClusterState(store="objects"), ClusterState(store="objects")
+    index = eager.partitions
+    assert isinstance(index, ObjectPartitions)
     for i, text in enumerate(lines):
         if i == min(index_at, len(lines) - 1):
-            eager.index_brokers()
+            index.index_brokers()
         for cluster in (lazy, eager):
             record = parse_line(text, "events/0", i, f"events/0@{i}")
             if isinstance(record, Record):
@@ -239,11 +264,11 @@ def test_an_eagerly_built_broker_index_changes_nothing(seed: int, steps: int, in
                 map(str, (t.to_dict() for t in b.transitions))
             )
     assert state_of(lazy) == state_of(eager)
-    eager.index_brokers()
+    index.index_brokers()
     for broker in eager.brokers:  # the maintained index holds exactly the partitions that name the broker
         expected = {
             (p.topic_id, p.partition_id)
             for _, p in eager.iter_partitions()
             if broker in {*p.replicas, *p.isr, *p.elr, *p.last_known_elr}
         }
-        assert {(p.topic_id, p.partition_id) for p in eager._partitions_of_broker(broker)} == expected
+        assert {(p.topic_id, p.partition_id) for p in index.index_brokers().get(broker, ())} == expected

@@ -14,11 +14,12 @@ import pytest
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts
+from elrwatch.state.partitions.columnar import output as columnar_output
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
 from elrwatch.streaming import bucket as bucket_module
+from elrwatch.streaming import bucket_input, route, sink
 from elrwatch.streaming import payload as payload_module
-from elrwatch.streaming import route, sink
 from elrwatch.streaming import snapshots as snapshot_module
 from elrwatch.streaming.metrics import Health
 from elrwatch.streaming.store_writer import WAL_SUFFIX, StoreWriteError, StoreWriter, read_wal, wal_name
@@ -45,11 +46,11 @@ def _micro_batches(lines: list[str], n: int) -> list[list[bytes]]:
         names=["value", "topic", "partition", "offset", "timestamp"],
     )
     routed = pa.Table.from_batches(list(route.route_batches(iter([batch]), 1))).to_pandas()
-    state = snapshot_module.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    state = snapshot_module.BucketState.new(0, 1, 1)
     size = -(-len(routed) // n)
     out = []
     for i in range(0, len(routed), size):
-        payload = bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed.iloc[i : i + size]), state)
+        payload = bucket_module.process_bucket(0, 1, bucket_module.ordered_rows(routed.iloc[i : i + size]), state)
         out.append(payload_module.encode_payload(payload))
     return out
 
@@ -66,7 +67,8 @@ def _document(store: StatusStore) -> dict:
 
 
 def _oracle(lines: list[str]) -> dict:
-    doc = replay_lines(lines, "ev").document()
+    """The replay's document of the lines with the object store (the specification)."""
+    doc = replay_lines(lines, "ev", store="objects").document()
     doc["partitions"] = [{k: v for k, v in p.items() if k != "lastPosition"} for p in doc["partitions"]]
     return doc
 
@@ -251,7 +253,7 @@ def test_the_job_stops_in_one_line_on_a_corrupt_write_ahead_file_before_spark_st
 def _file_batches(lines: list[str], n: int, rows_dir: str) -> list[list[bytes]]:
     """The output bodies of ``n`` micro-batches of ``lines`` through `run_bucket` with a rows directory (heads only:
     the lists are in the rows files)."""
-    settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)  # default engine
+    settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)
     routed = _routed(lines)
     size = -(-len(routed) // n)
     row = None
@@ -260,7 +262,7 @@ def _file_batches(lines: list[str], n: int, rows_dir: str) -> list[list[bytes]]:
     for i in range(0, len(routed), size):
         frame = routed.iloc[i : i + size]
         token, blob, bodies = bucket_module.run_bucket(
-            0, settings, row, bucket_module._ordered_rows(frame), len(frame), cache
+            0, settings, row, bucket_module.ordered_rows(frame), len(frame), cache
         )
         row = (token, blob)
         out.append(bodies)
@@ -292,14 +294,20 @@ def _transition_count(db: str) -> int:
 
 
 def _emitted_transitions(lines: list[str], n: int) -> int:
-    """Transitions the buckets emit for the same batches with the lists inline (the reference)."""
-    state = snapshot_module.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
+    """Transitions of the same batches, the reference: what the object store records for them, and what the bucket
+    emits with the lists inline (equal)."""
+    state = snapshot_module.BucketState.new(0, 1, 1)
+    reference = snapshot_module.BucketState(ClusterState(bucket=(0, 1), store="objects"), PipelineCounts(), {})
     routed = _routed(lines)
     size = -(-len(routed) // n)
-    total = 0
+    total = expected = 0
     for i in range(0, len(routed), size):
-        payload = bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed.iloc[i : i + size]), state)
-        total += len(payload["transitions"])
+        rows = list(bucket_module.ordered_rows(routed.iloc[i : i + size]))
+        payload = bucket_module.process_bucket(0, 1, iter(rows), state)
+        total += len(columnar_output.transitions_of(payload["transitions"]))
+        bucket_input.apply_rows(0, 1, iter(rows), reference)
+        expected += len(reference.cluster.drain_changes().transitions)
+    assert total == expected > 0
     return total
 
 
@@ -354,8 +362,8 @@ def test_rows_files_named_by_pending_entries_survive_a_restart_and_are_written_o
     assert not writer.close(0.2)  # the job dies with its batches unwritten: their entries name their files
     named = sorted(f for b in batches for f in _named_files(b))
     # an attempt of batch 3 whose entry was never written (the driver died in it): Spark never committed it
-    settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)  # default engine
-    _, _, orphan = bucket_module.run_bucket(0, settings, None, bucket_module._ordered_rows(_routed(lines)), 1, {})
+    settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)
+    _, _, orphan = bucket_module.run_bucket(0, settings, None, bucket_module.ordered_rows(_routed(lines)), 1, {})
     torn = os.path.join(rows_dir, ".b0000-x.rows.1.tmp")
     open(torn, "wb").close()
     assert sorted(os.listdir(rows_dir)) == sorted([*named, *_named_files(orphan), os.path.basename(torn)])

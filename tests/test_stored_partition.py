@@ -8,7 +8,7 @@ from core_events import valid_stream
 from test_advice import _cluster, _strand
 
 from elrwatch.state import report
-from elrwatch.state.cluster import ClusterState
+from elrwatch.state.cluster import STORES, ClusterState
 from elrwatch.state.gauges import PipelineCounts
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.simulator import SCENARIOS
@@ -39,9 +39,10 @@ def _rebuilt_documents(cluster: ClusterState) -> tuple[list[dict], list[dict]]:
     return doc["partitions"], rebuilt
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_stored_partition_rebuilds_the_replay_document(kind: str) -> None:
-    expected, rebuilt = _rebuilt_documents(replay_lines(valid_stream(kind)).cluster)
+def test_a_stored_partition_rebuilds_the_replay_document(kind: str, store: str) -> None:
+    expected, rebuilt = _rebuilt_documents(replay_lines(valid_stream(kind), store=store).cluster)
     assert expected, "the stream created partitions"
     assert rebuilt == expected
 

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 
 import pyarrow as pa
@@ -16,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts, as_samples
 from elrwatch.state.gauges import key as gauge_key
+from elrwatch.state.partitions.columnar import snapshot as columnar_snapshot
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
 from elrwatch.streaming import accelerators, query, route, sink
@@ -43,6 +44,15 @@ def _batch(lines: list[str]) -> pa.RecordBatch:
     )
 
 
+def _on_the_wire(payload: dict) -> dict:
+    """A bucket's payload as the sink gets it (its output rows decoded: the head, with the partition rows of its
+    chunks as the store writer reads them)."""
+    (head,), chunks = payload_module.decode_payloads(payload_module.encode_payload(payload))
+    head["partitions"] = list(payload_module.iter_partition_rows(chunks))
+    assert len(head["partitions"]) == head.pop("partitionCount")
+    return head
+
+
 @pytest.mark.parametrize("buckets", [1, 3])
 def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=60)]
@@ -50,24 +60,23 @@ def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     lines.insert(50, lines[40])  # a duplicate
     lines.insert(7, "Log starting offset: 0")  # not an event
     routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
-    states = [
-        snapshot_module.BucketState(ClusterState(bucket=(b, buckets)), PipelineCounts(), {}) for b in range(buckets)
-    ]
+    states = [snapshot_module.BucketState.new(b, buckets, 1) for b in range(buckets)]
     payloads = []
     for b in range(buckets):  # two micro-batches per bucket, the state going through its blob in between
         part = routed[routed.bucket == b]
         half = len(part) // 2
         payloads.append(
-            bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[:half]), states[b])
+            bucket_module.process_bucket(b, buckets, bucket_module.ordered_rows(part.iloc[:half]), states[b])
         )
-        states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob())
+        states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob(), b)
         payloads.append(
-            bucket_module.process_bucket(b, buckets, bucket_module._ordered_rows(part.iloc[half:]), states[b])
+            bucket_module.process_bucket(b, buckets, bucket_module.ordered_rows(part.iloc[half:]), states[b])
         )
     aggregator = sink.Aggregator(buckets)
+    payloads = [_on_the_wire(p) for p in payloads]
     first = aggregator.absorb(payloads[0::2])
     second = aggregator.absorb(payloads[1::2])
-    oracle = replay_lines(lines, "ev").document()
+    oracle = replay_lines(lines, "ev", store="objects").document()  # the specification
     # the buckets emit partition rows; the store rebuilds the documents (and their advice) from them
     store = StatusStore(f"sqlite:///{tmp_path}/s.db")
     store.create_schema()
@@ -103,8 +112,8 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
 
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=20)]
     routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), 1))).to_pandas()
-    state = snapshot_module.BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
-    payload = bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed), state)
+    state = snapshot_module.BucketState.new(0, 1, 1)
+    payload = bucket_module.process_bucket(0, 1, bucket_module.ordered_rows(routed), state)
     bodies = payload_module.encode_payload(payload)
     aggregator = sink.Aggregator(1)
     health = Health(aggregator)
@@ -130,7 +139,7 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
         assert writer.close(60)
     finally:
         store.dispose()
-    oracle = replay_lines(lines, "ev").document()["gauges"]
+    oracle = replay_lines(lines, "ev", store="objects").document()["gauges"]
     [(gauges_during_write, batches_during_write)] = seen_by_the_store_write
     assert gauges_during_write == oracle and oracle["elrwatch_partition_count"] > 0
     assert batches_during_write == 0 and health.batches == 1 and health.last_batch_id == 0
@@ -230,23 +239,17 @@ def _run(fn, bucket: int, pdf, state: _State) -> dict:
     return _payload(next(fn((bucket,), iter([pdf]), state)))
 
 
-def _plain(obj, seen=None):
-    """A ClusterState (or any part of it) as plain nested values: dict order, object fields and types included."""
-    if isinstance(obj, dict):
-        return (type(obj).__name__, [(_plain(k), _plain(v)) for k, v in obj.items()])
-    if isinstance(obj, list | tuple):
-        return (type(obj).__name__, [_plain(x) for x in obj])
-    if isinstance(obj, set | frozenset):
-        return (type(obj).__name__, sorted(map(repr, obj)))
-    if obj is None or isinstance(obj, int | float | str | bytes | bool):
-        return obj
-    if hasattr(obj, "value") and type(obj).__module__ == "enum":
-        return repr(obj)
-    slots = [s for cls in type(obj).__mro__ for s in getattr(cls, "__slots__", ())]
-    fields = {s: getattr(obj, s) for s in slots if hasattr(obj, s)}
-    fields.update({k: v for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("_")})
-    fields.pop("last_error", None)
-    return (type(obj).__name__, [(k, _plain(v)) for k, v in sorted(fields.items())])
+def _plain(cluster) -> dict:
+    """What a bucket's state keeps (`test_columnar_snapshot.state_fields`: the image, every partition with its
+    derived fields, violations, log infos, election counters, status and flag counts, the topics of its table),
+    without what depends on how the records were cut into segments (tuple ids, the broker order of the tuple table
+    and the store's work counters: a replay of the delta applies the same records in other segments)."""
+    from test_columnar_snapshot import state_fields
+
+    fields = state_fields(cluster)
+    for part in ("tuples", "brokers", "counters"):
+        del fields[part]
+    return fields
 
 
 def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tmp_path):
@@ -255,7 +258,7 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines.insert(60, lines[44])  # a duplicate
     routed = _routed(lines, 2)
     fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40, engine="objects")
+        bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40)
     )
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     for b in range(2):
@@ -282,7 +285,7 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     loads = []
     for mode in ("blob", "snapshot"):
         fn = bucket_module.make_state_function(
-            bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60, engine="objects")
+            bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60)
         )
         workers = [{}, {}]
         got = []
@@ -338,18 +341,15 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     assert len(os.listdir(tmp_path)) == snapshot_module.SNAPSHOTS_KEPT + 1
 
 
-@pytest.mark.parametrize(("engine", "tag"), [("objects", b"S"), ("columnar", b"C")])
-def test_the_state_row_format_of_each_engine_is_fixed_so_existing_checkpoints_load(tmp_path, engine, tag):
+def test_the_state_row_format_is_fixed_so_existing_checkpoints_load(tmp_path):
     lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
     routed = _routed(lines, 1)
-    settings = bucket_module.StateSettings(
-        1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9, engine=engine
-    )
+    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
     state = _State()
     _run(bucket_module.make_state_function(settings), 0, routed, state)
     kept = bucket_module._CACHE[0][1]
     row = state.row[1]
-    assert row[:1] == tag and kept.snapshot is None and len(kept.delta) == 1
+    assert row[:1] == snapshot_module.ROW_TAG == b"C" and kept.snapshot is None and len(kept.delta) == 1
     fields = {
         "run": kept.run,
         "snapshot": None,
@@ -360,30 +360,48 @@ def test_the_state_row_format_of_each_engine_is_fixed_so_existing_checkpoints_lo
         "counts": kept.counts,
         "emitted": kept.emitted_topic_counts,
     }
-    assert row == tag + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
-    # a due snapshot: written in the engine's format, the delta emptied, and the row still loads the same state
+    assert row == b"C" + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+    # a due snapshot: an Arrow snapshot file, the delta emptied, and the row still loads the same state
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     row = kept.to_row(snapshots, 0, "t", max_records=0)
     assert pickle.loads(row[1:]) == {**fields, "snapshot": kept.snapshot, "delta": [], "deltaRows": 0, "deltaBytes": 0}
     assert os.listdir(tmp_path) == [kept.snapshot]
-    loaded = bucket_module.load_row(row, snapshots, 0, 1, engine)
+    assert columnar_snapshot.load(tmp_path / kept.snapshot).partition_count == kept.cluster.partition_count
+    loaded = snapshot_module.BucketState.from_row(row, snapshots, 0, 1)
     assert type(loaded) is type(kept) and loaded.counts == kept.counts
-    after_load, after_batch = (bucket_module.process_bucket(0, 1, iter(()), bs) for bs in (loaded, kept))
-    assert after_load["gauges"] == after_batch["gauges"] and after_load["counts"] == after_batch["counts"]
+    # blob mode's row: the snapshot file's bytes, the counts and the emitted topic counts, pickled and compressed
+    blob = kept.to_blob()
+    assert blob[:1] == snapshot_module.BLOB_TAG == b"B"
+    data, counts, emitted = pickle.loads(zlib.decompress(blob[1:]))
+    assert columnar_snapshot.from_bytes(data).partition_count == kept.cluster.partition_count
+    assert (counts, emitted) == (kept.counts, kept.emitted_topic_counts)
+    from_blob = snapshot_module.BucketState.from_row(blob, None, 0, 1)
+    after_load, after_blob, after_batch = (
+        bucket_module.process_bucket(0, 1, iter(()), bs) for bs in (loaded, from_blob, kept)
+    )
+    assert after_load["gauges"] == after_blob["gauges"] == after_batch["gauges"]
+    assert after_load["counts"] == after_blob["counts"] == after_batch["counts"]
 
 
-@pytest.mark.parametrize("engine", ["objects", "columnar"])
-def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, monkeypatch, engine):
+def test_a_state_row_of_the_older_object_engine_is_refused_in_one_line(tmp_path):
+    """Its snapshot-mode rows started with ``S``, its blob-mode rows were bare zlib data: neither is read."""
+    snapshots = snapshot_module.SnapshotDir(str(tmp_path))
+    older = [b"S" + pickle.dumps({"run": "r", "snapshot": None}), zlib.compress(pickle.dumps(("state", None, {})), 1)]
+    for row in older:
+        with pytest.raises(snapshot_module.SnapshotError) as err:
+            snapshot_module.BucketState.from_row(row, snapshots, 3, 4)
+        message = str(err.value)
+        assert "\n" not in message and message.startswith("bucket 3: the checkpoint's state was written by an older")
+        assert message.endswith("start the job on a new checkpoint")
+
+
+def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, monkeypatch):
     lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
     routed = _routed(lines, 1)
-    settings = bucket_module.StateSettings(
-        1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9, engine=engine
-    )
+    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
     fn = bucket_module.make_state_function(settings)
     monkeypatch.setattr(snapshot_module, "QUIET_BATCH_RECORDS", 5)
-    for cls in (snapshot_module.BucketState, bucket_module.ColumnarBucketState):
-        if cls.QUIET_DELTA is not None:
-            monkeypatch.setattr(cls, "QUIET_DELTA", 20)
+    monkeypatch.setattr(snapshot_module, "QUIET_DELTA", 20)
     state = _State()
     bucket_module._CACHE.clear()
     _run(fn, 0, routed.iloc[:-3], state)  # a busy batch past the quiet bound: the storm does not pay for it
@@ -393,27 +411,22 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
     _run(fn, 0, routed.iloc[-3:-1], state)  # quiet, but it paid for a load: no snapshot yet
     kept = bucket_module._CACHE[0][1]
     assert kept.snapshot is None and kept.delta_rows == len(routed) - 1
-    _run(fn, 0, routed.iloc[-1:], state)  # a quiet batch: the columnar engine snapshots, the object engine does not
+    _run(fn, 0, routed.iloc[-1:], state)  # a quiet batch: it snapshots
     kept = bucket_module._CACHE[0][1]
-    if engine == "columnar":
-        assert kept.snapshot is not None and kept.delta_rows == 0 and os.listdir(tmp_path) == [kept.snapshot]
-    else:
-        assert kept.snapshot is None and kept.delta_rows == len(routed) and os.listdir(tmp_path) == []
+    assert kept.snapshot is not None and kept.delta_rows == 0 and os.listdir(tmp_path) == [kept.snapshot]
     bucket_module._CACHE.clear()
-    loaded = bucket_module.load_row(state.row[1], snapshot_module.SnapshotDir(str(tmp_path)), 0, 1, engine)
+    loaded = snapshot_module.BucketState.from_row(state.row[1], snapshot_module.SnapshotDir(settings.state_dir), 0, 1)
     assert loaded.counts == kept.counts
 
 
 def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tmp_path, monkeypatch):
-    from elrwatch.state.columnar_output import rows_of, transitions_of
+    from elrwatch.state.partitions.columnar.output import rows_of, transitions_of
 
     lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
     routed = _routed(lines, 1)
-    settings = bucket_module.StateSettings(
-        1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9, engine="columnar"
-    )
+    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
     fn = bucket_module.make_state_function(settings)
-    monkeypatch.setattr(bucket_module.ColumnarBucketState, "QUIET_DELTA", 20)
+    monkeypatch.setattr(snapshot_module, "QUIET_DELTA", 20)
     state = _State()
     bucket_module._CACHE.clear()
     _run(fn, 0, routed.iloc[:-3], state)  # a busy batch: a long delta, no snapshot
@@ -424,13 +437,16 @@ def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tm
     assert name.endswith(f"-{token}.snap") and bucket_module._CACHE[0][1].snapshot == name
     assert bucket_module.on_idle() == 0  # nothing left to compact
     bucket_module._CACHE.clear()  # a restart: the row still names no snapshot and the long delta
-    snapshots = snapshot_module.SnapshotDir(str(tmp_path))
-    compacted = bucket_module.load_row(row, snapshots, 0, 1, "columnar", token=token)
+    compacted = snapshot_module.BucketState.from_row(
+        row, snapshot_module.SnapshotDir(settings.state_dir), 0, 1, token=token
+    )
     assert compacted.snapshot == name and compacted.delta == [] and compacted.delta_rows == 0
-    replayed = bucket_module.load_row(row, snapshots, 0, 1, "columnar")  # no token: the delta replayed
+    replayed = snapshot_module.BucketState.from_row(
+        row, snapshot_module.SnapshotDir(settings.state_dir), 0, 1
+    )  # no token: the delta replayed
     assert replayed.snapshot is None and replayed.delta_rows == len(routed) - 3
     after = [
-        bucket_module.process_bucket(0, 1, bucket_module._ordered_rows(routed.iloc[-3:]), bs)
+        bucket_module.process_bucket(0, 1, bucket_module.ordered_rows(routed.iloc[-3:]), bs)
         for bs in (compacted, replayed)
     ]
     assert list(rows_of(after[0].pop("partitions"))) == list(rows_of(after[1].pop("partitions")))
@@ -444,14 +460,14 @@ def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
     routed = _routed(lines, 1)
     fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10, engine="objects")
+        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10)
     )
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
     bucket_module._CACHE.clear()
     (tmp_path / name).write_bytes(b"Z" + b"\0" * 40)
-    with pytest.raises(snapshot_module.SnapshotError, match=r"^bucket 0: snapshot .*\.snap is corrupt \(error: .*\)$"):
+    with pytest.raises(snapshot_module.SnapshotError, match=r"^bucket 0: columnar snapshot .*\.snap: corrupt \(.*\)$"):
         _run(fn, 0, routed.iloc[:0], state)
     os.remove(tmp_path / name)
     with pytest.raises(snapshot_module.SnapshotError) as err:
@@ -523,16 +539,13 @@ def test_grouping_by_bucket_number_would_not_spread_them():
     assert route.lane_of(0, 2) == route.lane_of(1, 2)
 
 
-@pytest.mark.parametrize("engine", ["objects", "columnar"])
-def test_a_cached_state_newer_than_the_committed_row_is_not_used(tmp_path, engine):
+def test_a_cached_state_newer_than_the_committed_row_is_not_used(tmp_path):
     """A batch whose Spark task failed after the worker applied it: the retry starts from the committed row,
     so the worker rebuilds the bucket instead of using its newer cached state, and gives the same output."""
-    settings = bucket_module.StateSettings(
-        1, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50, engine=engine
-    )
+    settings = bucket_module.StateSettings(1, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
     lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=11)]
     routed = _routed(lines, 1)
-    batches = [list(bucket_module._ordered_rows(routed.iloc[i : i + 40])) for i in range(0, 120, 40)]
+    batches = [list(bucket_module.ordered_rows(routed.iloc[i : i + 40])) for i in range(0, 120, 40)]
     cache: dict = {}
 
     def apply(row, n):
@@ -600,7 +613,7 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
     part = _routed(lines, 1)
     fns = {
         m: bucket_module.make_state_function(
-            bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25, engine="objects")
+            bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)
         )
         for m in STATE_MODES
     }
@@ -616,7 +629,7 @@ def test_a_checkpoint_switches_state_modes(tmp_path):
                 p[key].sort(key=lambda d: (d.get("offset", 0), d["topicId"], d["partitionId"], str(d)))
             outs.append(p)
         got[plan[0]] = outs
-        assert state.row[1][:1] == (b"S" if plan[-1] == "snapshot" else b"x")
+        assert state.row[1][:1] == (b"C" if plan[-1] == "snapshot" else b"B")
     assert got["snapshot"] == got["blob"]
 
 
@@ -759,7 +772,7 @@ def _merge_reference(frame) -> list[tuple]:
     rising=st.booleans(),
 )
 def test_state_stage_orders_rows_as_the_merge_of_its_sources(rows: list[tuple], rising: bool) -> None:
-    """`_ordered_rows` (vectors when each source's offsets rise, else `heapq.merge`) gives the merge's order."""
+    """`ordered_rows` (vectors when each source's offsets rise, else `heapq.merge`) gives the merge's order."""
     import pandas as pd
 
     if rising:  # the normal case: offsets rise with each source's sequence
@@ -774,4 +787,4 @@ def test_state_stage_orders_rows_as_the_merge_of_its_sources(rows: list[tuple], 
             "rec": [f"line {i}".encode() for i in range(len(rows))],
         }
     )
-    assert list(bucket_module._ordered_rows(frame)) == [(int(k), *rest) for k, *rest in _merge_reference(frame)]
+    assert list(bucket_module.ordered_rows(frame)) == [(int(k), *rest) for k, *rest in _merge_reference(frame)]

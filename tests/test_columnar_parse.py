@@ -1,5 +1,6 @@
-"""`partition_lines`: the columnar parse of partition records is the object parse (`records.parse_line`) for every
-line it is certain of, and it is certain of the well-formed lines Kafka and elrwatch write."""
+"""The columnar parse of partition-record lines (state/partitions/columnar/parse.py) is the object parse
+(`records.parse_line`) for every line it is certain of, and it is certain of the well-formed lines Kafka and
+elrwatch write."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elrwatch.state.eventgen import EventGenerator
-from elrwatch.state.partition_lines import parse_partition_lines
+from elrwatch.state.partitions.columnar.parse import parse_partition_lines
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.simulator import SCENARIOS, simulate
 
