@@ -267,6 +267,7 @@ def save_bucket(
         assert snapshots is not None  # make_state_function checks it
         return bs.to_row(snapshots, bucket, token, settings.delta_max_records, quiet_allowed=quiet_allowed)
     bs.journal = []
+    bs.must_snapshot = True  # its snapshot and delta no longer say what it holds: a snapshot-mode save starts anew
     return bs.to_blob()
 
 

@@ -251,7 +251,8 @@ def _holds_each(holders: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def insight_counts(state: ColumnarPartitions) -> Counter[Any]:
-    """`ClusterState.insight_counts` from the columns (state/insight.py's definitions, as bincounts)."""
+    """The insight counters (state/insight.py's definitions) from the columns, as bincounts."""
+    state.flush()
     brokers = state.image.brokers.by_id
     c = state.table.cols
     live, n_live = _live(state)

@@ -87,11 +87,17 @@ def _side(cluster: ClusterState) -> dict[str, Any]:
     }
 
 
-def _write(cluster: ClusterState, out: BinaryIO) -> None:
+def _between_batches(cluster: ClusterState) -> ColumnarPartitions:
+    """The state's columnar store, its segment applied; a ValueError while transitions are not drained."""
     store = _store(cluster)
     store.flush()
     if store._transitions:
         raise ValueError("a columnar snapshot is taken between batches: drain the transitions first")
+    return store
+
+
+def _write(cluster: ClusterState, out: BinaryIO) -> None:
+    store = _between_batches(cluster)
     table = store.table
     live = np.flatnonzero(table.alive[: table.size])
     cols = table.cols
@@ -109,6 +115,7 @@ def _write(cluster: ClusterState, out: BinaryIO) -> None:
 def save(cluster: ClusterState, path: str | os.PathLike[str]) -> int:
     """Write ``cluster`` (its store columnar) to ``path`` atomically (tmp + fsync + rename); the file's size in
     bytes. Between batches only: transitions not drained are refused."""
+    _between_batches(cluster)  # refused before any file is made
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
