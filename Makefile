@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 help:
 	@echo "make demo   - run elrwatch against a real 3-broker Kafka with a fault injector (bridge, Spark job, API)"
-	@echo "make test   - install what tests need (pip, apt, pinned helm) and run every test"
+	@echo "make test   - install what tests need (pip, apt, jars, pinned helm) and run every test, each stage timed"
 	@echo "make bench  - run the benchmarks in bench/ and print their figures"
 
 $(STAMP):
@@ -89,8 +89,11 @@ lint: install-python
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
+# The tests over PYTEST_WORKERS processes (pytest-xdist): tests that share a server (a session's Kafka cluster, a
+# module's PostgreSQL) form one group, run by one worker (tests/conftest.py); --durations: the slowest tests.
+PYTEST_WORKERS ?= 2
 test-python: install
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 # Alert rules: alerts/elrwatch-rules.yaml is the chart's rules (helm/elrwatch/files/elrwatch-rules.yaml, `for:` and
 # thresholds from values.yaml) rendered by helm with the default values: fresh, syntax, promtool unit tests for every
@@ -113,7 +116,13 @@ test-helm: install
 	$(PYTHON) tests/helm_validate.py --helm $(HELM)
 	hadolint Dockerfile
 
-test: lint test-python test-alerts test-helm
+# Every check, one stage after the other, each timed: "== <stage>: <seconds>s" as it ends (.ci/run adds them up).
+TEST_STAGES := lint test-python test-alerts test-helm
+test: install
+	@for stage in $(TEST_STAGES); do \
+	  start=$$(date +%s); $(MAKE) --no-print-directory $$stage; status=$$?; \
+	  echo "== $$stage: $$(( $$(date +%s) - start ))s"; [ $$status = 0 ] || exit $$status; \
+	done
 	@echo "make test: all checks passed"
 
 # The demo runs real Kafka clusters (devtools/kafka_cluster.py: the watched 3-broker one, the event topic's): jars first.

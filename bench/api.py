@@ -16,7 +16,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from elrwatch.devtools.kafka_cluster import free_port
 from elrwatch.state.status import STATUSES as STATUS_ORDER
 from elrwatch.store import StatusStore
 
@@ -153,12 +153,6 @@ def generate_document(n: int) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ms(text: str) -> float:
     value, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[unit]
@@ -251,7 +245,7 @@ def main() -> int:
             f"({args.partitions / load_s:,.0f} partitions/s), store {db.stat().st_size / 1e6:,.0f} MB"
         )
 
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELRWATCH_")}
     server = subprocess.Popen(

@@ -180,11 +180,53 @@ def _plain_token(value: str) -> bool:
     return bool(value) and all(c.isascii() and (c.isalnum() or c in "-_") for c in value)
 
 
+#: Where `free_port` notes the ports it hands out: one empty file per port, shared by every process of the machine.
+PORT_RESERVATIONS = Path(tempfile.gettempdir()) / "elrwatch-ports"
+#: How long a port `free_port` handed out is not handed out again: the time from a harness picking its ports to its
+#: servers binding them (a Kafka node's JVM start under load), with margin.
+PORT_RESERVATION_S = 300.0
+_PORT_ATTEMPTS = 200
+
+
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 now that no `free_port` call on this machine handed out in the last
+    `PORT_RESERVATION_S` seconds, in this process or another (pytest-xdist's workers, a second test run): a harness
+    picks its ports before its servers bind them, and until then the kernel may hand the same port to the next
+    caller."""
+    for _ in range(_PORT_ATTEMPTS):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if _reserve_port(port):
+            return port
+    raise ClusterError(
+        f"no free port in {_PORT_ATTEMPTS} tries: the kernel handed out only ports reserved in {PORT_RESERVATIONS}"
+    )
+
+
+def _reserve_port(port: int) -> bool:
+    """Note ``port`` as handed out, unless a `free_port` call did within `PORT_RESERVATION_S`. Across processes: the
+    note is created with O_EXCL, and an expired one is first renamed away, which only one process can do."""
+    path = PORT_RESERVATIONS / str(port)
+    try:
+        PORT_RESERVATIONS.mkdir(exist_ok=True)
+        for _ in range(2):
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                return True
+            except FileExistsError:
+                pass
+            try:
+                if time.time() - path.stat().st_mtime < PORT_RESERVATION_S:
+                    return False
+                expired = path.with_name(f"{port}.expired-{uuid.uuid4().hex}")
+                os.rename(path, expired)
+                os.remove(expired)
+            except FileNotFoundError:  # another process renamed it first: try to create it again
+                continue
+        return False
+    except OSError:  # no writable temporary directory: the kernel's choice alone
+        return True
 
 
 def port_is_free(port: int) -> bool:

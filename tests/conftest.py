@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import secrets
 import sys
@@ -14,6 +15,108 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/ helpers (test_store, ...) importable by name
+
+# --- parallel runs: `make test` runs pytest-xdist workers (-n 2 --dist loadgroup) -------------------------------------
+
+
+def shared_server_groups(items: list[pytest.Item], conftest: str = __file__) -> dict[str, str]:
+    """Test id → its group. Tests that share a session-scoped fixture of conftest.py (a Kafka cluster) or a test
+    module that defines a module-scoped fixture (a PostgreSQL server, a Spark session, maybe taken by
+    ``request.getfixturevalue``), directly or through other tests, form one group: its tests run on one xdist worker,
+    so that each of those fixtures starts once per run instead of once per worker. ``conftest``: the conftest.py
+    of the tests' folder."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    conftest = os.path.abspath(conftest)
+    with_module_fixtures = {
+        path: _defines_shared_fixture(path) for path in {str(item.path) for item in items} if path.endswith(".py")
+    }
+    keys_of: dict[str, list[str]] = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        keys = [
+            definition.argname
+            for definitions in (info.name2fixturedefs.values() if info else ())
+            for definition in definitions
+            if definition.scope == "session"
+            and getattr(definition.func, "__code__", None) is not None
+            and os.path.abspath(definition.func.__code__.co_filename) == conftest
+        ]
+        if with_module_fixtures.get(str(item.path)):
+            keys.append(item.path.name)
+        keys_of[item.nodeid] = keys
+    for keys in keys_of.values():
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    return {test: root(keys[0]) for test, keys in keys_of.items() if keys}
+
+
+def _defines_shared_fixture(path: str) -> bool:
+    """Whether the module at ``path`` defines a module- or session-scoped fixture (read with ast)."""
+    tree = ast.parse(Path(path).read_text(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) in ("pytest.fixture", "fixture"):
+                    scopes = [k.value for k in decorator.keywords if k.arg == "scope"]
+                    if any(isinstance(v, ast.Constant) and v.value in ("module", "session") for v in scopes):
+                        return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test that shares a server with its group (`shared_server_groups`), for ``--dist loadgroup``."""
+    groups = shared_server_groups(items)
+    for item in items:
+        if item.nodeid in groups and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+
+
+#: What a run may add to the working directory: caches, and artifacts/ (outputs kept for a reader, one file per test).
+RUN_OUTPUTS = frozenset({".pytest_cache", ".hypothesis", "__pycache__", ".ruff_cache", "artifacts"})
+_WORKDIR_BEFORE = pytest.StashKey[set[str]]()
+_WORKDIR_NEW = pytest.StashKey[list[str]]()
+
+
+def workdir_entries(folder: Path) -> set[str]:
+    """The entries of ``folder`` and of its var/ (the default place of the store and checkpoint), but run outputs."""
+    entries = {p.name for p in folder.iterdir()} - RUN_OUTPUTS
+    if (folder / "var").is_dir():
+        entries |= {f"var/{p.name}" for p in (folder / "var").iterdir()}
+    return entries
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The run (not each xdist worker) notes the working directory's entries: tests write to their own tmp_path,
+    never to a fixed name here, which two workers (or two runs) would share."""
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[_WORKDIR_BEFORE] = workdir_entries(Path.cwd())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run when a test left a new entry in the working directory (`pytest_sessionstart`)."""
+    before = session.config.stash.get(_WORKDIR_BEFORE, None)
+    if before is None:
+        return
+    new = sorted(workdir_entries(Path.cwd()) - before)
+    if new:
+        session.config.stash[_WORKDIR_NEW] = new
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    new = config.stash.get(_WORKDIR_NEW, None)
+    if new:
+        terminalreporter.write_line(
+            f"FAILED: tests wrote to fixed names in the working directory ({Path.cwd()}): {', '.join(new)}; "
+            "write to tmp_path instead",
+            red=True,
+        )
 
 
 @dataclass(frozen=True)

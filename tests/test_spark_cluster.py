@@ -1,7 +1,8 @@
 """`elrwatch stream` on a real Spark standalone cluster (a master and two workers, devtools/spark_cluster.py) against
-the session's real Kafka broker: the store equals the replay oracle after a worker is killed mid-stream, and after the
-driver is killed and restarted from its checkpoint (nothing lost, nothing applied twice: the history holds every
-status transition once).
+the session's real Kafka broker: the store equals the replay oracle after a worker is killed mid-stream (nothing
+lost, nothing applied twice: the history holds every status transition once). A driver killed and restarted from
+its checkpoint is tests/test_streaming_e2e.py's test_sigkill_mid_stream_then_restart_applies_every_record_once (the
+same restart in local mode; here the executors already read the snapshots another executor wrote).
 
 The state mode is the chart's SparkApplication's: bucket snapshots (``--state-mode snapshot``) in a ``--state-dir``
 that the driver and every executor share, as the chart's ReadWriteMany volume; here the workers share this machine's
@@ -99,31 +100,6 @@ def test_worker_killed_mid_stream_loses_nothing_and_applies_nothing_twice(
         job.kill()
     assert "Lost executor" in job.output() or "worker lost" in job.output().lower() or partial < want
     assert "state mode snapshot)" in job.output()
-    assert_same_as_oracle(_store_doc(url), oracle)
-    assert_history_as_oracle(url, events)
-
-
-def test_driver_killed_and_restarted_from_its_checkpoint(kafka_server, fresh_topic, tmp_path, spark_cluster):
-    events = _events(tmp_path, records=3000, seed=23)
-    oracle = _replay(events)
-    topic = fresh_topic("meta-cluster-driver")
-    _produce(kafka_server, events, topic, 1)
-    url = f"sqlite:///{tmp_path}/store.db"
-    args = _job_args(spark_cluster, kafka_server, topic, tmp_path)
-    first = StreamJob(tmp_path, *args, "--trigger", "200 milliseconds")
-    try:
-        _both_executors_running(spark_cluster, first)
-        _poll(lambda: (d := _store_doc(url)) and d["counts"].get("events", 0) >= 600, 240, "a few batches", first)
-    finally:
-        first.kill()  # SIGKILL of the driver (Python and its JVM); the cluster's executors go with the application
-    partial = _store_doc(url)["counts"]["events"]
-    assert partial < oracle["counts"]["events"], "the kill came too late to be mid-stream"
-    second = StreamJob(tmp_path, *args, "--available-now")
-    try:
-        assert second.wait(300) == 0, second.output()[-3000:]
-    finally:
-        second.kill()
-    assert "state mode snapshot)" in first.output() and "state mode snapshot)" in second.output()
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)
     snapshots = os.listdir(tmp_path / "shared" / "bucket-snapshots")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from elrwatch.devtools.kafka_cluster import free_port
 from elrwatch.state.status import STATUSES as STATUS_ORDER
 from elrwatch.store import StatusStore
 
@@ -32,17 +32,11 @@ CHROMIUM_ARGS = [
 TOKEN = "page-test-token"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ApiServer:
     """`elrwatch api` in a subprocess on a free loopback port."""
 
     def __init__(self, store_url: str, env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [
             sys.executable,

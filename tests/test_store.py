@@ -7,7 +7,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from elrwatch.devtools.kafka_cluster import free_port
 from elrwatch.store import STORE_SCHEMA, WAL_SIZE_LIMIT, StatusStore, StoreSchemaError, mask_url
 
 DATA = Path(__file__).parent / "data" / "report_small.json"
@@ -24,12 +24,6 @@ DATA = Path(__file__).parent / "data" / "report_small.json"
 
 def small_doc() -> dict:
     return json.loads(DATA.read_text(encoding="utf-8"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:
@@ -44,7 +38,7 @@ class PostgresServer:
         self.bin = Path(found[-1]).parent
         self.tmp = Path(tempfile.mkdtemp(prefix="elrwatch-pg-"))
         self.data = self.tmp / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.password = "s3cret-Pw!"
         self.password_file = self.tmp / "password"
         self.password_file.write_text(self.password + "\n", encoding="utf-8")

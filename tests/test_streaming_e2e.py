@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from elrwatch.streaming.config import ROWS_SUBDIR_PREFIX
+from elrwatch.streaming.config import ROWS_SUBDIR_PREFIX, JobConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # Both Kafka sources pass the same tests: ours on kafka-python and Spark's own connector (make spark-jars).
@@ -273,8 +273,8 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
 
 @KAFKA_SOURCES
 def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server, fresh_topic, tmp_path, source):
-    """kill -9 of the job (snapshot mode) mid-stream, then a restart from its checkpoint: the
-    store equals the oracle, every transition once; then a torn and a lost bucket snapshot are one-line errors."""
+    """kill -9 of the job (snapshot mode) mid-stream, then a restart from its checkpoint: the store equals the
+    oracle, every transition once; then (default source) a torn and a lost bucket snapshot are one-line errors."""
     events = _events(tmp_path, records=3000, seed=11)
     oracle = _replay(events)
     topic = fresh_topic("meta-restart")
@@ -326,6 +326,8 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     for bucket in ("-b0000-", "-b0001-"):  # rotated: the newest few per bucket (+ one a committed row may hold)
         assert 1 <= sum(bucket in name for name in snapshots) <= 4, snapshots
     assert all(name.endswith(".snap") for name in snapshots), snapshots
+    if source != JobConfig.source:  # the bucket stage loads snapshots alike whatever the source: once is enough
+        return
     more = tmp_path / "more.jsonl"
     more.write_text(events.read_text().splitlines()[-1] + "\n")
     _produce(kafka_server, more, topic, 1)
