@@ -23,7 +23,7 @@ repetition:
    their state before the kill).
 
 Prints per mode p50, p99 (nearest rank: with fewer than 100 repetitions the p99 is the maximum), max, the median of
-each stage, and the ratio to the 2 s freshness target of the README's Benchmarks table.
+each stage, and the ratio to the 2 s freshness target of docs/PERFORMANCE.md.
 
 Run: python bench/fence_to_gauge.py [--modes admin,metadata-log] [--repetitions 15] [--interval 2] [--keep-workdir]
 """

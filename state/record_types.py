@@ -204,7 +204,7 @@ _PARTITION = SCOPE_PARTITION
 _P0 = ROUTE_OWNER_P0_EVERY
 _EVERY = ROUTE_EVERY
 
-#: elrwatch's own record spec, in Kafka's schema format (documented in the README).
+#: elrwatch's own record spec, in Kafka's schema format (documented in docs/INPUT.md).
 REPLICA_LOG_INFO_SCHEMA: Final[dict[str, Any]] = {
     "name": "ReplicaLogInfoRecord",
     "validVersions": "0",
