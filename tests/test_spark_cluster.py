@@ -100,7 +100,7 @@ def test_worker_killed_mid_stream_loses_nothing_and_applies_nothing_twice(
     finally:
         job.kill()
     assert "Lost executor" in job.output() or "worker lost" in job.output().lower() or partial < want
-    assert f"state engine {DEFAULT_ENGINE}," in job.output()
+    assert f"state engine {DEFAULT_ENGINE})" in job.output()
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)
     snapshots = os.listdir(tmp_path / "shared" / "bucket-snapshots")
