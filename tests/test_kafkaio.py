@@ -98,7 +98,8 @@ def test_a_failed_connection_logs_and_reports_no_secret(tmp_path, monkeypatch, c
         "127.0.0.1:1", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username="monitor"
     )
     caplog.set_level(logging.DEBUG)
-    # and kafka-python's own: `elrwatch bridge` and `agent`, run in this process by other tests, quiet it
+    # and kafka-python's own logger, whatever level an in-process CLI command left it at (`elrwatch bridge` and
+    # `agent` set it to CRITICAL): restored after the test
     caplog.set_level(logging.DEBUG, logger="kafka")
     with pytest.raises(SourceError) as failure:
         make_producer(settings.options(**{"timeout.ms": "300"}))
