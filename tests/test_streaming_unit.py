@@ -196,6 +196,17 @@ def _state_function(state_dir: Path, delta_max_records: int, buckets: int = 1, m
     return bucket_module.make_state_function(settings)
 
 
+def _small_cluster_rows():
+    """A small cluster's events (2 topics of 6 partitions, 3 brokers) routed to one bucket."""
+    return routed_frame([x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)])
+
+
+def _unbounded_delta(state_dir: Path) -> bucket_module.StateSettings:
+    """Snapshot mode with min ISR 2, the cache on and no bound on the delta: a snapshot only when one is due for
+    another reason."""
+    return bucket_module.StateSettings(1, 2, True, "snapshot", str(state_dir), delta_max_records=10**9)
+
+
 def _payload(frame) -> dict:
     """The bucket's output rows as one payload: the head + the documents of its partition-row chunks."""
     (head,), chunks = payload_module.decode_payloads(list(frame["payload"]))
@@ -306,9 +317,8 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
 
 
 def test_the_state_row_format_is_fixed_so_existing_checkpoints_load(tmp_path):
-    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
-    routed = routed_frame(lines, 1)
-    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
+    routed = _small_cluster_rows()
+    settings = _unbounded_delta(tmp_path)
     state = _State()
     _run(bucket_module.make_state_function(settings), 0, routed, state)
     kept = bucket_module._CACHE[0][1]
@@ -360,9 +370,8 @@ def test_a_state_row_of_the_older_object_engine_is_refused_in_one_line(tmp_path)
 
 
 def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, monkeypatch):
-    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
-    routed = routed_frame(lines, 1)
-    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
+    routed = _small_cluster_rows()
+    settings = _unbounded_delta(tmp_path)
     fn = bucket_module.make_state_function(settings)
     monkeypatch.setattr(snapshot_module, "QUIET_BATCH_RECORDS", 5)
     monkeypatch.setattr(snapshot_module, "QUIET_DELTA", 20)
@@ -386,9 +395,8 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
 def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tmp_path, monkeypatch):
     from elrwatch.state.partitions.columnar.output import rows_of, transitions_of
 
-    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
-    routed = routed_frame(lines, 1)
-    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
+    routed = _small_cluster_rows()
+    settings = _unbounded_delta(tmp_path)
     fn = bucket_module.make_state_function(settings)
     monkeypatch.setattr(snapshot_module, "QUIET_DELTA", 20)
     state = _State()
