@@ -434,45 +434,22 @@ def test_spark_stream_of_the_bridges_events_equals_the_cluster(live: tuple[Any, 
     """The full pipeline once: bridge → event topic → `elrwatch stream` (Spark, --available-now) → status store;
     the store's partitions and brokers equal DescribeTopicPartitions / DescribeCluster, for both modes."""
     import json
-    import subprocess
-    import sys
+
+    from test_streaming_e2e import _cli, job_options, kafka_source, store_options
 
     cluster, _ = live
     _wait_caught_up(cluster, "before the stream jobs")
     for topic in EVENT_TOPICS:
         url = f"sqlite:///{tmp_path}/{topic}.db"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-P",
-                "-m",
-                "elrwatch.cli",
-                "stream",
-                "--bootstrap-servers",
-                cluster.bootstrap,
-                "--topic",
-                topic,
-                "--store",
-                url,
-                "--checkpoint",
-                str(tmp_path / f"ck-{topic}"),
-                "--buckets",
-                "2",
-                "--available-now",
-                "--starting-offsets",
-                "earliest",
-            ],
-            capture_output=True,
-            text=True,
+        done = _cli(
+            "stream",
+            *kafka_source(cluster.bootstrap, topic),
+            *store_options(url, tmp_path / f"ck-{topic}"),
+            *job_options(buckets=2, available_now=True, starting_offsets="earliest"),
             timeout=420,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        status = subprocess.run(
-            [sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        status = _cli("status", "--store", url)
         assert status.returncode == 0, status.stderr[-3000:]
         doc = json.loads(status.stdout)
         stored = {
