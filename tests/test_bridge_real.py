@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from test_bridge import dump_payloads
 
 from elrwatch.devtools.kafka_cluster import ClusterError
 
@@ -101,8 +102,9 @@ def _cluster() -> Any:
     return cluster
 
 
-def consume_lines(bootstrap: str, topic: str) -> list[bytes]:
-    """Every event of a one-partition topic, from the beginning to its current end."""
+def consume_lines(bootstrap: str, topic: str, timeout: float = 20) -> list[bytes]:
+    """Every event of a one-partition topic, from the beginning to its current end (what came within ``timeout``
+    seconds)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000)
@@ -112,7 +114,7 @@ def consume_lines(bootstrap: str, topic: str) -> list[bytes]:
         consumer.seek_to_beginning(tp)
         end = consumer.end_offsets([tp])[tp]
         lines: list[bytes] = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + timeout
         while consumer.position(tp) < end and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=500).values():
                 lines.extend(m.value for m in batch)
@@ -304,21 +306,12 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
     assert not unexpected, unexpected
 
 
-def dump_records(text: str) -> dict[int, str]:
-    """offset → payload JSON of DumpLogSegments' record lines (control records have no payload)."""
-    out: dict[int, str] = {}
-    for line in text.splitlines():
-        if line.startswith("| offset: ") and " payload: " in line:
-            out[int(line.split()[2])] = line.split(" payload: ", 1)[1]
-    return out
-
-
 def compare_with_dump(path: Path, dump_text: str, data: bytes | None = None) -> int:
     """Assert that the decoder's records of one file (``data``: its bytes, read beforehand) equal Kafka's dump of it;
     returns how many were compared."""
     from elrwatch.bridge import metadata_log
 
-    theirs = dump_records(dump_text)
+    theirs = dump_payloads(dump_text)
     result = metadata_log.scan(path.read_bytes() if data is None else data)
     assert not result.errors, (path.name, result.errors[:3])
     mine = {d.offset: metadata_log.dumps_payload(d) for d in result.records}

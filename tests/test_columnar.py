@@ -14,12 +14,14 @@ generated cluster and random faulty streams, whole and bucketed.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import io
 import json
 import random
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -214,6 +216,27 @@ class Result:
     quarantined: int = 0
     rows: int = 0
     state: ClusterState | None = None
+
+
+class TwinState(ClusterState):
+    """A harness state that knows its twin: `run_both` makes the object store's state, then the columnar store's,
+    whose ``ref`` is that object-store state (the object store's own ``ref`` is None). See `make_states_with`."""
+
+    made: ClassVar[list[ClusterState]] = []  # the object store's states, in the order made
+
+    def __init__(self, *args: Any, store: str = "columnar", **kwargs: Any) -> None:
+        super().__init__(*args, store=store, **kwargs)
+        self.ref: ClusterState | None = None
+        if store == "objects":
+            self.made.append(self)
+        else:
+            self.ref = self.made[-1]
+
+
+def make_states_with(monkeypatch: pytest.MonkeyPatch, state_class: type[TwinState]) -> None:
+    """For the rest of the test the harness makes its states with ``state_class``."""
+    monkeypatch.setattr(state_class, "made", [])
+    monkeypatch.setattr(sys.modules[__name__], "ClusterState", state_class)
 
 
 def run_both(
@@ -670,3 +693,48 @@ def test_replica_log_infos(bucket: tuple[int, int] | None, batch: int) -> None:
             "timestampMs": 1_732_100_000_040,
         }
         assert before_removal.log_info[(t, 2)][0]["offset"] is None
+
+
+# --- the inputs, for the modules that run them again under another state ----------------------------------------
+
+#: The tests of whole inputs, which tests/test_columnar_audit.py and tests/test_columnar_snapshot.py run again with
+#: the harness's `ClusterState` replaced.
+INPUT_TESTS = (
+    test_event_generator_load_storms_and_churn,
+    test_event_generator_in_random_batches,
+    test_storm_on_a_large_cluster,
+    test_real_kafka_logs,
+    test_real_kafka_dump_formats,
+    test_conformance_corpus,
+    test_simulator_scenarios,
+    test_simulator_random_faults,
+    test_random_faulty_streams,
+    test_corner_cases,
+)
+
+
+def input_runs() -> list[Any]:
+    """Each test of `INPUT_TESTS` with each of its parameter sets (its ``parametrize`` marks), as `pytest.param`s of
+    (test, keyword arguments) named after the test and its parameters."""
+    runs = []
+    for test in INPUT_TESTS:
+        combinations: list[dict[str, Any]] = [{}]
+        for mark in getattr(test, "pytestmark", []):
+            if mark.name == "parametrize":
+                names, values = mark.args[0], mark.args[1]
+                assert isinstance(names, str) and "," not in names, names  # one argument per mark
+                combinations = [{**kwargs, names: value} for kwargs in combinations for value in values]
+        for kwargs in combinations:
+            values = (
+                "+".join(v) if isinstance(v, tuple) and v and isinstance(v[0], str) else str(v) for v in kwargs.values()
+            )
+            name = "-".join([test.__name__.removeprefix("test_"), *values])
+            runs.append(pytest.param(test, kwargs, id=name))
+    return runs
+
+
+def run_input(test: Any, kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One of `input_runs`: the test called with its arguments (and ``monkeypatch`` if it takes it)."""
+    if "monkeypatch" in inspect.signature(test).parameters:
+        kwargs = {**kwargs, "monkeypatch": monkeypatch}
+    test(**kwargs)
