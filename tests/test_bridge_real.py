@@ -355,6 +355,8 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
     import sys
     import urllib.request
 
+    from test_streaming_e2e import cli_options
+
     from elrwatch.devtools.kafka_cluster import free_port
 
     cluster, _ = live
@@ -368,25 +370,9 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
             ("metadata-log", "ev-cli-log", ["--log-dir", str(cluster.controller.metadata_dir)]),
         ):
             ports[mode] = free_port()
-            cmd = [
-                sys.executable,
-                "-m",
-                "elrwatch.cli",
-                "bridge",
-                "--source",
-                mode,
-                "--bootstrap-servers",
-                cluster.bootstrap,
-                "--topic",
-                topic,
-                "--interval",
-                "0.5",
-                "--state-file",
-                str(tmp_path / f"{mode}.json"),
-                "--metrics-port",
-                str(ports[mode]),
-                *extra,
-            ]
+            options = cli_options(source=mode, bootstrap_servers=cluster.bootstrap, topic=topic, interval=0.5)
+            options += cli_options(state_file=tmp_path / f"{mode}.json", metrics_port=ports[mode])
+            cmd = [sys.executable, "-m", "elrwatch.cli", "bridge", *options, *extra]
             procs.append(
                 subprocess.Popen(
                     cmd,
@@ -428,7 +414,7 @@ def test_spark_stream_of_the_bridges_events_equals_the_cluster(live: tuple[Any, 
     the store's partitions and brokers equal DescribeTopicPartitions / DescribeCluster, for both modes."""
     import json
 
-    from test_streaming_e2e import _cli, job_options, kafka_source, store_options
+    from test_streaming_e2e import _cli, cli_options, kafka_source, store_options
 
     cluster, _ = live
     _wait_caught_up(cluster, "before the stream jobs")
@@ -438,7 +424,7 @@ def test_spark_stream_of_the_bridges_events_equals_the_cluster(live: tuple[Any, 
             "stream",
             *kafka_source(cluster.bootstrap, topic),
             *store_options(url, tmp_path / f"ck-{topic}"),
-            *job_options(buckets=2, available_now=True, starting_offsets="earliest"),
+            *cli_options(buckets=2, available_now=True, starting_offsets="earliest"),
             timeout=420,
         )
         assert done.returncode == 0, done.stderr[-3000:]

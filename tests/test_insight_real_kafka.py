@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from real_kafka_check import replay_dump
-from test_streaming_e2e import StreamJob, _poll, files_source, job_options, store_options
+from test_streaming_e2e import StreamJob, _poll, cli_options, files_source, store_options
 
 from elrwatch.api.app import create_app
 from elrwatch.api.settings import Settings
@@ -138,7 +138,7 @@ def job(real_kafka_cluster: Any, tmp_path: Path) -> Iterator[tuple[StreamJob, st
         tmp_path,
         *files_source(logs),
         *store_options(url, tmp_path / "ck"),
-        *job_options(metrics_port=port, buckets=2, trigger="1s"),
+        *cli_options(metrics_port=port, buckets=2, trigger="1s"),
     )
     try:
         yield stream, url, f"http://127.0.0.1:{port}/metrics", logs

@@ -180,7 +180,7 @@ def store_options(url: str, checkpoint: Path) -> list[str]:
     return ["--store", url, "--checkpoint", str(checkpoint)]
 
 
-def job_options(**options: object) -> list[str]:
+def cli_options(**options: object) -> list[str]:
     """Command line options from keywords: ``max_records_per_batch=250`` is ``--max-records-per-batch 250``,
     ``available_now=True`` the flag ``--available-now``."""
     out: list[str] = []
@@ -227,15 +227,20 @@ class StreamJob:
 
 
 def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``condition`` until it returns something truthy (returned); fail when ``job`` exits before, or after
+    ``timeout`` seconds, with the job's output."""
+    from elrwatch.devtools.alerting import wait_until
+
+    def met():
         value = condition()
-        if value:
-            return value
-        if job is not None and job.proc.poll() is not None:
+        if not value and job is not None and job.proc.poll() is not None:
             pytest.fail(f"stream job exited ({job.proc.returncode}) before {what}:\n{job.output()[-3000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
+        return value
+
+    try:
+        return wait_until(met, what, timeout, interval=0.5)
+    except TimeoutError:
+        pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
 
 
 @KAFKA_SOURCES
@@ -256,7 +261,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
         tmp_path,
         *kafka_source(kafka_server.bootstrap, topic, source),
         *store_options(url, tmp_path / "ck"),
-        *job_options(metrics_port=port, buckets=3, trigger="1s"),
+        *cli_options(metrics_port=port, buckets=3, trigger="1s"),
     )
     try:
         want = oracle["counts"]["events"]
@@ -298,7 +303,7 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     common = [
         *kafka_source(kafka_server.bootstrap, topic, source),
         *store_options(url, tmp_path / "ck"),
-        *job_options(buckets=2, max_records_per_batch=250, state_delta_max_records=300),
+        *cli_options(buckets=2, max_records_per_batch=250, state_delta_max_records=300),
     ]
     first = StreamJob(tmp_path, *common, "--trigger", "100 milliseconds")
     try:
@@ -365,7 +370,7 @@ def test_postgresql_store_equals_replay(kafka_server, fresh_topic, tmp_path):
         job = StreamJob(
             tmp_path,
             *kafka_source(kafka_server.bootstrap, topic),
-            *job_options(checkpoint=tmp_path / "ck", buckets=2, available_now=True, state_mode="blob"),
+            *cli_options(checkpoint=tmp_path / "ck", buckets=2, available_now=True, state_mode="blob"),
             env={"ELRWATCH_STORE": pg.url, "ELRWATCH_STORE_PASSWORD_FILE": str(pg.password_file)},
         )
         try:
@@ -399,7 +404,7 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
         tmp_path,
         *("--source", source, *options, "--topic", topic),
         *store_options(url, tmp_path / "ck"),
-        *job_options(buckets=2, available_now=True),
+        *cli_options(buckets=2, available_now=True),
         env={"ELRWATCH_SASL_PASSWORD": password},
     )
     try:
@@ -418,7 +423,7 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
         "stream",
         *("--source", source, *options, "--topic", topic),
         *store_options(f"sqlite:///{tmp_path}/denied.db", tmp_path / "ck-denied"),
-        *job_options(source_timeout_ms=3000),
+        *cli_options(source_timeout_ms=3000),
         timeout=180,
         env={k: v for k, v in os.environ.items() if k != "ELRWATCH_SASL_PASSWORD"}
         | {"ELRWATCH_SASL_PASSWORD": "wrong"},
@@ -456,7 +461,7 @@ def test_files_source_replays_a_metadata_log(tmp_path):
         tmp_path,
         *files_source(logdir),
         *store_options(url, tmp_path / "ck"),
-        *job_options(available_now=True, buckets=2),
+        *cli_options(available_now=True, buckets=2),
     )
     try:
         assert job.wait(240) == 0, job.output()[-3000:]
@@ -480,7 +485,7 @@ def test_missing_topic_is_a_one_line_error_within_the_bound(kafka_server, tmp_pa
         "stream",
         *kafka_source(kafka_server.bootstrap, "no-such-topic", source),
         *store_options(f"sqlite:///{tmp_path}/s.db", tmp_path / "ck"),
-        *job_options(source_timeout_ms=3000),
+        *cli_options(source_timeout_ms=3000),
         timeout=180,
     )
     assert done.returncode == 1
@@ -533,7 +538,7 @@ def test_event_topic_leader_killed_mid_stream_the_job_goes_on(real_kafka_cluster
         tmp_path,
         *kafka_source(cluster.bootstrap, topic, source),
         *store_options(url, tmp_path / "ck"),
-        *job_options(buckets=2, max_records_per_batch=250, trigger="200 milliseconds"),
+        *cli_options(buckets=2, max_records_per_batch=250, trigger="200 milliseconds"),
     )
     leader = cluster.describe_topic_partitions([topic])[(topic, 0)]["leader"]
     try:
