@@ -219,14 +219,7 @@ def real_kafka_cluster():
     cluster min.insync.replicas 2; started once per session and stopped at its end. Scenarios must restore every
     broker when they finish (tests/test_real_kafka_conformance.py does). Without Kafka's jars or Java the tests fail
     (never skip): `make test` fetches the jars, so a missing one is a real error."""
-    from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
+    from kafka_clusters import running_cluster
 
-    try:
-        cluster = KafkaCluster(brokers=3, min_insync_replicas=2)
-    except ClusterError as exc:  # no jars (`make kafka-jars`) or no java
-        pytest.fail(f"real Kafka unavailable: {exc}", pytrace=False)
-    cluster.start()
-    try:
+    with running_cluster(brokers=3, min_insync_replicas=2) as cluster:
         yield cluster
-    finally:
-        cluster.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from elrwatch.state.replay import Replayer
@@ -264,7 +265,7 @@ def base_cluster(
     return recs
 
 
-# --- a generator of valid event streams (used by the bucket and property tests) --------------------------------
+# --- valid event streams: generated (the bucket and property tests) and hand-made (the differential harness) ---
 
 
 def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
@@ -389,6 +390,67 @@ def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
         else:
             new_topic()
     return out
+
+
+def offset_lines(recs: Iterable[tuple[tuple[str, int, dict[str, Any]], int | None]]) -> list[str]:
+    """Envelope lines of records with their metadata offsets (None: a line without one); each line's timestamp is
+    the last offset given so far, in ms after the test clock's start."""
+    out: list[str] = []
+    offset = 0
+    for (type_name, version, data), at in recs:
+        offset = at if at is not None else offset
+        out.append(line(envelope(type_name, version, data, at, 1_732_100_000_000 + offset)))
+    return out
+
+
+def corner_stream() -> list[str]:
+    """Hand-made corners: an ELR that overlaps the ISR, a ClearElr below a partition's last offset, a
+    PartitionRecord that replaces a partition with lower epochs, partition 0's replica count changing amid other
+    changes, unclean election enabled per topic and per cluster, the ELR feature off and on, records without an
+    offset, a topic removed and created again."""
+    t, o = "FbrrdcfiR-KC2CPSTHaJrg", OTHER_TOPIC_ID
+    recs: list[tuple[Any, int | None]] = [(r, None) for r in base_cluster((0, 1, 2, 3))]
+    recs += [(topic("t", t), None), (topic("o", o), None), (topic_min_isr("t", "2"), None)]
+    recs += [(partition(t, p, replicas=(0, 1, 2)), None) for p in range(5)]
+    recs += [(partition(o, p, replicas=(1, 2, 3), isr=(1,)), None) for p in range(3)]
+    recs += [
+        (change(t, 1, isr=[0, 1], eligibleLeaderReplicas=[1, 2], leader=-1), 100),  # ELR overlaps the ISR
+        (change(t, 2, isr=[0], eligibleLeaderReplicas=[3], leader=0), 200),
+        (change(t, 3, isr=[0], eligibleLeaderReplicas=[1, 2], lastKnownElr=[2], leader=-1), 120),
+        (fence(1), 210),
+        (clear_elr("t"), 150),  # below partition 2's last offset: partition 2 keeps its ELR
+        (change(t, 4, isr=[2]), 220),
+        (change(t, 0, replicas=[0, 1], isr=[0, 1]), 221),  # partition 0's replica count caps the min ISR
+        (change(t, 4, isr=[2, 0], leader=2), 222),
+        (partition(t, 4, replicas=(0, 1, 2), isr=(0,), leader_epoch=0, partition_epoch=0), 223),
+        (change(t, 4, leader=-1, isr=[]), 224),
+        (change(o, 1, leader=-1, isr=[]), 225),
+        (config(2, "o", "unclean.leader.election.enable", "true"), 226),
+        (change(o, 2, leader=-1, isr=[], lastKnownElr=[3]), 227),
+        (elr_feature(False), 228),
+        (change(t, 2, isr=[0, 3]), None),
+        (elr_feature(True), 229),
+        (cluster_min_isr("3"), 230),
+        (config(4, "", "unclean.leader.election.enable", "true"), 231),
+        (unfence(1), 232),
+        (change(t, 1, leaderRecoveryState=1, leader=1), 233),
+        (change(t, 1, leaderRecoveryState=0), 234),
+        (remove_topic(o), 235),
+        (change(o, 1, isr=[1]), 236),  # the topic is gone
+        (topic("o", o), 237),
+        (partition(o, 1, replicas=(1, 2, 3)), 238),
+        (partition(o, 0, replicas=(1, 2)), 239),
+        (config(4, "", "unclean.leader.election.enable", None), 240),
+        (topic_min_isr("t", None), 241),
+        (topic("late", uuid_of(77)), 242),
+        (topic_min_isr("late", "2"), 243),
+        (partition(uuid_of(77), 1, replicas=(0, 1, 2), isr=(0, 1)), 244),  # before partition 0: min ISR 2
+        (partition(uuid_of(77), 2, replicas=(0, 1, 2)), 245),
+        (partition(uuid_of(77), 0, replicas=(3,)), 246),  # one replica: the topic's min ISR drops to 1
+        (change(uuid_of(77), 2, isr=[1]), 247),
+        (change(uuid_of(77), 0, replicas=[3, 0], isr=[3, 0]), 248),  # two replicas: min ISR 2 again
+    ]
+    return offset_lines(recs)
 
 
 def valid_stream(kind: str) -> list[bytes]:

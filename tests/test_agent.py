@@ -237,6 +237,13 @@ def test_bad_setup_is_one_clear_error(tmp_path: Path) -> None:
         ReplicaLogAgent([data], data, MemoryPublisher(), StateFile(state), Metrics())
 
 
+def _agent_args(log_dirs: Path, metadata_log_dir: Path, *options: str) -> list[str]:
+    """`elrwatch agent` publishing to topic ev at localhost:1, reading the replicas of ``log_dirs`` and the metadata
+    log of ``metadata_log_dir``, with ``options``."""
+    target = ["--bootstrap-servers", "localhost:1", "--topic", "ev"]
+    return ["agent", *target, "--log-dirs", str(log_dirs), "--metadata-log-dir", str(metadata_log_dir), *options]
+
+
 def test_cli_help_and_errors(tmp_path: Path) -> None:
     from elrwatch.cli import app
 
@@ -245,20 +252,7 @@ def test_cli_help_and_errors(tmp_path: Path) -> None:
     assert result.exit_code == 0
     for flag in ("--log-dirs", "--metadata-log-dir", "--state-file", "--max-rate", "--security-protocol"):
         assert flag in result.output
-    result = runner.invoke(
-        app,
-        [
-            "agent",
-            "--bootstrap-servers",
-            "localhost:1",
-            "--topic",
-            "ev",
-            "--log-dirs",
-            str(tmp_path / "nope"),
-            "--metadata-log-dir",
-            str(tmp_path),
-        ],
-    )
+    result = runner.invoke(app, _agent_args(tmp_path / "nope", tmp_path))
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and "elrwatch: error:" in result.output
 
@@ -278,28 +272,8 @@ def test_cli_runs_the_agent_until_its_duration(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(agent_module, "KafkaPublisher", Fake)
     data, _ = node_dirs(tmp_path)
-    result = CliRunner().invoke(
-        app,
-        [
-            "agent",
-            "--bootstrap-servers",
-            "localhost:1",
-            "--topic",
-            "ev",
-            "--log-dirs",
-            str(data),
-            "--metadata-log-dir",
-            str(data),
-            "--state-file",
-            str(tmp_path / "s.json"),
-            "--interval",
-            "0.05",
-            "--duration",
-            "0.3",
-            "--security-protocol",
-            "PLAINTEXT",
-        ],
-    )
+    options = ["--state-file", str(tmp_path / "s.json"), "--interval", "0.05", "--duration", "0.3"]
+    result = CliRunner().invoke(app, _agent_args(data, data, *options, "--security-protocol", "PLAINTEXT"))
     assert result.exit_code == 0, result.output
     assert made == [({"bootstrap.servers": "localhost:1", "topic": "ev", "security.protocol": "PLAINTEXT"}, "ev")]
     assert not (tmp_path / "s.json").exists()

@@ -24,11 +24,13 @@ import os
 import re
 import shlex
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from kafka_clusters import running_cluster
 from test_bridge_real import BridgeThread, consume_lines, replay
 from test_replica_log_real import kafka_tool
 
@@ -162,18 +164,9 @@ def run_commands(cluster: Any, commands: list[str], workdir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
-
-    try:
-        c = KafkaCluster(brokers=4)
-    except ClusterError as exc:  # no jars or no java: an error, never a skip
-        pytest.fail(str(exc), pytrace=False)
-    c.start()
-    try:
+def cluster() -> Iterator[Any]:
+    with running_cluster(brokers=4) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -286,7 +279,7 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
         cluster.wait_for(
             lambda: all(replica_leo(cluster, b) == 170 for b in (1, 2, 3)), "replicas caught up", timeout=60
         )
-        kept = len(consume_all(cluster))
+        kept = len(consume_lines(cluster.answering_bootstrap, TOPIC, timeout=60))
         assert kept == kafka[2]["records"] == 170
         assert lost[2] == 0 and all(lost[2] <= lost[b] for b in (1, 3))
         with capsys.disabled():
@@ -303,29 +296,3 @@ def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: p
     finally:
         agents.stop_all()
         bridge.stop()
-
-
-def consume_all(cluster: Any) -> list[bytes]:
-    """Every record of div-0 from its start to its end."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=cluster.answering_bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000
-    )
-    try:
-        tp = TopicPartition(TOPIC, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        end = consumer.end_offsets([tp])[tp]
-        values: list[bytes] = []
-        cluster.wait_for(
-            lambda: (
-                values.extend(m.value for b in consumer.poll(timeout_ms=500).values() for m in b)
-                or consumer.position(tp) >= end
-            ),
-            "div-0 consumed",
-            timeout=60,
-        )
-        return values
-    finally:
-        consumer.close()

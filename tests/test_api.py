@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_events import partition
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -76,26 +77,7 @@ def scenario_lines(t0: int = T0) -> list[str]:
     for topic, parts in layout.items():
         records.append(("TOPIC_RECORD", 0, {"name": topic, "topicId": IDS[topic]}))
         for pid, replicas in enumerate(parts):
-            records.append(
-                (
-                    "PARTITION_RECORD",
-                    2,
-                    {
-                        "partitionId": pid,
-                        "topicId": IDS[topic],
-                        "replicas": replicas,
-                        "isr": replicas,
-                        "removingReplicas": [],
-                        "addingReplicas": [],
-                        "leader": replicas[0],
-                        "leaderEpoch": 0,
-                        "partitionEpoch": 0,
-                        "directories": [_uuid(0)] * len(replicas),
-                        "eligibleLeaderReplicas": [],
-                        "lastKnownElr": [],
-                    },
-                )
-            )
+            records.append(partition(IDS[topic], pid, replicas, elr=[], last_known_elr=[]))  # all in sync
     # broker 1 dies: shrink ISRs (orders-0 at min ISR, orders-1 under min ISR with broker 0 in the ELR)
     records += [
         ("FENCE_BROKER_RECORD", 0, {"id": 1, "epoch": 101}),

@@ -68,6 +68,7 @@ def real_values() -> list[tuple[int, bytes]]:
 
 
 def dump_payloads(text: str) -> dict[int, str]:
+    """offset → payload JSON of DumpLogSegments' record lines (control records have no payload)."""
     out: dict[int, str] = {}
     for line in text.splitlines():
         if line.startswith("| offset: ") and " payload: " in line:

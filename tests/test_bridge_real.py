@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from test_bridge import dump_payloads
 
 from elrwatch.devtools.kafka_cluster import ClusterError
 
@@ -101,8 +102,9 @@ def _cluster() -> Any:
     return cluster
 
 
-def consume_lines(bootstrap: str, topic: str) -> list[bytes]:
-    """Every event of a one-partition topic, from the beginning to its current end."""
+def consume_lines(bootstrap: str, topic: str, timeout: float = 20) -> list[bytes]:
+    """Every event of a one-partition topic, from the beginning to its current end (what came within ``timeout``
+    seconds)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, request_timeout_ms=10000)
@@ -112,7 +114,7 @@ def consume_lines(bootstrap: str, topic: str) -> list[bytes]:
         consumer.seek_to_beginning(tp)
         end = consumer.end_offsets([tp])[tp]
         lines: list[bytes] = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + timeout
         while consumer.position(tp) < end and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=500).values():
                 lines.extend(m.value for m in batch)
@@ -304,21 +306,12 @@ def test_scenario_through_both_bridges(live: tuple[Any, Bridges]) -> None:
     assert not unexpected, unexpected
 
 
-def dump_records(text: str) -> dict[int, str]:
-    """offset → payload JSON of DumpLogSegments' record lines (control records have no payload)."""
-    out: dict[int, str] = {}
-    for line in text.splitlines():
-        if line.startswith("| offset: ") and " payload: " in line:
-            out[int(line.split()[2])] = line.split(" payload: ", 1)[1]
-    return out
-
-
 def compare_with_dump(path: Path, dump_text: str, data: bytes | None = None) -> int:
     """Assert that the decoder's records of one file (``data``: its bytes, read beforehand) equal Kafka's dump of it;
     returns how many were compared."""
     from elrwatch.bridge import metadata_log
 
-    theirs = dump_records(dump_text)
+    theirs = dump_payloads(dump_text)
     result = metadata_log.scan(path.read_bytes() if data is None else data)
     assert not result.errors, (path.name, result.errors[:3])
     mine = {d.offset: metadata_log.dumps_payload(d) for d in result.records}
@@ -362,6 +355,8 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
     import sys
     import urllib.request
 
+    from test_streaming_e2e import cli_options
+
     from elrwatch.devtools.kafka_cluster import free_port
 
     cluster, _ = live
@@ -375,25 +370,9 @@ def test_cli_both_modes_publish_and_serve_metrics(live: tuple[Any, Bridges], tmp
             ("metadata-log", "ev-cli-log", ["--log-dir", str(cluster.controller.metadata_dir)]),
         ):
             ports[mode] = free_port()
-            cmd = [
-                sys.executable,
-                "-m",
-                "elrwatch.cli",
-                "bridge",
-                "--source",
-                mode,
-                "--bootstrap-servers",
-                cluster.bootstrap,
-                "--topic",
-                topic,
-                "--interval",
-                "0.5",
-                "--state-file",
-                str(tmp_path / f"{mode}.json"),
-                "--metrics-port",
-                str(ports[mode]),
-                *extra,
-            ]
+            options = cli_options(source=mode, bootstrap_servers=cluster.bootstrap, topic=topic, interval=0.5)
+            options += cli_options(state_file=tmp_path / f"{mode}.json", metrics_port=ports[mode])
+            cmd = [sys.executable, "-m", "elrwatch.cli", "bridge", *options, *extra]
             procs.append(
                 subprocess.Popen(
                     cmd,
@@ -434,45 +413,22 @@ def test_spark_stream_of_the_bridges_events_equals_the_cluster(live: tuple[Any, 
     """The full pipeline once: bridge → event topic → `elrwatch stream` (Spark, --available-now) → status store;
     the store's partitions and brokers equal DescribeTopicPartitions / DescribeCluster, for both modes."""
     import json
-    import subprocess
-    import sys
+
+    from test_streaming_e2e import _cli, cli_options, kafka_source, store_options
 
     cluster, _ = live
     _wait_caught_up(cluster, "before the stream jobs")
     for topic in EVENT_TOPICS:
         url = f"sqlite:///{tmp_path}/{topic}.db"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-P",
-                "-m",
-                "elrwatch.cli",
-                "stream",
-                "--bootstrap-servers",
-                cluster.bootstrap,
-                "--topic",
-                topic,
-                "--store",
-                url,
-                "--checkpoint",
-                str(tmp_path / f"ck-{topic}"),
-                "--buckets",
-                "2",
-                "--available-now",
-                "--starting-offsets",
-                "earliest",
-            ],
-            capture_output=True,
-            text=True,
+        done = _cli(
+            "stream",
+            *kafka_source(cluster.bootstrap, topic),
+            *store_options(url, tmp_path / f"ck-{topic}"),
+            *cli_options(buckets=2, available_now=True, starting_offsets="earliest"),
             timeout=420,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        status = subprocess.run(
-            [sys.executable, "-P", "-m", "elrwatch.cli", "status", "--store", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        status = _cli("status", "--store", url)
         assert status.returncode == 0, status.stderr[-3000:]
         doc = json.loads(status.stdout)
         stored = {

@@ -14,17 +14,19 @@ generated cluster and random faulty streams, whole and bucketed.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import io
 import json
 import random
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from columnar_output_check import OutputCheck
-from core_events import Feeder, random_stream
+from core_events import Feeder, corner_stream, random_stream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -214,6 +216,27 @@ class Result:
     quarantined: int = 0
     rows: int = 0
     state: ClusterState | None = None
+
+
+class TwinState(ClusterState):
+    """A harness state that knows its twin: `run_both` makes the object store's state, then the columnar store's,
+    whose ``ref`` is that object-store state (the object store's own ``ref`` is None). See `make_states_with`."""
+
+    made: ClassVar[list[ClusterState]] = []  # the object store's states, in the order made
+
+    def __init__(self, *args: Any, store: str = "columnar", **kwargs: Any) -> None:
+        super().__init__(*args, store=store, **kwargs)
+        self.ref: ClusterState | None = None
+        if store == "objects":
+            self.made.append(self)
+        else:
+            self.ref = self.made[-1]
+
+
+def make_states_with(monkeypatch: pytest.MonkeyPatch, state_class: type[TwinState]) -> None:
+    """For the rest of the test the harness makes its states with ``state_class``."""
+    monkeypatch.setattr(state_class, "made", [])
+    monkeypatch.setattr(sys.modules[__name__], "ClusterState", state_class)
 
 
 def run_both(
@@ -522,81 +545,6 @@ def test_a_partition_changed_twice_in_a_segment_gives_both_transitions() -> None
     assert after.isr == p1.isr and after.last_offset == base + 1
 
 
-def corner_stream() -> list[Item]:
-    """Hand-made corners: an ELR that overlaps the ISR, a ClearElr below a partition's last offset, a
-    PartitionRecord that replaces a partition with lower epochs, partition 0's replica count changing amid other
-    changes, unclean election enabled per topic and per cluster, the ELR feature off and on, records without an
-    offset, a topic removed and created again."""
-    from core_events import (
-        OTHER_TOPIC_ID,
-        base_cluster,
-        change,
-        clear_elr,
-        cluster_min_isr,
-        config,
-        elr_feature,
-        envelope,
-        fence,
-        line,
-        partition,
-        remove_topic,
-        topic,
-        topic_min_isr,
-        unfence,
-        uuid_of,
-    )
-
-    t, o = "FbrrdcfiR-KC2CPSTHaJrg", OTHER_TOPIC_ID
-    recs: list[tuple[Any, int | None]] = [(r, None) for r in base_cluster((0, 1, 2, 3))]
-    recs += [(topic("t", t), None), (topic("o", o), None), (topic_min_isr("t", "2"), None)]
-    recs += [(partition(t, p, replicas=(0, 1, 2)), None) for p in range(5)]
-    recs += [(partition(o, p, replicas=(1, 2, 3), isr=(1,)), None) for p in range(3)]
-    recs += [
-        (change(t, 1, isr=[0, 1], eligibleLeaderReplicas=[1, 2], leader=-1), 100),  # ELR overlaps the ISR
-        (change(t, 2, isr=[0], eligibleLeaderReplicas=[3], leader=0), 200),
-        (change(t, 3, isr=[0], eligibleLeaderReplicas=[1, 2], lastKnownElr=[2], leader=-1), 120),
-        (fence(1), 210),
-        (clear_elr("t"), 150),  # below partition 2's last offset: partition 2 keeps its ELR
-        (change(t, 4, isr=[2]), 220),
-        (change(t, 0, replicas=[0, 1], isr=[0, 1]), 221),  # partition 0's replica count caps the min ISR
-        (change(t, 4, isr=[2, 0], leader=2), 222),
-        (partition(t, 4, replicas=(0, 1, 2), isr=(0,), leader_epoch=0, partition_epoch=0), 223),
-        (change(t, 4, leader=-1, isr=[]), 224),
-        (change(o, 1, leader=-1, isr=[]), 225),
-        (config(2, "o", "unclean.leader.election.enable", "true"), 226),
-        (change(o, 2, leader=-1, isr=[], lastKnownElr=[3]), 227),
-        (elr_feature(False), 228),
-        (change(t, 2, isr=[0, 3]), None),
-        (elr_feature(True), 229),
-        (cluster_min_isr("3"), 230),
-        (config(4, "", "unclean.leader.election.enable", "true"), 231),
-        (unfence(1), 232),
-        (change(t, 1, leaderRecoveryState=1, leader=1), 233),
-        (change(t, 1, leaderRecoveryState=0), 234),
-        (remove_topic(o), 235),
-        (change(o, 1, isr=[1]), 236),  # the topic is gone
-        (topic("o", o), 237),
-        (partition(o, 1, replicas=(1, 2, 3)), 238),
-        (partition(o, 0, replicas=(1, 2)), 239),
-        (config(4, "", "unclean.leader.election.enable", None), 240),
-        (topic_min_isr("t", None), 241),
-        (topic("late", uuid_of(77)), 242),
-        (topic_min_isr("late", "2"), 243),
-        (partition(uuid_of(77), 1, replicas=(0, 1, 2), isr=(0, 1)), 244),  # before partition 0: min ISR 2
-        (partition(uuid_of(77), 2, replicas=(0, 1, 2)), 245),
-        (partition(uuid_of(77), 0, replicas=(3,)), 246),  # one replica: the topic's min ISR drops to 1
-        (change(uuid_of(77), 2, isr=[1]), 247),
-        (change(uuid_of(77), 0, replicas=[3, 0], isr=[3, 0]), 248),  # two replicas: min ISR 2 again
-    ]
-    out: list[Item] = []
-    offset = 0
-    for (type_name, version, data), at in recs:
-        offset = at if at is not None else offset
-        env = envelope(type_name, version, data, at, 1_732_100_000_000 + offset)
-        out.append(line(env))
-    return out
-
-
 @pytest.mark.parametrize("as_lines", [False, True])
 @pytest.mark.parametrize("batch", [1, 4, 10_000])
 @pytest.mark.parametrize("bucket", buckets_of(2))
@@ -611,7 +559,7 @@ def replica_log_stream() -> list[Item]:
     """Replica log infos: per broker, a later one replaces the kept one, a resent or older one is a duplicate, one
     without an offset applies; an unknown partition and an unknown topic are quarantined; the topic removed and
     created again has none."""
-    from core_events import base_cluster, envelope, line, partition, remove_topic, topic, uuid_of
+    from core_events import base_cluster, offset_lines, partition, remove_topic, topic, uuid_of
 
     t = "FbrrdcfiR-KC2CPSTHaJrg"
 
@@ -642,12 +590,7 @@ def replica_log_stream() -> list[Item]:
         (partition(t, 0, replicas=(0, 1, 2)), 45),
         (info(0, 2, 76), 46),
     ]
-    out: list[Item] = []
-    offset = 0
-    for (type_name, version, data), at in recs:
-        offset = at if at is not None else offset
-        out.append(line(envelope(type_name, version, data, at, 1_732_100_000_000 + offset)))
-    return out
+    return offset_lines(recs)
 
 
 @pytest.mark.parametrize("batch", [1, 5, 10_000])
@@ -670,3 +613,48 @@ def test_replica_log_infos(bucket: tuple[int, int] | None, batch: int) -> None:
             "timestampMs": 1_732_100_000_040,
         }
         assert before_removal.log_info[(t, 2)][0]["offset"] is None
+
+
+# --- the inputs, for the modules that run them again under another state ----------------------------------------
+
+#: The tests of whole inputs, which tests/test_columnar_audit.py and tests/test_columnar_snapshot.py run again with
+#: the harness's `ClusterState` replaced.
+INPUT_TESTS = (
+    test_event_generator_load_storms_and_churn,
+    test_event_generator_in_random_batches,
+    test_storm_on_a_large_cluster,
+    test_real_kafka_logs,
+    test_real_kafka_dump_formats,
+    test_conformance_corpus,
+    test_simulator_scenarios,
+    test_simulator_random_faults,
+    test_random_faulty_streams,
+    test_corner_cases,
+)
+
+
+def input_runs() -> list[Any]:
+    """Each test of `INPUT_TESTS` with each of its parameter sets (its ``parametrize`` marks), as `pytest.param`s of
+    (test, keyword arguments) named after the test and its parameters."""
+    runs = []
+    for test in INPUT_TESTS:
+        combinations: list[dict[str, Any]] = [{}]
+        for mark in getattr(test, "pytestmark", []):
+            if mark.name == "parametrize":
+                names, values = mark.args[0], mark.args[1]
+                assert isinstance(names, str) and "," not in names, names  # one argument per mark
+                combinations = [{**kwargs, names: value} for kwargs in combinations for value in values]
+        for kwargs in combinations:
+            values = (
+                "+".join(v) if isinstance(v, tuple) and v and isinstance(v[0], str) else str(v) for v in kwargs.values()
+            )
+            name = "-".join([test.__name__.removeprefix("test_"), *values])
+            runs.append(pytest.param(test, kwargs, id=name))
+    return runs
+
+
+def run_input(test: Any, kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One of `input_runs`: the test called with its arguments (and ``monkeypatch`` if it takes it)."""
+    if "monkeypatch" in inspect.signature(test).parameters:
+        kwargs = {**kwargs, "monkeypatch": monkeypatch}
+    test(**kwargs)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import test_columnar as base
-from test_columnar import Parser, assert_same, buckets_of
+from test_columnar import Parser, assert_same
 
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
@@ -24,7 +24,6 @@ class _Compared:
     """The runs of the harness, with the violations compared after every batch."""
 
     def __init__(self) -> None:
-        self.refs: list[ClusterState] = []
         self.batches = 0
         self.violations = 0
         self.audited = 0
@@ -34,21 +33,20 @@ def _violations(cluster: ClusterState) -> dict[tuple[str, int], list[dict[str, o
     return {key: [v.to_dict() for v in found] for key, found in cluster.violations.items()}
 
 
+@pytest.mark.parametrize(("test", "kwargs"), base.input_runs())
+def test_harness_input(compared: _Compared, monkeypatch: pytest.MonkeyPatch, test: Any, kwargs: dict[str, Any]) -> None:
+    base.run_input(test, kwargs, monkeypatch)
+    if test in (base.test_conformance_corpus, base.test_random_faulty_streams, base.test_corner_cases):
+        assert compared.violations > 0  # inputs whose object-store runs have violations: the audit compared some
+
+
 @pytest.fixture
 def compared(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Compared]:
-    """The harness's states replaced: the object store's registers itself, the columnar store's compares its
-    violations with it after each batch."""
+    """The harness's states replaced: the columnar store's compares its violations with its twin's after each
+    batch."""
     seen = _Compared()
 
-    class Compared(ClusterState):
-        def __init__(self, *args: Any, store: str = "columnar", **kwargs: Any) -> None:
-            super().__init__(*args, store=store, **kwargs)
-            self.ref: ClusterState | None = None
-            if store == "objects":
-                seen.refs.append(self)
-            else:
-                self.ref = seen.refs[-1]  # run_both makes the object store's state first
-
+    class Compared(base.TwinState):
         def apply_batch(self, items: Any, owned: bool = False) -> Any:
             out = super().apply_batch(items, owned)
             if self.ref is None:
@@ -68,63 +66,9 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Compared]:
             self._counted = audited
             return out
 
-    monkeypatch.setattr(base, "ClusterState", Compared)
+    base.make_states_with(monkeypatch, Compared)
     yield seen
     assert seen.batches > 0
-
-
-@pytest.mark.parametrize("as_lines", [False, True])
-@pytest.mark.parametrize("bucket", buckets_of(3))
-def test_event_generator_load_storms_and_churn(
-    compared: _Compared, bucket: tuple[int, int] | None, as_lines: bool
-) -> None:
-    base.test_event_generator_load_storms_and_churn(bucket, as_lines)
-
-
-def test_event_generator_in_random_batches(compared: _Compared) -> None:
-    base.test_event_generator_in_random_batches()
-
-
-def test_storm_on_a_large_cluster(compared: _Compared) -> None:
-    base.test_storm_on_a_large_cluster()
-
-
-@pytest.mark.parametrize("scenario", base.REAL)
-def test_real_kafka_logs(compared: _Compared, scenario: str) -> None:
-    base.test_real_kafka_logs(scenario)
-
-
-@pytest.mark.parametrize("names", base.DUMP_FORMATS)
-def test_real_kafka_dump_formats(compared: _Compared, names: tuple[str, ...]) -> None:
-    base.test_real_kafka_dump_formats(names)
-
-
-def test_conformance_corpus(compared: _Compared, monkeypatch: pytest.MonkeyPatch) -> None:
-    base.test_conformance_corpus(monkeypatch)
-    assert compared.violations > 0
-
-
-@pytest.mark.parametrize("scenario", sorted(base.SCENARIOS))
-def test_simulator_scenarios(compared: _Compared, scenario: str) -> None:
-    base.test_simulator_scenarios(scenario)
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_simulator_random_faults(compared: _Compared, seed: int) -> None:
-    base.test_simulator_random_faults(seed)
-
-
-def test_random_faulty_streams(compared: _Compared) -> None:
-    base.test_random_faulty_streams()
-    assert compared.violations > 0
-
-
-@pytest.mark.parametrize("as_lines", [False, True])
-@pytest.mark.parametrize("batch", [1, 4, 10_000])
-@pytest.mark.parametrize("bucket", buckets_of(2))
-def test_corner_cases(compared: _Compared, bucket: tuple[int, int] | None, batch: int, as_lines: bool) -> None:
-    base.test_corner_cases(bucket, batch, as_lines)
-    assert compared.violations > 0
 
 
 def test_a_violation_keeps_the_record_that_first_caused_it() -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 
 import orjson
-from test_columnar import DATA, REAL, SCENARIOS, Parser, corner_stream, cut, generator_batches, run_both, simulated
+from core_events import corner_stream
+from test_columnar import DATA, REAL, SCENARIOS, Parser, cut, generator_batches, run_both, simulated
 
 from elrwatch.state import insight
 from elrwatch.state.cluster import ClusterState

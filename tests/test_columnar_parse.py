@@ -27,18 +27,10 @@ def _as_bytes(lines: list[Any]) -> list[bytes]:
 
 
 def _fields(record: Record) -> tuple[Any, ...]:
-    return (
-        record.type,
-        record.version,
-        list(record.data.items()),  # key order too: the data is serialised as it is (quarantine, conflicts)
-        record.source,
-        record.seq,
-        record.position,
-        record.offset,
-        record.timestamp_ms,
-        record.origin,
-        record.snapshot_end,
-    )
+    """Everything a record holds (what it pickles: its constructor's arguments), its data's key order too: the data
+    is serialised as it is (quarantine, conflicts)."""
+    _, arguments = record.__reduce__()
+    return (*arguments, list(record.data.items()))
 
 
 def assert_certain_lines_parse_alike(lines: list[bytes]) -> Any:

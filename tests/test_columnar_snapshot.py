@@ -66,9 +66,15 @@ def state_fields(cluster: ClusterState) -> dict[str, Any]:
 class _Run:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.refs: list[ClusterState] = []
         self.loads = 0
         self.rows = 0
+
+
+@pytest.mark.parametrize(("test", "kwargs"), base.input_runs())
+def test_harness_input(reloaded: _Run, monkeypatch: pytest.MonkeyPatch, test: Any, kwargs: dict[str, Any]) -> None:
+    base.run_input(test, kwargs, monkeypatch)
+    if test is base.test_storm_on_a_large_cluster:
+        assert reloaded.rows >= 150_000
 
 
 @pytest.fixture
@@ -79,15 +85,8 @@ def reloaded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tm
     run = _Run(tmp_path)
     through_file = getattr(request, "param", "file") == "file"
 
-    class Reloaded(ClusterState):
-        def __init__(self, *args: Any, store: str = "columnar", **kwargs: Any) -> None:
-            super().__init__(*args, store=store, **kwargs)
-            self.ref: ClusterState | None = None
-            self.batch = 0
-            if store == "objects":
-                run.refs.append(self)
-            else:
-                self.ref = run.refs[-1]  # run_both makes the object store's state first
+    class Reloaded(base.TwinState):
+        batch = 0  # the batches applied to the columnar store's state
 
         def apply_batch(self, items: Any, owned: bool = False) -> Any:
             if self.ref is None:
@@ -114,59 +113,9 @@ def reloaded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tm
             assert_same("violation counts", +self.ref.partitions.violations.counts, +self.partitions.violations.counts)
             return out
 
-    monkeypatch.setattr(base, "ClusterState", Reloaded)
+    base.make_states_with(monkeypatch, Reloaded)
     yield run
     assert run.loads > 0
-
-
-@pytest.mark.parametrize("as_lines", [False, True])
-@pytest.mark.parametrize("bucket", buckets_of(3))
-def test_event_generator_load_storms_and_churn(reloaded: _Run, bucket: tuple[int, int] | None, as_lines: bool) -> None:
-    base.test_event_generator_load_storms_and_churn(bucket, as_lines)
-
-
-def test_event_generator_in_random_batches(reloaded: _Run) -> None:
-    base.test_event_generator_in_random_batches()
-
-
-def test_storm_on_a_large_cluster(reloaded: _Run) -> None:
-    base.test_storm_on_a_large_cluster()
-    assert reloaded.rows >= 150_000
-
-
-@pytest.mark.parametrize("scenario", base.REAL)
-def test_real_kafka_logs(reloaded: _Run, scenario: str) -> None:
-    base.test_real_kafka_logs(scenario)
-
-
-@pytest.mark.parametrize("names", base.DUMP_FORMATS)
-def test_real_kafka_dump_formats(reloaded: _Run, names: tuple[str, ...]) -> None:
-    base.test_real_kafka_dump_formats(names)
-
-
-def test_conformance_corpus(reloaded: _Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    base.test_conformance_corpus(monkeypatch)
-
-
-@pytest.mark.parametrize("scenario", sorted(base.SCENARIOS))
-def test_simulator_scenarios(reloaded: _Run, scenario: str) -> None:
-    base.test_simulator_scenarios(scenario)
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_simulator_random_faults(reloaded: _Run, seed: int) -> None:
-    base.test_simulator_random_faults(seed)
-
-
-def test_random_faulty_streams(reloaded: _Run) -> None:
-    base.test_random_faulty_streams()
-
-
-@pytest.mark.parametrize("as_lines", [False, True])
-@pytest.mark.parametrize("batch", [1, 4, 10_000])
-@pytest.mark.parametrize("bucket", buckets_of(2))
-def test_corner_cases(reloaded: _Run, bucket: tuple[int, int] | None, batch: int, as_lines: bool) -> None:
-    base.test_corner_cases(bucket, batch, as_lines)
 
 
 @pytest.mark.parametrize("reloaded", ["bytes"], indirect=True)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from real_kafka_check import replay_dump
-from test_streaming_e2e import StreamJob, _poll
+from test_streaming_e2e import StreamJob, _poll, cli_options, files_source, store_options
 
 from elrwatch.api.app import create_app
 from elrwatch.api.settings import Settings
@@ -136,20 +136,9 @@ def job(real_kafka_cluster: Any, tmp_path: Path) -> Iterator[tuple[StreamJob, st
     port = free_port()
     stream = StreamJob(
         tmp_path,
-        "--source",
-        "files",
-        "--path",
-        str(logs),
-        "--store",
-        url,
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--metrics-port",
-        str(port),
-        "--buckets",
-        "2",
-        "--trigger",
-        "1s",
+        *files_source(logs),
+        *store_options(url, tmp_path / "ck"),
+        *cli_options(metrics_port=port, buckets=2, trigger="1s"),
     )
     try:
         yield stream, url, f"http://127.0.0.1:{port}/metrics", logs

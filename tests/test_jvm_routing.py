@@ -9,14 +9,14 @@ import json
 
 import pandas as pd
 import pytest
+from local_spark import local_spark
+from streaming_batches import two_batches_per_bucket
 
 from elrwatch.state.eventgen import scenario
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.routing import ALL_BUCKETS, targets
-from elrwatch.streaming import bucket as bucket_module
-from elrwatch.streaming import payload as payload_module
-from elrwatch.streaming import route, sink
+from elrwatch.streaming import route
 from elrwatch.streaming import snapshots as snapshot_module
 
 BUCKETS = 4
@@ -24,15 +24,7 @@ BUCKETS = 4
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("elrwatch-test-jvm-routing")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    session = local_spark("elrwatch-test-jvm-routing", {"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
 
@@ -88,39 +80,22 @@ def test_jvm_places_what_the_core_places_and_broadcasts_the_rest(spark):
     assert set(routed["src"]) == {"ev/0"} and routed["moff"].dtype.kind == "i"
 
 
-def _on_the_wire(payload: dict) -> dict:
-    """A bucket's payload as the sink gets it: its output rows decoded."""
-    (head,), chunks = payload_module.decode_payloads(payload_module.encode_payload(payload))
-    head["partitions"] = list(payload_module.iter_partition_rows(chunks))
-    return head
-
-
 def test_buckets_fed_jvm_rows_equal_the_replay_oracle(spark, tmp_path):
     lines = _lines()
     routed = _routed(spark, lines)
-    states = [snapshot_module.BucketState.new(b, BUCKETS, 1) for b in range(BUCKETS)]
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
-    payloads = []
-    for b in range(BUCKETS):  # two micro-batches, the state going through its state row in between: a blob (even
-        # buckets) or a snapshot-mode row, its delta replayed on load (odd buckets)
-        part = routed[routed.bucket == b].sort_values("seq")
-        half = len(part) // 2
-        payloads.append(
-            bucket_module.process_bucket(b, BUCKETS, bucket_module.ordered_rows(part.iloc[:half]), states[b])
-        )
+
+    def reload(b: int, state: snapshot_module.BucketState) -> snapshot_module.BucketState:
+        """Through its state row: a blob (even buckets) or a snapshot-mode row, its delta replayed on load (odd)."""
         if b % 2 == 0:
-            states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob(), b)
-        else:
-            row = states[b].to_row(snapshots, b, "token", quiet_allowed=False)
-            states[b] = snapshot_module.BucketState.from_row(row, snapshots, b, BUCKETS)
-            assert states[b].delta_rows > 0 and states[b].snapshot is None  # the delta was replayed
-        payloads.append(
-            bucket_module.process_bucket(b, BUCKETS, bucket_module.ordered_rows(part.iloc[half:]), states[b])
-        )
-    aggregator = sink.Aggregator(BUCKETS)
-    payloads = [_on_the_wire(p) for p in payloads]
-    first = aggregator.absorb(payloads[0::2])
-    second = aggregator.absorb(payloads[1::2])
+            return snapshot_module.BucketState.from_blob(state.to_blob(), b)
+        row = state.to_row(snapshots, b, "token", quiet_allowed=False)
+        loaded = snapshot_module.BucketState.from_row(row, snapshots, b, BUCKETS)
+        assert loaded.delta_rows > 0 and loaded.snapshot is None  # the delta was replayed
+        return loaded
+
+    # two micro-batches per bucket, each bucket's rows in their order, the state going through its row in between
+    first, second = two_batches_per_bucket(routed.sort_values("seq"), BUCKETS, reload)
     oracle = replay_lines(lines, "ev", store="objects").document()
     runtime = replay_lines(lines, "ev").document()
     assert (runtime["gauges"], runtime["counts"]) == (oracle["gauges"], oracle["counts"])

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from test_bridge_real import BridgeThread, compare_with_dump, consume_lines, replay
-from test_streaming_e2e import StreamJob, _poll, _store_doc
+from test_streaming_e2e import StreamJob, _poll, _store_doc, cli_options, kafka_source, store_options
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -120,20 +120,9 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
         try:
             job = StreamJob(
                 tmp_path,
-                "--bootstrap-servers",
-                cluster.bootstrap,
-                "--topic",
-                "ev-admin",
-                "--store",
-                url,
-                "--checkpoint",
-                str(tmp_path / "ck"),
-                "--buckets",
-                "2",
-                "--trigger",
-                "1s",
-                "--starting-offsets",
-                "earliest",
+                *kafka_source(cluster.bootstrap, "ev-admin"),
+                *store_options(url, tmp_path / "ck"),
+                *cli_options(buckets=2, trigger="1s", starting_offsets="earliest"),
             )
             brokers = set(cluster.brokers)
             last: dict[str, Any] = {}

@@ -25,6 +25,16 @@ def _cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subpro
     )
 
 
+def _produce_simulated(
+    bootstrap: str, topic: str, partitions: int, shape: dict[str, int], *options: str
+) -> subprocess.CompletedProcess:
+    """`elrwatch produce --simulate` to ``topic`` (created with ``partitions`` partitions) of the simulated cluster of
+    ``shape`` (the ``--sim-*`` options: topics, partitions, brokers, steps, churn), with ``options``."""
+    simulation = [arg for name, value in shape.items() for arg in (f"--sim-{name}", str(value))]
+    args = ["produce", "--bootstrap-servers", bootstrap, "--topic", topic, "--simulate", *simulation, *options]
+    return _cli(*args, "--create-topic", "--partitions", str(partitions))
+
+
 def _consume(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> list:
     """Every record of ``topic`` (all of its partitions up to their current end), each partition in offset order."""
     from kafka import KafkaConsumer, TopicPartition
@@ -207,29 +217,8 @@ def _check_simulated_records(got: list, expected: list[bytes]) -> dict:
 @pytest.mark.e2e
 def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_server, fresh_topic):
     topic = fresh_topic("produce-sim")
-    done = _cli(
-        "produce",
-        "--bootstrap-servers",
-        kafka_server.bootstrap,
-        "--topic",
-        topic,
-        "--simulate",
-        "--sim-topics",
-        "2",
-        "--sim-partitions",
-        "4",
-        "--sim-brokers",
-        "3",
-        "--sim-steps",
-        "12",
-        "--sim-churn",
-        "40",
-        "--seed",
-        "11",
-        "--create-topic",
-        "--partitions",
-        "3",
-    )
+    shape = {"topics": 2, "partitions": 4, "brokers": 3, "steps": 12, "churn": 40}
+    done = _produce_simulated(kafka_server.bootstrap, topic, 3, shape, "--seed", "11")
     assert done.returncode == 0, done.stderr.decode()
     expected = list(simulated_lines(2, 4, 3, 12, 40, 11))
     assert f"done, {len(expected)} events sent to {topic}" in done.stderr.decode()
@@ -244,32 +233,8 @@ def test_produce_simulate_publishes_the_generator_events_in_key_order(kafka_serv
 def test_produce_simulate_loop_stops_after_duration(kafka_server, fresh_topic):
     topic = fresh_topic("produce-sim-loop")
     started = time.monotonic()
-    done = _cli(
-        "produce",
-        "--bootstrap-servers",
-        kafka_server.bootstrap,
-        "--topic",
-        topic,
-        "--simulate",
-        "--sim-topics",
-        "1",
-        "--sim-partitions",
-        "3",
-        "--sim-brokers",
-        "3",
-        "--sim-steps",
-        "4",
-        "--sim-churn",
-        "10",
-        "--sim-loop",
-        "--duration",
-        "2",
-        "--rate",
-        "300",
-        "--create-topic",
-        "--partitions",
-        "2",
-    )
+    shape = {"topics": 1, "partitions": 3, "brokers": 3, "steps": 4, "churn": 10}
+    done = _produce_simulated(kafka_server.bootstrap, topic, 2, shape, "--sim-loop", "--duration", "2", "--rate", "300")
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr.decode()
     assert elapsed < 20  # --sim-loop alone never ends: --duration stopped it

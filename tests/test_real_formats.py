@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from core_events import TOPIC_ID, base_cluster, change, dump_line, envelope, partition, topic
+from streaming_batches import routed_frame
 
 from elrwatch.state.cluster import STORES, ClusterState
 from elrwatch.state.image.positions import RECENT_OFFSETS
@@ -381,23 +381,12 @@ def test_snapshot_records_sharing_one_offset_are_not_conflicts() -> None:
 def test_a_conflict_reaches_the_streaming_quarantine_counts() -> None:
     from elrwatch.state.gauges import PipelineCounts
     from elrwatch.streaming.bucket import ordered_rows, process_bucket
-    from elrwatch.streaming.route import route_batches
     from elrwatch.streaming.snapshots import BucketState
 
     tail = Path(fixture("tail-segment.dump")).read_text().splitlines()
     created = [t for t in tail if "PARTITION_RECORD" in t][-1]  # applies: its topic is created in the segment
     lines = [*tail, created, created.replace('"leaderEpoch":0', '"leaderEpoch":1')]
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["tail-segment.dump"] * len(lines)),
-            pa.array([-1] * len(lines), pa.int32()),
-            pa.array(range(1, len(lines) + 1), pa.int64()),
-            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-    routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+    routed = routed_frame(lines, topic="tail-segment.dump", partition=-1, first_offset=1)
     state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
     payload = process_bucket(0, 1, ordered_rows(routed), state)
     assert state.counts.quarantined_by_reason["conflict"] == 1
@@ -459,24 +448,13 @@ def test_the_files_source_applies_a_snapshot_then_the_segments_added_after_it(tm
     the segments, give the partitions `elrwatch replay SNAPSHOT SEGMENTS` gives."""
     from elrwatch.state.gauges import PipelineCounts
     from elrwatch.streaming.bucket import ordered_rows, process_bucket
-    from elrwatch.streaming.route import route_batches
     from elrwatch.streaming.snapshots import BucketState
 
     state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
     for name in ("snapshot.dump", "segments-skip-metadata.dump"):
         (tmp_path / name).write_text(Path(fixture(name)).read_text())
         fresh = _files_source_lines(tmp_path, 1000)  # the only file in the directory now
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(fresh),
-                pa.array([name] * len(fresh)),
-                pa.array([-1] * len(fresh), pa.int32()),
-                pa.array(range(1, len(fresh) + 1), pa.int64()),
-                pa.array([None] * len(fresh), pa.timestamp("us", tz="UTC")),
-            ],
-            names=["value", "topic", "partition", "offset", "timestamp"],
-        )
-        routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+        routed = routed_frame(fresh, topic=name, partition=-1, first_offset=1)
         process_bucket(0, 1, ordered_rows(routed), state)
         (tmp_path / name).unlink()
     oracle = replay_file([fixture("snapshot.dump"), fixture("segments-skip-metadata.dump")]).document(advice=False)
@@ -503,7 +481,7 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
     records (not offset conflicts with each other), and a log record below the snapshot end is covered."""
     from elrwatch.state.gauges import PipelineCounts
     from elrwatch.streaming.bucket import ordered_rows, process_bucket
-    from elrwatch.streaming.route import decode_record, encode_record, route_batches
+    from elrwatch.streaming.route import decode_record, encode_record
     from elrwatch.streaming.snapshots import BucketState
 
     snapshot = [*base_cluster((0, 1, 2)), topic("foo"), partition(replicas=(0, 1, 2), isr=(0, 1, 2), leader=0)]
@@ -513,17 +491,7 @@ def test_snapshot_envelopes_keep_their_marker_through_the_streaming_route() -> N
     assert isinstance(record, Record) and record.snapshot_end == 42
     decoded = decode_record(encode_record(record))
     assert (decoded.snapshot_end, decoded.origin, decoded.offset) == (42, "t", 41)
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["ev"] * len(lines)),
-            pa.array([0] * len(lines), pa.int32()),
-            pa.array(range(len(lines)), pa.int64()),
-            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-    routed = pa.Table.from_batches(list(route_batches(iter([batch]), 1))).to_pandas()
+    routed = routed_frame(lines)
     state = BucketState(ClusterState(bucket=(0, 1)), PipelineCounts(), {})
     payload = process_bucket(0, 1, ordered_rows(routed), state)
     assert payload["quarantined"] == [] and state.counts.applied == len(snapshot)

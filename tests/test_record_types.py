@@ -14,8 +14,8 @@ Two fake types are registered at run time, as DESIGN.md's recipe adds a type:
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,24 +41,28 @@ FAKE = "ISR_SHRINK_RECORD"
 FAKE_BROKER = "BROKER_MAINTENANCE_RECORD"
 BUCKETS = 4
 
+
+def _field(name: str, field_type: str, versions: str = "0+", **more: str) -> dict[str, Any]:
+    """A field of a record spec in Kafka's schema format."""
+    return {"name": name, "type": field_type, "versions": versions, **more}
+
+
+BROKER_ID = _field("BrokerId", "int32", entityType="brokerId")
 #: The fake partition type's schema, in Kafka's format: version 1 adds a reason.
 FAKE_SCHEMA: dict[str, Any] = {
     "name": "IsrShrinkRecord",
     "validVersions": "0-1",
     "fields": [
-        {"name": "TopicId", "type": "uuid", "versions": "0+"},
-        {"name": "PartitionId", "type": "int32", "versions": "0+"},
-        {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
-        {"name": "Reasons", "type": "[]int32", "versions": "1+"},
+        _field("TopicId", "uuid"),
+        _field("PartitionId", "int32"),
+        BROKER_ID,
+        _field("Reasons", "[]int32", "1+"),
     ],
 }
 FAKE_BROKER_SCHEMA: dict[str, Any] = {
     "name": "BrokerMaintenanceRecord",
     "validVersions": "0",
-    "fields": [
-        {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
-        {"name": "BrokerEpoch", "type": "int64", "versions": "0+"},
-    ],
+    "fields": [BROKER_ID, _field("BrokerEpoch", "int64")],
 }
 
 
@@ -98,15 +102,12 @@ FAKE_BROKER_ENTRY = record_types.RecordType(
 
 
 @pytest.fixture
-def fake_type() -> Iterator[record_types.RecordType]:
-    """The fake types registered for one test."""
-    record_types.register(FAKE_ENTRY)
-    record_types.register(FAKE_BROKER_ENTRY)
-    try:
-        yield FAKE_ENTRY
-    finally:
-        record_types.unregister(FAKE)
-        record_types.unregister(FAKE_BROKER)
+def fake_type(request: pytest.FixtureRequest) -> record_types.RecordType:
+    """The fake types registered for one test (the partition type's entry); each unregistered at its end."""
+    for entry in (FAKE_ENTRY, FAKE_BROKER_ENTRY):
+        record_types.register(entry)
+        request.addfinalizer(functools.partial(record_types.unregister, entry.name))
+    return FAKE_ENTRY
 
 
 def _note(partition_id: int, broker: int = 1, version: int = 0, offset: int | None = None, **extra: Any) -> str:

@@ -382,35 +382,44 @@ def test_missing_required_field(type_name: str, version: int, field: str) -> Non
     assert_error(parse(envelope(type_name, version, data)), "missing_field", field)
 
 
-INT_FIELDS = [
-    (t, v, camel(f["name"]), f["type"])
-    for t, v in TYPE_VERSIONS
-    if v == max_version(t)
-    for f in fields_at(t, v)
-    if f["type"] in ("int8", "int16", "int32", "int64")
-]
+def newest_fields(*field_types: str) -> list[tuple[str, int, str, str]]:
+    """(record type, its newest version, field, field type) of every field of one of ``field_types`` at the newest
+    version of each record type."""
+    return [
+        (t, v, camel(f["name"]), f["type"])
+        for t, v in TYPE_VERSIONS
+        if v == max_version(t)
+        for f in fields_at(t, v)
+        if f["type"] in field_types
+    ]
+
+
+def assert_invalid_with(type_name: str, version: int, field: str, value: Any) -> None:
+    """The type's example record with ``field`` set to ``value`` is an invalid_field error naming ``field``."""
+    data = {**example(type_name, version), field: value}
+    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
+
+
+INT_FIELDS = newest_fields("int8", "int16", "int32", "int64")
 OUT_OF_RANGE = {"int8": 128, "int16": 2**15, "int32": 2**31, "int64": 2**63}
 
 
 @pytest.mark.parametrize(("type_name", "version", "field", "kind"), INT_FIELDS)
 @pytest.mark.parametrize("wrong", ["string", "bool", "float", "out_of_range", "list"])
 def test_mistyped_int_field(type_name: str, version: int, field: str, kind: str, wrong: str) -> None:
-    data = example(type_name, version)
-    good = data[field]
-    data[field] = {
+    good = example(type_name, version)[field]
+    value = {
         "string": str(good),
         "bool": True,
         "float": float(good) + 0.5,
         "list": [good],
         "out_of_range": OUT_OF_RANGE[kind],
     }[wrong]
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
+    assert_invalid_with(type_name, version, field, value)
 
 
 def test_float_with_integral_value_is_not_an_int() -> None:
-    data = example("PARTITION_RECORD", 2)
-    data["leaderEpoch"] = 4.0
-    assert_error(parse(envelope("PARTITION_RECORD", 2, data)), "invalid_field", "leaderEpoch")
+    assert_invalid_with("PARTITION_RECORD", 2, "leaderEpoch", 4.0)
 
 
 def test_negative_out_of_range_int8() -> None:
@@ -418,84 +427,12 @@ def test_negative_out_of_range_int8() -> None:
     assert_error(parse(envelope("PARTITION_CHANGE_RECORD", 2, data)), "invalid_field", "leaderRecoveryState")
 
 
-STRING_FIELDS = [
-    (t, v, camel(f["name"]))
-    for t, v in TYPE_VERSIONS
-    if v == max_version(t)
-    for f in fields_at(t, v)
-    if f["type"] == "string"
-]
-
-
-@pytest.mark.parametrize(("type_name", "version", "field"), STRING_FIELDS)
-def test_mistyped_string_field(type_name: str, version: int, field: str) -> None:
-    data = example(type_name, version)
-    data[field] = 5
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
-
-
-BOOL_FIELDS = [
-    (t, v, camel(f["name"]))
-    for t, v in TYPE_VERSIONS
-    if v == max_version(t)
-    for f in fields_at(t, v)
-    if f["type"] == "bool"
-]
-
-
-@pytest.mark.parametrize(("type_name", "version", "field"), BOOL_FIELDS)
-@pytest.mark.parametrize("wrong", [1, "true", None])
-def test_mistyped_bool_field(type_name: str, version: int, field: str, wrong: Any) -> None:
-    data = example(type_name, version)
-    data[field] = wrong
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
-
-
-INT_LIST_FIELDS = [
-    (t, v, camel(f["name"]))
-    for t, v in TYPE_VERSIONS
-    if v == max_version(t)
-    for f in fields_at(t, v)
-    if f["type"] == "[]int32"
-]
-
-
-@pytest.mark.parametrize(("type_name", "version", "field"), INT_LIST_FIELDS)
-@pytest.mark.parametrize("wrong", ["0,1", [0, "1"], [0, 1.5], [True], 3, {"0": 1}])
-def test_mistyped_int_list(type_name: str, version: int, field: str, wrong: Any) -> None:
-    data = example(type_name, version)
-    data[field] = wrong
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
-
-
-# Every replica list of partition records (replicas, isr, elr, lastKnownElr, adding, removing) holds broker ids:
-# a negative id or the same broker twice is invalid input.
-REPLICA_LISTS = [(t, v, f) for t, v, f in INT_LIST_FIELDS if t in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")]
-
-
-@pytest.mark.parametrize(("type_name", "version", "field"), REPLICA_LISTS)
-@pytest.mark.parametrize("wrong", [[0, -1], [-3], [1, 2, 1], [0, 0]])
-def test_impossible_broker_ids_in_replica_list(type_name: str, version: int, field: str, wrong: list[int]) -> None:
-    data = example(type_name, version)
-    data[field] = wrong
-    if field == "replicas" and "directories" in data:
-        data["directories"] = [DIR] * len(wrong)
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
-
-
-UUID_FIELDS = [
-    (t, v, camel(f["name"]))
-    for t, v in TYPE_VERSIONS
-    if v == max_version(t)
-    for f in fields_at(t, v)
-    if f["type"] == "uuid"
-]
-
-
-@pytest.mark.parametrize(("type_name", "version", "field"), UUID_FIELDS)
-@pytest.mark.parametrize(
-    "wrong",
-    [
+#: Values of another type or form than a field's, by the field's type.
+WRONG_VALUES: dict[str, list[Any]] = {
+    "string": [5],
+    "bool": [1, "true", None],
+    "[]int32": ["0,1", [0, "1"], [0, 1.5], [True], 3, {"0": 1}],
+    "uuid": [
         "FbrrdcfiR-KC2CPSTHaJr",
         "FbrrdcfiR-KC2CPSTHaJrgA",
         "FbrrdcfiR+KC2CPSTHaJr/",
@@ -508,10 +445,29 @@ UUID_FIELDS = [
         {"a": 1},
         "00000000-0000-0000-0000-000000000001",
     ],
-)
-def test_malformed_uuid(type_name: str, version: int, field: str, wrong: Any) -> None:
+}
+MISTYPED = [(t, v, f, wrong) for t, v, f, kind in newest_fields(*WRONG_VALUES) for wrong in WRONG_VALUES[kind]]
+
+
+@pytest.mark.parametrize(("type_name", "version", "field", "wrong"), MISTYPED)
+def test_mistyped_string_bool_int_list_or_uuid_field(type_name: str, version: int, field: str, wrong: Any) -> None:
+    assert_invalid_with(type_name, version, field, wrong)
+
+
+# Every replica list of partition records (replicas, isr, elr, lastKnownElr, adding, removing) holds broker ids:
+# a negative id or the same broker twice is invalid input.
+REPLICA_LISTS = [
+    (t, v, f) for t, v, f, _ in newest_fields("[]int32") if t in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")
+]
+
+
+@pytest.mark.parametrize(("type_name", "version", "field"), REPLICA_LISTS)
+@pytest.mark.parametrize("wrong", [[0, -1], [-3], [1, 2, 1], [0, 0]])
+def test_impossible_broker_ids_in_replica_list(type_name: str, version: int, field: str, wrong: list[int]) -> None:
     data = example(type_name, version)
     data[field] = wrong
+    if field == "replicas" and "directories" in data:
+        data["directories"] = [DIR] * len(wrong)
     assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
 
 
@@ -539,9 +495,7 @@ LATER_FIELDS = [
 
 @pytest.mark.parametrize(("type_name", "version", "field"), LATER_FIELDS)
 def test_field_not_in_version(type_name: str, version: int, field: str) -> None:
-    data = example(type_name, version)
-    data[field] = copy.deepcopy(SAMPLES[type_name][field])
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
+    assert_invalid_with(type_name, version, field, copy.deepcopy(SAMPLES[type_name][field]))
 
 
 def test_later_fields_inventory() -> None:
@@ -567,15 +521,11 @@ def test_later_fields_inventory() -> None:
     ],
 )
 def test_impossible_values(type_name: str, version: int, field: str, value: Any) -> None:
-    data = example(type_name, version)
-    data[field] = value
-    assert_error(parse(envelope(type_name, version, data)), "invalid_field", field)
+    assert_invalid_with(type_name, version, field, value)
 
 
 def test_partition_record_without_replicas_is_impossible() -> None:
-    data = example("PARTITION_RECORD", 0)
-    data["replicas"] = []
-    assert_error(parse(envelope("PARTITION_RECORD", 0, data)), "invalid_field", "replicas")
+    assert_invalid_with("PARTITION_RECORD", 0, "replicas", [])
 
 
 def test_envelope_offset_must_be_a_non_negative_int() -> None:

@@ -57,19 +57,8 @@ STATUSES = (
 
 
 def reg(p) -> dict[str, Any]:
-    """Kafka's registration fields of a PartitionState, ELR/LastKnownElr as sets."""
-    return {
-        "replicas": list(p.replicas),
-        "isr": list(p.isr),
-        "elr": set(p.elr),
-        "lastKnownElr": set(p.last_known_elr),
-        "leader": p.leader,
-        "leaderEpoch": p.leader_epoch,
-        "partitionEpoch": p.partition_epoch,
-        "leaderRecoveryState": p.leader_recovery_state,
-        "addingReplicas": list(p.adding_replicas),
-        "removingReplicas": list(p.removing_replicas),
-    }
+    """Kafka's registration fields of a PartitionState (`PartitionState.registration`), ELR/LastKnownElr as sets."""
+    return {**p.registration(), "elr": set(p.elr), "lastKnownElr": set(p.last_known_elr)}
 
 
 def state_doc(feeder: Feeder) -> dict[str, Any]:
@@ -95,36 +84,20 @@ def state_doc(feeder: Feeder) -> dict[str, Any]:
 
 def setup(
     *,
-    replicas=(0, 1, 2),
-    isr=None,
-    leader=None,
-    elr=None,
-    lke=None,
-    lrs=None,
     min_isr: int | None = 2,
     elr_enabled: bool = True,
     fenced: tuple[int, ...] = (),
     brokers=(0, 1, 2, 3),
-    leader_epoch: int = 0,
-    partition_epoch: int = 0,
+    **registration: Any,
 ) -> Feeder:
+    """A feeder holding ``brokers`` (``fenced`` fenced), topic foo (its min ISR ``min_isr``) and its partition 0
+    made by `core_events.partition` with ``registration``."""
     f = Feeder()
     f.feed(*base_cluster(brokers, elr=elr_enabled))
     f.feed(topic("foo"))
     if min_isr is not None:
         f.feed(topic_min_isr("foo", str(min_isr)))
-    f.feed(
-        partition(
-            replicas=replicas,
-            isr=isr,
-            leader=leader,
-            elr=elr,
-            last_known_elr=lke,
-            leader_recovery_state=lrs,
-            leader_epoch=leader_epoch,
-            partition_epoch=partition_epoch,
-        )
-    )
+    f.feed(partition(**registration))
     for b in fenced:
         assert f.feed(broker_change(b, fenced=1)) is Outcome.APPLIED
     return f
@@ -134,7 +107,9 @@ def setup(
 
 
 def test_partition_record_replaces_whole_registration() -> None:
-    f = setup(replicas=(0, 1, 2, 3), isr=(0,), leader=0, elr=[1, 3], lke=[2], leader_epoch=5, partition_epoch=9)
+    f = setup(
+        replicas=(0, 1, 2, 3), isr=(0,), leader=0, elr=[1, 3], last_known_elr=[2], leader_epoch=5, partition_epoch=9
+    )
     p = f.part()
     assert reg(p) == {
         "replicas": [0, 1, 2, 3],
@@ -171,13 +146,13 @@ def test_partition_record_replaces_whole_registration() -> None:
 
 @pytest.mark.parametrize("version", [0, 1])
 def test_partition_record_before_v2_has_empty_elr(version: int) -> None:
-    f = setup(replicas=(0, 1, 2), isr=(0,), elr=[1], lke=[2])
+    f = setup(replicas=(0, 1, 2), isr=(0,), elr=[1], last_known_elr=[2])
     f.feed(partition(replicas=(0, 1, 2), isr=(0,), leader=0, leader_epoch=1, partition_epoch=1, version=version))
     assert f.part().elr == () and f.part().last_known_elr == ()
 
 
 def test_partition_record_recovering_state() -> None:
-    f = setup(isr=(1,), leader=1, lrs=1)
+    f = setup(isr=(1,), leader=1, leader_recovery_state=1)
     assert f.part().leader_recovery_state == 1
 
 
@@ -215,7 +190,7 @@ def test_change_leader_minus_one_and_minus_two() -> None:
 
 
 def test_change_absent_fields_keep_and_empty_lists_clear() -> None:
-    f = setup(replicas=(0, 1, 2, 3), isr=(0, 1), elr=[2], lke=[3], min_isr=3)
+    f = setup(replicas=(0, 1, 2, 3), isr=(0, 1), elr=[2], last_known_elr=[3], min_isr=3)
     f.feed(change(leader=1))
     p = f.part()
     assert reg(p)["isr"] == [0, 1] and p.elr == (2,) and p.last_known_elr == (3,) and p.replicas == (0, 1, 2, 3)
@@ -227,7 +202,7 @@ def test_change_absent_fields_keep_and_empty_lists_clear() -> None:
 
 
 def test_change_lrs_minus_one_keeps_and_values_replace() -> None:
-    f = setup(isr=(1,), leader=1, lrs=1)
+    f = setup(isr=(1,), leader=1, leader_recovery_state=1)
     f.feed(change(leaderRecoveryState=-1, isr=[1, 2]))
     assert f.part().leader_recovery_state == 1
     f.feed(change(leaderRecoveryState=0))
@@ -483,7 +458,7 @@ def test_cluster_default_capped_too() -> None:
 def test_elr_feature_toggles_elr_and_status() -> None:
     # ISR and ELR empty, LastKnownElr [0], broker 0 fenced: with ELR, Kafka elects the last known leader when it
     # returns (leaderless, waiting); without ELR nothing elects it (manual election required).
-    f = setup(replicas=(0, 1, 2), isr=(), leader=-1, elr=[], lke=[0], min_isr=2, fenced=(0,))
+    f = setup(replicas=(0, 1, 2), isr=(), leader=-1, elr=[], last_known_elr=[0], min_isr=2, fenced=(0,))
     doc = f.replayer.document(advice=False)
     assert doc["cluster"]["elrEnabled"] is True and doc["gauges"]["elrwatch_elr_enabled"] == 1
     assert f.doc("foo")["status"] == "LEADERLESS_WAITING"
@@ -496,7 +471,7 @@ def test_elr_feature_toggles_elr_and_status() -> None:
 
 
 def test_unclean_election_config_resolution() -> None:
-    f = setup(replicas=(0, 1, 2), isr=(), leader=-1, elr=[], lke=[], fenced=(0, 1))
+    f = setup(replicas=(0, 1, 2), isr=(), leader=-1, elr=[], last_known_elr=[], fenced=(0, 1))
     assert f.doc("foo")["status"] == "MANUAL_ELECTION_REQUIRED"
     f.feed(config(4, "", "unclean.leader.election.enable", "true"))
     assert f.doc("foo")["status"] != "MANUAL_ELECTION_REQUIRED"
@@ -582,7 +557,7 @@ REPUBLISHED = {
 
 @pytest.mark.parametrize("name", sorted(REPUBLISHED))
 def test_republished_record_with_same_metadata_offset_changes_nothing(name: str) -> None:
-    f = setup(replicas=(0, 1, 2), isr=(0,), elr=[1], lke=[], min_isr=2)
+    f = setup(replicas=(0, 1, 2), isr=(0,), elr=[1], last_known_elr=[], min_isr=2)
     text, _ = f.next_line(REPUBLISHED[name])
     assert f.feed_raw(text) is Outcome.APPLIED
     before = state_doc(f)
@@ -682,7 +657,7 @@ def test_status_manual_election_required_after_clear_elr() -> None:
         isr=(),
         leader=-1,
         elr=[0, 1, 2],
-        lke=[0],
+        last_known_elr=[0],
         min_isr=3,
         leader_epoch=1,
         partition_epoch=4,
@@ -701,7 +676,7 @@ def test_status_manual_election_required_after_clear_elr() -> None:
 
 
 def test_status_recovering_and_recovered() -> None:
-    f = setup(isr=(1,), leader=1, lrs=1, min_isr=2)
+    f = setup(isr=(1,), leader=1, leader_recovery_state=1, min_isr=2)
     d = f.doc("foo")
     assert d["status"] == "RECOVERING"
     gauges = f.replayer.document(advice=False)["gauges"]
@@ -740,7 +715,7 @@ def test_status_fenced_isr_member_blocks_live_elr_member() -> None:
 
 
 def test_status_last_known_leader_live_is_electing_with_unclean_recovery() -> None:
-    f = setup(isr=(), leader=-1, elr=[], lke=[0], min_isr=2)
+    f = setup(isr=(), leader=-1, elr=[], last_known_elr=[0], min_isr=2)
     assert f.doc("foo")["status"] == "LEADERLESS_ELECTING"
     assert f.replayer.document(advice=False)["gauges"]["elrwatch_unclean_recovery_partitions"] == 1
 
@@ -765,7 +740,7 @@ def test_elr_election_counted() -> None:
 
 
 def test_last_known_leader_election_counted_as_unclean_too() -> None:
-    f = setup(isr=(), leader=-1, elr=[], lke=[0], min_isr=2)
+    f = setup(isr=(), leader=-1, elr=[], last_known_elr=[0], min_isr=2)
     f.feed(change(leader=0, isr=[0], leaderRecoveryState=1, lastKnownElr=[]))
     assert _counters(f) == (0, 1, 1)
     d = f.doc("foo")
@@ -773,7 +748,7 @@ def test_last_known_leader_election_counted_as_unclean_too() -> None:
 
 
 def test_unclean_election_counted() -> None:
-    f = setup(isr=(), leader=-1, elr=[], lke=[], min_isr=2)
+    f = setup(isr=(), leader=-1, elr=[], last_known_elr=[], min_isr=2)
     f.feed(change(leader=2, isr=[2], leaderRecoveryState=1))
     assert _counters(f) == (0, 1, 0)
     assert f.doc("foo")["lastLeaderChange"] == "unclean"

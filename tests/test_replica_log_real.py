@@ -8,10 +8,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_clusters import running_cluster
 
 from elrwatch.bridge import replica_log as rl
 
@@ -80,18 +82,9 @@ def infos(cluster: Any, topic: str) -> dict[int, rl.ReplicaLogInfo]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    from elrwatch.devtools.kafka_cluster import ClusterError, KafkaCluster
-
-    try:
-        c = KafkaCluster(brokers=3)
-    except ClusterError as exc:  # no jars or no java: an error, never a skip
-        pytest.fail(str(exc), pytrace=False)
-    c.start()
-    try:
+def cluster() -> Iterator[Any]:
+    with running_cluster(brokers=3) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_replicas_match_kafka_tools(cluster: Any, tmp_path: Path) -> None:

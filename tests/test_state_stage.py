@@ -12,15 +12,15 @@ import zlib
 from typing import Any
 
 import orjson
-import pyarrow as pa
 import pytest
+from columnar_output_check import reference_rows, reference_topics
+from streaming_batches import routed_frame
 
 from elrwatch.state import report
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts, encode_gauges, partition_gauges
 from elrwatch.state.outcome import Outcome
-from elrwatch.state.partition_row import partition_row
 from elrwatch.state.records import Record, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, targets
 from elrwatch.streaming import bucket as bucket_module
@@ -69,18 +69,7 @@ def _lines() -> list[str]:
 
 
 def _python_routed(lines: list[str]) -> dict[int, list[Row]]:
-    n = len(lines)
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["ev"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(n), pa.int64()),
-            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-    routed = pa.Table.from_batches(list(route.route_batches(iter([batch]), BUCKETS))).to_pandas()
+    routed = routed_frame(lines, BUCKETS)
     return {b: list(bucket_module.ordered_rows(routed[routed.bucket == b])) for b in range(BUCKETS)}
 
 
@@ -142,32 +131,20 @@ def _reference_payload(
     partitions' rows and violations, removals, transitions, the topic documents whose owned partition count
     changed (or that changed), gauges and counts; bucket 0 adds the shared parts."""
     changes = cluster.drain_changes()
-    rows = []
-    violations = []
-    for topic, partition in changes.partitions:
-        stored = report.stored_partition(cluster, topic, partition)
-        rows.append(partition_row(topic.name, partition, cluster.effective_min_isr(topic), stored))
-        for v in cluster.partition_violations(topic.topic_id, partition.partition_id):
-            violations.append(report.violation_doc(topic.name, topic.topic_id, partition.partition_id, v))
-    topics: dict[str, dict[str, Any]] = {}
-    dirty = {t.topic_id for t in changes.topics}
-    for topic in cluster.topics.values():
-        n = cluster.partition_count_of(topic)
-        if topic.topic_id in dirty or emitted.get(topic.topic_id) != n:
-            topics[topic.topic_id] = report.topic_doc(cluster, topic)
-            emitted[topic.topic_id] = n
-    removed_topics = [tid for tid, _name in changes.removed_topics]
-    for tid in removed_topics:
-        emitted.pop(tid, None)
+    violations = [
+        report.violation_doc(topic.name, topic.topic_id, partition.partition_id, v)
+        for topic, partition in changes.partitions
+        for v in cluster.partition_violations(topic.topic_id, partition.partition_id)
+    ]
     payload: dict[str, Any] = {
         "bucket": bucket,
-        "partitions": rows,
+        "partitions": reference_rows(cluster, changes),
         "removed": [[tid, pid] for tid, pid, _name in changes.removed],
         "transitions": [t.to_dict() for t in changes.transitions],
         "quarantined": quarantined,
         "violations": violations,
-        "topics": topics,
-        "removedTopics": removed_topics,
+        "topics": reference_topics(cluster, changes, emitted),
+        "removedTopics": [tid for tid, _name in changes.removed_topics],
         "gauges": encode_gauges(partition_gauges(cluster)),
         "counts": counts.to_payload(),
         "timing": {},

@@ -8,8 +8,8 @@ import os
 import sqlite3
 import threading
 
-import pyarrow as pa
 import pytest
+from streaming_batches import routed_frame
 
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import scenario
@@ -18,7 +18,7 @@ from elrwatch.state.partitions.columnar import output as columnar_output
 from elrwatch.state.replay import replay_lines
 from elrwatch.store import StatusStore
 from elrwatch.streaming import bucket as bucket_module
-from elrwatch.streaming import bucket_input, route, sink
+from elrwatch.streaming import bucket_input, sink
 from elrwatch.streaming import payload as payload_module
 from elrwatch.streaming import snapshots as snapshot_module
 from elrwatch.streaming.metrics import Health
@@ -35,17 +35,7 @@ class _Batch:
 
 def _micro_batches(lines: list[str], n: int) -> list[list[bytes]]:
     """The payload bodies of ``n`` consecutive micro-batches of ``lines`` through one bucket."""
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["ev"] * len(lines)),
-            pa.array([0] * len(lines), pa.int32()),
-            pa.array(range(len(lines)), pa.int64()),
-            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-    routed = pa.Table.from_batches(list(route.route_batches(iter([batch]), 1))).to_pandas()
+    routed = routed_frame(lines)
     state = snapshot_module.BucketState.new(0, 1, 1)
     size = -(-len(routed) // n)
     out = []
@@ -60,17 +50,14 @@ def lines() -> list[str]:
     return [x.decode() for x in scenario(3, 10, 4, steps=30, churn=80)]
 
 
-def _document(store: StatusStore) -> dict:
-    doc = store.read_document()
-    doc["partitions"] = [{k: v for k, v in p.items() if k != "lastPosition"} for p in doc["partitions"]]
-    return doc
+def _partitions(doc: dict) -> list[dict]:
+    """A document's partitions without their transport-specific ``lastPosition``."""
+    return [{k: v for k, v in p.items() if k != "lastPosition"} for p in doc["partitions"]]
 
 
-def _oracle(lines: list[str]) -> dict:
-    """The replay's document of the lines with the object store (the specification)."""
-    doc = replay_lines(lines, "ev", store="objects").document()
-    doc["partitions"] = [{k: v for k, v in p.items() if k != "lastPosition"} for p in doc["partitions"]]
-    return doc
+def _assert_partitions_as_replayed(store: StatusStore, lines: list[str]) -> None:
+    """The store's partitions equal the replay's of ``lines`` with the object store (the specification)."""
+    assert _partitions(store.read_document()) == _partitions(replay_lines(lines, "ev", store="objects").document())
 
 
 class SlowStore(StatusStore):
@@ -89,10 +76,36 @@ class SlowStore(StatusStore):
         return super().write_batch(batch_id, **kwargs)
 
 
+def _new_store(url: str, store_class: type[StatusStore] = StatusStore) -> StatusStore:
+    """A store at ``url`` with its tables."""
+    store = store_class(url)
+    store.create_schema()
+    return store
+
+
+def _sink_to(store: StatusStore, wal: str, rows_dir: str | None = None) -> tuple[StoreWriter, sink.Sink]:
+    """A store writer (its write-ahead list in ``wal``) and the sink of a one-bucket job that hands it the batches."""
+    aggregator = sink.Aggregator(1)
+    writer = StoreWriter(store, wal, rows_dir=rows_dir)
+    return writer, sink.Sink(writer, aggregator, Health(aggregator))
+
+
+def _die_with_batches_pending(
+    url: str, wal: str, batches: list[list[bytes]], rows_dir: str | None = None
+) -> tuple[SlowStore, StoreWriter]:
+    """A job whose store writes do not finish takes ``batches`` and stops (or dies) with all of them unwritten: each
+    has its entry in the write-ahead list. Its store (released by the caller) and its writer, still waiting."""
+    store = _new_store(url, SlowStore)
+    writer, the_sink = _sink_to(store, wal, rows_dir)
+    for batch_id, bodies in enumerate(batches):
+        the_sink(_Batch(bodies), batch_id)
+    assert not writer.close(0.2)
+    return store, writer
+
+
 def test_a_batch_is_served_while_an_earlier_one_is_still_being_written(tmp_path, lines):
     bodies = _micro_batches(lines, 3)
-    store = SlowStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
+    store = _new_store(f"sqlite:///{tmp_path}/s.db", SlowStore)
     aggregator = sink.Aggregator(1)
     health = Health(aggregator)
     writer = StoreWriter(store, str(tmp_path / "wal"))
@@ -111,7 +124,7 @@ def test_a_batch_is_served_while_an_earlier_one_is_still_being_written(tmp_path,
         assert writer.close(60)
         assert store.written == [0, 1, 2] and health.batches == 3 and writer.behind() == 0
         assert os.listdir(tmp_path / "wal") == []
-        assert _document(store)["partitions"] == _oracle(lines)["partitions"]
+        _assert_partitions_as_replayed(store, lines)
         assert store.get_meta()["lastBatchId"] == 2
         assert store.get_meta()["storeBehind"] == {"batches": 0, "newestBatchId": 2}
     finally:
@@ -127,11 +140,8 @@ def test_the_writer_gives_a_big_batch_s_memory_back_after_writing_it(tmp_path, l
     released: list[str] = []
     monkeypatch.setattr(memory, "release_memory", lambda: released.append(threading.current_thread().name))
     bodies = _micro_batches(lines, 2)
-    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, str(tmp_path / "wal"))
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    store = _new_store(f"sqlite:///{tmp_path}/s.db")
+    writer, the_sink = _sink_to(store, str(tmp_path / "wal"))
     main = threading.current_thread().name
     try:
         monkeypatch.setattr(memory, "TRIM_AFTER_ROWS", 10**9)  # a small batch
@@ -148,17 +158,8 @@ def test_the_writer_gives_a_big_batch_s_memory_back_after_writing_it(tmp_path, l
 
 
 def test_batches_left_unwritten_are_written_at_the_next_start(tmp_path, lines):
-    bodies = _micro_batches(lines, 3)
-    url = f"sqlite:///{tmp_path}/s.db"
-    wal = str(tmp_path / "wal")
-    store = SlowStore(url)
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, wal)
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
-    for batch_id, body in enumerate(bodies):
-        the_sink(_Batch(body), batch_id)
-    assert not writer.close(0.2)  # the job stops (or dies) with its batches unwritten
+    url, wal = f"sqlite:///{tmp_path}/s.db", str(tmp_path / "wal")
+    store, writer = _die_with_batches_pending(url, wal, _micro_batches(lines, 3))
     assert sorted(os.listdir(wal)) == [wal_name(b) for b in range(3)]
     # the next run: the same batches from the write-ahead list, before any new one, each once
     again = StatusStore(url)
@@ -167,11 +168,11 @@ def test_batches_left_unwritten_are_written_at_the_next_start(tmp_path, lines):
         assert recovering.recover() == [0, 1, 2]
         assert recovering.close(60)
         assert os.listdir(wal) == []
-        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        _assert_partitions_as_replayed(again, lines)
         assert again.get_meta()["lastBatchId"] == 2
         store.release.set()  # the first run's writer, still waiting, now finds its batch committed: a no-op
         assert writer.drain(30)
-        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        _assert_partitions_as_replayed(again, lines)
     finally:
         store.release.set()
         again.dispose()
@@ -183,8 +184,7 @@ def test_a_corrupt_write_ahead_file_is_a_one_line_error_naming_it(tmp_path, line
     wal.mkdir()
     bad = wal / f"{7:020d}{WAL_SUFFIX}"
     bad.write_bytes(b"\x00not a batch")
-    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
+    store = _new_store(f"sqlite:///{tmp_path}/s.db")
     try:
         with pytest.raises(StoreWriteError, match=str(bad)) as caught:
             StoreWriter(store, str(wal)).recover()
@@ -208,11 +208,8 @@ def test_a_store_that_keeps_failing_stops_the_job_at_its_next_batch(tmp_path, li
             BrokenStore.calls += 1
             raise RuntimeError("database is locked")
 
-    store = BrokenStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, str(tmp_path / "wal"))
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    store = _new_store(f"sqlite:///{tmp_path}/s.db", BrokenStore)
+    writer, the_sink = _sink_to(store, str(tmp_path / "wal"))
     try:
         the_sink(_Batch(bodies[0]), 0)
         assert not writer.drain(30)  # returns once the writer gave up
@@ -254,7 +251,7 @@ def _file_batches(lines: list[str], n: int, rows_dir: str) -> list[list[bytes]]:
     """The output bodies of ``n`` micro-batches of ``lines`` through `run_bucket` with a rows directory (heads only:
     the lists are in the rows files)."""
     settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)
-    routed = _routed(lines)
+    routed = routed_frame(lines)
     size = -(-len(routed) // n)
     row = None
     out = []
@@ -267,20 +264,6 @@ def _file_batches(lines: list[str], n: int, rows_dir: str) -> list[list[bytes]]:
         row = (token, blob)
         out.append(bodies)
     return out
-
-
-def _routed(lines: list[str]):
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["ev"] * len(lines)),
-            pa.array([0] * len(lines), pa.int32()),
-            pa.array(range(len(lines)), pa.int64()),
-            pa.array([None] * len(lines), pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-    return pa.Table.from_batches(list(route.route_batches(iter([batch]), 1))).to_pandas()
 
 
 def _named_files(bodies: list[bytes]) -> list[str]:
@@ -298,7 +281,7 @@ def _emitted_transitions(lines: list[str], n: int) -> int:
     emits with the lists inline (equal)."""
     state = snapshot_module.BucketState.new(0, 1, 1)
     reference = snapshot_module.BucketState(ClusterState(bucket=(0, 1), store="objects"), PipelineCounts(), {})
-    routed = _routed(lines)
+    routed = routed_frame(lines)
     size = -(-len(routed) // n)
     total = expected = 0
     for i in range(0, len(routed), size):
@@ -327,11 +310,8 @@ def test_a_bucket_returns_only_its_head_and_its_rows_file_is_durable_before(tmp_
 def test_rows_files_are_deleted_once_the_store_has_the_batch_and_spark_committed_it(tmp_path, lines):
     rows_dir = str(tmp_path / "rows")
     batches = _file_batches(lines, 3, rows_dir)
-    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, str(tmp_path / "wal"), rows_dir=rows_dir)
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    store = _new_store(f"sqlite:///{tmp_path}/s.db")
+    writer, the_sink = _sink_to(store, str(tmp_path / "wal"), rows_dir)
     try:
         the_sink(_Batch(batches[0]), 0)
         assert writer.drain(30)
@@ -341,7 +321,7 @@ def test_rows_files_are_deleted_once_the_store_has_the_batch_and_spark_committed
         the_sink(_Batch(batches[2]), 2)
         assert writer.close(60)
         assert os.listdir(rows_dir) == _named_files(batches[2])
-        assert _document(store)["partitions"] == _oracle(lines)["partitions"]
+        _assert_partitions_as_replayed(store, lines)
         assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 3)  # every one, once
     finally:
         store.dispose()
@@ -350,20 +330,13 @@ def test_rows_files_are_deleted_once_the_store_has_the_batch_and_spark_committed
 def test_rows_files_named_by_pending_entries_survive_a_restart_and_are_written_once(tmp_path, lines):
     rows_dir = str(tmp_path / "rows")
     batches = _file_batches(lines, 3, rows_dir)
-    url = f"sqlite:///{tmp_path}/s.db"
-    wal = str(tmp_path / "wal")
-    store = SlowStore(url)
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, wal, rows_dir=rows_dir)
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
-    for batch_id, bodies in enumerate(batches):
-        the_sink(_Batch(bodies), batch_id)
-    assert not writer.close(0.2)  # the job dies with its batches unwritten: their entries name their files
+    url, wal = f"sqlite:///{tmp_path}/s.db", str(tmp_path / "wal")
+    # the job dies with its batches unwritten: their entries name their files
+    store, writer = _die_with_batches_pending(url, wal, batches, rows_dir)
     named = sorted(f for b in batches for f in _named_files(b))
     # an attempt of batch 3 whose entry was never written (the driver died in it): Spark never committed it
     settings = bucket_module.StateSettings(1, state_dir=f"{rows_dir}-state", rows_dir=rows_dir)
-    _, _, orphan = bucket_module.run_bucket(0, settings, None, bucket_module.ordered_rows(_routed(lines)), 1, {})
+    _, _, orphan = bucket_module.run_bucket(0, settings, None, bucket_module.ordered_rows(routed_frame(lines)), 1, {})
     torn = os.path.join(rows_dir, ".b0000-x.rows.1.tmp")
     open(torn, "wb").close()
     assert sorted(os.listdir(rows_dir)) == sorted([*named, *_named_files(orphan), os.path.basename(torn)])
@@ -385,7 +358,7 @@ def test_rows_files_named_by_pending_entries_survive_a_restart_and_are_written_o
         recovering.spark_committed(2)
         assert os.listdir(rows_dir) == []
         assert recovering.close(60)
-        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        _assert_partitions_as_replayed(again, lines)
         assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 3)
         store.release.set()  # the first run's writer, still waiting on batch 0, finds it committed: a no-op
         assert writer.drain(30)
@@ -400,16 +373,8 @@ def test_rows_files_named_by_pending_entries_survive_a_restart_and_are_written_o
 def test_a_missing_or_corrupt_rows_file_of_a_pending_entry_is_a_one_line_error_naming_it(tmp_path, lines, damage):
     rows_dir = str(tmp_path / "rows")
     batches = _file_batches(lines, 2, rows_dir)
-    url = f"sqlite:///{tmp_path}/s.db"
-    wal = str(tmp_path / "wal")
-    store = SlowStore(url)
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, wal, rows_dir=rows_dir)
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
-    for batch_id, bodies in enumerate(batches):
-        the_sink(_Batch(bodies), batch_id)
-    assert not writer.close(0.2)  # the job dies with both batches pending
+    url, wal = f"sqlite:///{tmp_path}/s.db", str(tmp_path / "wal")
+    store, _ = _die_with_batches_pending(url, wal, batches, rows_dir)  # the job dies with both batches pending
     bad = os.path.join(rows_dir, _named_files(batches[1])[0])
     if damage == "missing":
         os.remove(bad)
@@ -437,11 +402,8 @@ def test_a_missing_or_corrupt_rows_file_of_a_pending_entry_is_a_one_line_error_n
 def test_a_rows_file_lost_behind_the_batches_stops_the_job_in_one_line(tmp_path, lines):
     rows_dir = str(tmp_path / "rows")
     batches = _file_batches(lines, 2, rows_dir)
-    store = SlowStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, str(tmp_path / "wal"), rows_dir=rows_dir)
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
+    store = _new_store(f"sqlite:///{tmp_path}/s.db", SlowStore)
+    writer, the_sink = _sink_to(store, str(tmp_path / "wal"), rows_dir)
     try:
         the_sink(_Batch(batches[0]), 0)
         assert store.writing.wait(30)
@@ -475,16 +437,9 @@ def test_a_batch_spark_re_runs_while_its_first_attempt_is_pending_keeps_the_firs
 
     rows_dir = str(tmp_path / "rows")
     batches = _file_batches(lines, 2, rows_dir)
-    url = f"sqlite:///{tmp_path}/s.db"
-    wal = str(tmp_path / "wal")
-    store = SlowStore(url)
-    store.create_schema()
-    aggregator = sink.Aggregator(1)
-    writer = StoreWriter(store, wal, rows_dir=rows_dir)
-    the_sink = sink.Sink(writer, aggregator, Health(aggregator))
-    for batch_id, bodies in enumerate(batches):
-        the_sink(_Batch(bodies), batch_id)
-    assert not writer.close(0.2)  # the driver dies before Spark committed batch 1
+    url, wal = f"sqlite:///{tmp_path}/s.db", str(tmp_path / "wal")
+    # the driver dies before Spark committed batch 1
+    store, _ = _die_with_batches_pending(url, wal, batches, rows_dir)
     again = SlowStore(url)
     try:
         recovering = StoreWriter(again, wal, rows_dir=rows_dir)
@@ -500,7 +455,7 @@ def test_a_batch_spark_re_runs_while_its_first_attempt_is_pending_keeps_the_firs
         recovering.spark_committed(1)
         leftover = set(_named_files(rerun[0]))  # the re-run's batch 0 attempt (never submitted): garbage at start
         assert set(os.listdir(rows_dir)) == leftover
-        assert _document(again)["partitions"] == _oracle(lines)["partitions"]
+        _assert_partitions_as_replayed(again, lines)
         assert _transition_count(f"{tmp_path}/s.db") == _emitted_transitions(lines, 2)
     finally:
         store.release.set()
@@ -518,8 +473,7 @@ def test_a_new_checkpoint_starts_without_an_earlier_ones_rows_files(tmp_path):
     os.makedirs(rows_dir)
     open(os.path.join(rows_dir, "b0000-old.rows"), "wb").close()
     open(os.path.join(config.snapshot_dir(), "run-b0000-1-t.snap"), "wb").close()
-    store = StatusStore(f"sqlite:///{tmp_path}/s.db")
-    store.create_schema()
+    store = _new_store(f"sqlite:///{tmp_path}/s.db")
     try:
         query.start_fresh(config, store, str(tmp_path / "ck" / "driver.json"), config.snapshot_dir())
         assert os.listdir(config.snapshot_dir()) == []

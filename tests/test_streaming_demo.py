@@ -5,6 +5,7 @@ injector acts, and stops on Ctrl-C leaving no process behind; the simulated demo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,8 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
+from test_streaming_e2e import _cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -78,21 +81,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path):
     err = done.stderr
     assert "streaming job running" in err and "stopped." in err
     assert f"http://127.0.0.1:{api_port}/" in err and "/metrics" in err and "elrwatch.db" in err
-    status = subprocess.run(
-        [
-            sys.executable,
-            "-P",
-            "-m",
-            "elrwatch.cli",
-            "status",
-            "--store",
-            f"sqlite:///{tmp_path}/elrwatch.db",
-            "--compact",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    status = _cli("status", "--store", f"sqlite:///{tmp_path}/elrwatch.db", "--compact", timeout=60)
     doc = json.loads(status.stdout)
     assert doc["counts"]["events"] > 0 and doc["partitions"]
     # the events carry the time they were published (not the simulator's 2024 clock)
@@ -127,23 +116,14 @@ def _poll(condition, what: str, timeout: float, lines: list[str], proc: subproce
         time.sleep(0.5)
 
 
-def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
-    """What an operator does with `make demo`: wait for "Ctrl-C stops everything.", watch the real cluster's
-    partitions on the API while the fault injector kills brokers, press Ctrl-C (SIGINT)."""
-    from elrwatch.devtools.kafka_cluster import free_port
-
-    api = f"http://127.0.0.1:{free_port()}"
+@contextlib.contextmanager
+def _demo(*options: str) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """`python -m elrwatch.devtools.demo` with ``options``, from the moment it says "Ctrl-C stops everything.": the
+    process and its stderr lines so far (a thread gathers them). At the end it is stopped if it still runs (a failed
+    assertion) with SIGINT, so that it stops its Kafka JVMs and API (a kill would orphan them), and the list holds its
+    whole output."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-P",
-            "-m",
-            "elrwatch.devtools.demo",
-            "--metrics-port",
-            "0",
-            "--api-port",
-            api.rsplit(":")[-1],
-        ],
+        [sys.executable, "-P", "-m", "elrwatch.devtools.demo", *options],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -153,6 +133,25 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
     reader.start()
     try:
         _poll(lambda: any("Ctrl-C stops everything." in line for line in lines), "start", 150, lines, proc)
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        reader.join(10)
+
+
+def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
+    """What an operator does with `make demo`: wait for "Ctrl-C stops everything.", watch the real cluster's
+    partitions on the API while the fault injector kills brokers, press Ctrl-C (SIGINT)."""
+    from elrwatch.devtools.kafka_cluster import free_port
+
+    api = f"http://127.0.0.1:{free_port()}"
+    with _demo("--metrics-port", "0", "--api-port", api.rsplit(":")[-1]) as (proc, lines):
         began_ms = time.time() * 1000
         # the real cluster's topics, as the metadata-log bridge publishes them
         topics = {"orders": 6, "payments": 3, "clicks": 3}
@@ -174,17 +173,6 @@ def test_real_cluster_demo_shows_elr_and_stops_cleanly_on_ctrl_c():
         assert all(began_ms - 120_000 <= p["lastTimestampMs"] <= time.time() * 1000 + 5000 for p in hit), hit
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 0, "".join(lines)[-3000:]
-    finally:
-        if (
-            proc.poll() is None
-        ):  # a failed assertion: let the demo stop its Kafka JVMs and API (a kill would orphan them)
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    reader.join(10)
     err = "".join(lines)
     assert "elrwatch demo: stopped." in err and "Traceback" not in err, err[-3000:]
     assert "metadata-log on the controller's" in err and "bridge metrics:" in err and "status page  :" in err
@@ -207,28 +195,8 @@ def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly()
 
     api = f"http://127.0.0.1:{free_port()}"
     metrics_port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-P",
-            "-m",
-            "elrwatch.devtools.demo",
-            "--kafka",
-            "3.9",
-            "--metrics-port",
-            str(metrics_port),
-            "--api-port",
-            api.rsplit(":")[-1],
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
-    reader.start()
-    try:
-        _poll(lambda: any("Ctrl-C stops everything." in line for line in lines), "start", 150, lines, proc)
+    options = ("--kafka", "3.9", "--metrics-port", str(metrics_port), "--api-port", api.rsplit(":")[-1])
+    with _demo(*options) as (proc, lines):
         gauge = "elrwatch_last_replica_standing_partitions"
         _poll(
             lambda: scrape(f"http://127.0.0.1:{metrics_port}/metrics").get(gauge, 0) >= 1,
@@ -253,15 +221,6 @@ def test_kafka_39_zookeeper_demo_shows_last_replica_standing_and_stops_cleanly()
         assert summary["derivedFrom"] == "admin-poll" and "fencedBrokers" in summary["unknownFacts"], summary
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 0, "".join(lines)[-3000:]
-    finally:
-        if proc.poll() is None:  # a failed assertion: let the demo stop its Kafka JVMs and API
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    reader.join(10)
     err = "".join(lines)
     assert "elrwatch demo: stopped." in err and "Traceback" not in err, err[-3000:]
     assert "Apache Kafka 3.9.1, ZooKeeper mode" in err and "bridge --source admin on the watched cluster" in err

@@ -164,6 +164,32 @@ def assert_history_as_oracle(url: str, events: Path, password_file: str | None =
         store.dispose()
 
 
+def kafka_source(bootstrap: str, topic: str, source: str | None = None) -> list[str]:
+    """The options of a job reading ``topic`` from the Kafka cluster at ``bootstrap`` with ``source`` (None: the
+    default Kafka source)."""
+    return [*(("--source", source) if source else ()), "--bootstrap-servers", bootstrap, "--topic", topic]
+
+
+def files_source(path: Path) -> list[str]:
+    """The options of a job reading the event files (envelopes or dump-log output) of the folder ``path``."""
+    return ["--source", "files", "--path", str(path)]
+
+
+def store_options(url: str, checkpoint: Path) -> list[str]:
+    """The options of a job writing the status store at ``url`` and keeping its checkpoint in ``checkpoint``."""
+    return ["--store", url, "--checkpoint", str(checkpoint)]
+
+
+def cli_options(**options: object) -> list[str]:
+    """Command line options from keywords: ``max_records_per_batch=250`` is ``--max-records-per-batch 250``,
+    ``available_now=True`` the flag ``--available-now``."""
+    out: list[str] = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
 class StreamJob:
     """`elrwatch stream` in its own process group (so SIGKILL takes the Spark JVM with it)."""
 
@@ -201,15 +227,20 @@ class StreamJob:
 
 
 def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``condition`` until it returns something truthy (returned); fail when ``job`` exits before, or after
+    ``timeout`` seconds, with the job's output."""
+    from elrwatch.devtools.alerting import wait_until
+
+    def met():
         value = condition()
-        if value:
-            return value
-        if job is not None and job.proc.poll() is not None:
+        if not value and job is not None and job.proc.poll() is not None:
             pytest.fail(f"stream job exited ({job.proc.returncode}) before {what}:\n{job.output()[-3000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
+        return value
+
+    try:
+        return wait_until(met, what, timeout, interval=0.5)
+    except TimeoutError:
+        pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{job.output()[-3000:]}" if job else ""))
 
 
 @KAFKA_SOURCES
@@ -228,22 +259,9 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
     port = free_port()
     job = StreamJob(
         tmp_path,
-        "--source",
-        source,
-        "--bootstrap-servers",
-        kafka_server.bootstrap,
-        "--topic",
-        topic,
-        "--store",
-        url,
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--metrics-port",
-        str(port),
-        "--buckets",
-        "3",
-        "--trigger",
-        "1s",
+        *kafka_source(kafka_server.bootstrap, topic, source),
+        *store_options(url, tmp_path / "ck"),
+        *cli_options(metrics_port=port, buckets=3, trigger="1s"),
     )
     try:
         want = oracle["counts"]["events"]
@@ -283,22 +301,9 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     # snapshot state mode (the default) with a small delta bound: bucket snapshots are written and rotated
     # throughout, so the kill lands between snapshot writes and the restart rebuilds buckets from snapshot + delta
     common = [
-        "--source",
-        source,
-        "--bootstrap-servers",
-        kafka_server.bootstrap,
-        "--topic",
-        topic,
-        "--store",
-        url,
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--buckets",
-        "2",
-        "--max-records-per-batch",
-        "250",
-        "--state-delta-max-records",
-        "300",
+        *kafka_source(kafka_server.bootstrap, topic, source),
+        *store_options(url, tmp_path / "ck"),
+        *cli_options(buckets=2, max_records_per_batch=250, state_delta_max_records=300),
     ]
     first = StreamJob(tmp_path, *common, "--trigger", "100 milliseconds")
     try:
@@ -364,17 +369,8 @@ def test_postgresql_store_equals_replay(kafka_server, fresh_topic, tmp_path):
         # blob state mode (no shared filesystem needed) stays covered end to end here
         job = StreamJob(
             tmp_path,
-            "--bootstrap-servers",
-            kafka_server.bootstrap,
-            "--topic",
-            topic,
-            "--checkpoint",
-            str(tmp_path / "ck"),
-            "--buckets",
-            "2",
-            "--available-now",
-            "--state-mode",
-            "blob",
+            *kafka_source(kafka_server.bootstrap, topic),
+            *cli_options(checkpoint=tmp_path / "ck", buckets=2, available_now=True, state_mode="blob"),
             env={"ELRWATCH_STORE": pg.url, "ELRWATCH_STORE_PASSWORD_FILE": str(pg.password_file)},
         )
         try:
@@ -406,18 +402,9 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
     url = f"sqlite:///{tmp_path}/store.db"
     job = StreamJob(
         tmp_path,
-        "--source",
-        source,
-        *options,
-        "--topic",
-        topic,
-        "--store",
-        url,
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--buckets",
-        "2",
-        "--available-now",
+        *("--source", source, *options, "--topic", topic),
+        *store_options(url, tmp_path / "ck"),
+        *cli_options(buckets=2, available_now=True),
         env={"ELRWATCH_SASL_PASSWORD": password},
     )
     try:
@@ -434,17 +421,9 @@ def test_sasl_ssl_scram_produce_and_stream_equal_replay(kafka_server, kafka_sasl
     started = time.monotonic()
     done = _cli(
         "stream",
-        "--source",
-        source,
-        *options,
-        "--topic",
-        topic,
-        "--store",
-        f"sqlite:///{tmp_path}/denied.db",
-        "--checkpoint",
-        str(tmp_path / "ck-denied"),
-        "--source-timeout-ms",
-        "3000",
+        *("--source", source, *options, "--topic", topic),
+        *store_options(f"sqlite:///{tmp_path}/denied.db", tmp_path / "ck-denied"),
+        *cli_options(source_timeout_ms=3000),
         timeout=180,
         env={k: v for k, v in os.environ.items() if k != "ELRWATCH_SASL_PASSWORD"}
         | {"ELRWATCH_SASL_PASSWORD": "wrong"},
@@ -480,17 +459,9 @@ def test_files_source_replays_a_metadata_log(tmp_path):
     url = f"sqlite:///{tmp_path}/store.db"
     job = StreamJob(
         tmp_path,
-        "--source",
-        "files",
-        "--path",
-        str(logdir),
-        "--store",
-        url,
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--available-now",
-        "--buckets",
-        "2",
+        *files_source(logdir),
+        *store_options(url, tmp_path / "ck"),
+        *cli_options(available_now=True, buckets=2),
     )
     try:
         assert job.wait(240) == 0, job.output()[-3000:]
@@ -512,18 +483,9 @@ def test_missing_topic_is_a_one_line_error_within_the_bound(kafka_server, tmp_pa
     started = time.monotonic()
     done = _cli(
         "stream",
-        "--source",
-        source,
-        "--bootstrap-servers",
-        kafka_server.bootstrap,
-        "--topic",
-        "no-such-topic",
-        "--store",
-        f"sqlite:///{tmp_path}/s.db",
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--source-timeout-ms",
-        "3000",
+        *kafka_source(kafka_server.bootstrap, "no-such-topic", source),
+        *store_options(f"sqlite:///{tmp_path}/s.db", tmp_path / "ck"),
+        *cli_options(source_timeout_ms=3000),
         timeout=180,
     )
     assert done.returncode == 1
@@ -548,16 +510,7 @@ def test_kafka_native_without_the_connector_names_the_missing_jar(tmp_path):
         (["--spark-jars", str(partial)], ["spark-token-provider-kafka-0-10_2.13", "kafka-clients-*.jar"]),
     ):
         started = time.monotonic()
-        done = _cli(
-            *common,
-            *extra,
-            "--store",
-            f"sqlite:///{tmp_path}/s.db",
-            "--checkpoint",
-            str(tmp_path / "ck"),
-            timeout=120,
-            cwd=tmp_path,
-        )
+        done = _cli(*common, *extra, *store_options(f"sqlite:///{tmp_path}/s.db", tmp_path / "ck"), cwd=tmp_path)
         assert done.returncode == 1
         errors = [line for line in done.stderr.splitlines() if line.startswith("elrwatch: error:")]
         assert len(errors) == 1 and "make spark-jars" in errors[0], done.stderr[-2000:]
@@ -583,22 +536,9 @@ def test_event_topic_leader_killed_mid_stream_the_job_goes_on(real_kafka_cluster
     url = f"sqlite:///{tmp_path}/store.db"
     job = StreamJob(
         tmp_path,
-        "--source",
-        source,
-        "--bootstrap-servers",
-        cluster.bootstrap,
-        "--topic",
-        topic,
-        "--store",
-        url,
-        "--checkpoint",
-        str(tmp_path / "ck"),
-        "--buckets",
-        "2",
-        "--max-records-per-batch",
-        "250",
-        "--trigger",
-        "200 milliseconds",
+        *kafka_source(cluster.bootstrap, topic, source),
+        *store_options(url, tmp_path / "ck"),
+        *cli_options(buckets=2, max_records_per_batch=250, trigger="200 milliseconds"),
     )
     leader = cluster.describe_topic_partitions([topic])[(topic, 0)]["leader"]
     try:

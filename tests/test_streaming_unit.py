@@ -11,11 +11,12 @@ import sys
 import time
 import zlib
 from collections import Counter
+from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streaming_batches import routed_frame, two_batches_per_bucket
 
 from elrwatch.state.eventgen import scenario
 from elrwatch.state.gauges import PipelineCounts, as_samples
@@ -30,52 +31,18 @@ from elrwatch.streaming import snapshots as snapshot_module
 from elrwatch.streaming.config import STATE_MODES, JobConfig, LocalTuning, parse_trigger
 
 
-def _batch(lines: list[str]) -> pa.RecordBatch:
-    n = len(lines)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(lines),
-            pa.array(["ev"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(n), pa.int64()),
-            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
-        ],
-        names=["value", "topic", "partition", "offset", "timestamp"],
-    )
-
-
-def _on_the_wire(payload: dict) -> dict:
-    """A bucket's payload as the sink gets it (its output rows decoded: the head, with the partition rows of its
-    chunks as the store writer reads them)."""
-    (head,), chunks = payload_module.decode_payloads(payload_module.encode_payload(payload))
-    head["partitions"] = list(payload_module.iter_partition_rows(chunks))
-    assert len(head["partitions"]) == head.pop("partitionCount")
-    return head
-
-
 @pytest.mark.parametrize("buckets", [1, 3])
 def test_buckets_aggregate_to_the_replay_document(buckets, tmp_path):
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=60)]
     lines.insert(5, "not json")
     lines.insert(50, lines[40])  # a duplicate
     lines.insert(7, "Log starting offset: 0")  # not an event
-    routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
-    states = [snapshot_module.BucketState.new(b, buckets, 1) for b in range(buckets)]
-    payloads = []
-    for b in range(buckets):  # two micro-batches per bucket, the state going through its blob in between
-        part = routed[routed.bucket == b]
-        half = len(part) // 2
-        payloads.append(
-            bucket_module.process_bucket(b, buckets, bucket_module.ordered_rows(part.iloc[:half]), states[b])
-        )
-        states[b] = snapshot_module.BucketState.from_blob(states[b].to_blob(), b)
-        payloads.append(
-            bucket_module.process_bucket(b, buckets, bucket_module.ordered_rows(part.iloc[half:]), states[b])
-        )
-    aggregator = sink.Aggregator(buckets)
-    payloads = [_on_the_wire(p) for p in payloads]
-    first = aggregator.absorb(payloads[0::2])
-    second = aggregator.absorb(payloads[1::2])
+    # two micro-batches per bucket, the state going through its blob in between
+    first, second = two_batches_per_bucket(
+        routed_frame(lines, buckets),
+        buckets,
+        lambda b, state: snapshot_module.BucketState.from_blob(state.to_blob(), b),
+    )
     oracle = replay_lines(lines, "ev", store="objects").document()  # the specification
     # the buckets emit partition rows; the store rebuilds the documents (and their advice) from them
     store = StatusStore(f"sqlite:///{tmp_path}/s.db")
@@ -111,7 +78,7 @@ def test_sink_serves_the_gauges_before_writing_the_store(tmp_path):
     from elrwatch.streaming.metrics import Health
 
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=20)]
-    routed = pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), 1))).to_pandas()
+    routed = routed_frame(lines)
     state = snapshot_module.BucketState.new(0, 1, 1)
     payload = bucket_module.process_bucket(0, 1, bucket_module.ordered_rows(routed), state)
     bodies = payload_module.encode_payload(payload)
@@ -222,8 +189,22 @@ class _State:
         self.row = row
 
 
-def _routed(lines: list[str], buckets: int):
-    return pa.Table.from_batches(list(route.route_batches(iter([_batch(lines)]), buckets))).to_pandas()
+def _state_function(state_dir: Path, delta_max_records: int, buckets: int = 1, mode: str = "snapshot"):
+    """The job's state function (`bucket.make_state_function`) with its cache, min ISR 1, the bucket states in
+    ``state_dir`` (snapshot mode)."""
+    settings = bucket_module.StateSettings(buckets, 1, True, mode, str(state_dir), delta_max_records=delta_max_records)
+    return bucket_module.make_state_function(settings)
+
+
+def _small_cluster_rows():
+    """A small cluster's events (2 topics of 6 partitions, 3 brokers) routed to one bucket."""
+    return routed_frame([x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)])
+
+
+def _unbounded_delta(state_dir: Path) -> bucket_module.StateSettings:
+    """Snapshot mode with min ISR 2, the cache on and no bound on the delta: a snapshot only when one is due for
+    another reason."""
+    return bucket_module.StateSettings(1, 2, True, "snapshot", str(state_dir), delta_max_records=10**9)
 
 
 def _payload(frame) -> dict:
@@ -256,10 +237,8 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
     lines = [x.decode() for x in scenario(3, 12, 4, steps=30, churn=120, seed=5)]
     lines.insert(9, "not json")
     lines.insert(60, lines[44])  # a duplicate
-    routed = _routed(lines, 2)
-    fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(2, 1, True, "snapshot", str(tmp_path), delta_max_records=40)
-    )
+    routed = routed_frame(lines, 2)
+    fn = _state_function(tmp_path, delta_max_records=40, buckets=2)
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     for b in range(2):
         part = routed[routed.bucket == b]
@@ -280,13 +259,11 @@ def test_bucket_rebuilt_from_snapshot_and_delta_equals_the_one_kept_in_memory(tm
 def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
     """Two Python workers taking turns (each with its cache), a restart in between: same output as blob mode."""
     lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=8)]
-    routed = _routed(lines, 3)
+    routed = routed_frame(lines, 3)
     outputs = {}
     loads = []
     for mode in ("blob", "snapshot"):
-        fn = bucket_module.make_state_function(
-            bucket_module.StateSettings(3, 1, True, mode, str(tmp_path / mode), delta_max_records=60)
-        )
+        fn = _state_function(tmp_path / mode, delta_max_records=60, buckets=3, mode=mode)
         workers = [{}, {}]
         got = []
         for b in range(3):
@@ -310,10 +287,8 @@ def test_snapshot_mode_payloads_equal_blob_mode(tmp_path, monkeypatch):
 
 def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=40, churn=200, seed=2)]
-    routed = _routed(lines, 1)
-    fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=20)
-    )
+    routed = routed_frame(lines, 1)
+    fn = _state_function(tmp_path, delta_max_records=20)
     state = _State()
     referenced = []
     for i in range(0, len(routed), 15):
@@ -342,9 +317,8 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
 
 
 def test_the_state_row_format_is_fixed_so_existing_checkpoints_load(tmp_path):
-    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
-    routed = _routed(lines, 1)
-    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
+    routed = _small_cluster_rows()
+    settings = _unbounded_delta(tmp_path)
     state = _State()
     _run(bucket_module.make_state_function(settings), 0, routed, state)
     kept = bucket_module._CACHE[0][1]
@@ -396,9 +370,8 @@ def test_a_state_row_of_the_older_object_engine_is_refused_in_one_line(tmp_path)
 
 
 def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, monkeypatch):
-    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
-    routed = _routed(lines, 1)
-    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
+    routed = _small_cluster_rows()
+    settings = _unbounded_delta(tmp_path)
     fn = bucket_module.make_state_function(settings)
     monkeypatch.setattr(snapshot_module, "QUIET_BATCH_RECORDS", 5)
     monkeypatch.setattr(snapshot_module, "QUIET_DELTA", 20)
@@ -422,9 +395,8 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
 def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tmp_path, monkeypatch):
     from elrwatch.state.partitions.columnar.output import rows_of, transitions_of
 
-    lines = [x.decode() for x in scenario(2, 6, 3, steps=8, churn=40, seed=7)]
-    routed = _routed(lines, 1)
-    settings = bucket_module.StateSettings(1, 2, True, "snapshot", str(tmp_path), delta_max_records=10**9)
+    routed = _small_cluster_rows()
+    settings = _unbounded_delta(tmp_path)
     fn = bucket_module.make_state_function(settings)
     monkeypatch.setattr(snapshot_module, "QUIET_DELTA", 20)
     state = _State()
@@ -458,10 +430,8 @@ def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tm
 
 def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     lines = [x.decode() for x in scenario(2, 8, 4, steps=10, churn=50, seed=4)]
-    routed = _routed(lines, 1)
-    fn = bucket_module.make_state_function(
-        bucket_module.StateSettings(1, 1, True, "snapshot", str(tmp_path), delta_max_records=10)
-    )
+    routed = routed_frame(lines, 1)
+    fn = _state_function(tmp_path, delta_max_records=10)
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
@@ -544,7 +514,7 @@ def test_a_cached_state_newer_than_the_committed_row_is_not_used(tmp_path):
     so the worker rebuilds the bucket instead of using its newer cached state, and gives the same output."""
     settings = bucket_module.StateSettings(1, state_mode="snapshot", state_dir=str(tmp_path), delta_max_records=50)
     lines = [x.decode() for x in scenario(3, 10, 4, steps=25, churn=100, seed=11)]
-    routed = _routed(lines, 1)
+    routed = routed_frame(lines, 1)
     batches = [list(bucket_module.ordered_rows(routed.iloc[i : i + 40])) for i in range(0, 120, 40)]
     cache: dict = {}
 
@@ -610,13 +580,8 @@ def test_checkpoint_shuffle_partitions_read_from_the_offset_log(tmp_path):
 def test_a_checkpoint_switches_state_modes(tmp_path):
     """snapshot -> blob -> snapshot on the same state rows (each mode reads both formats): same output as blob."""
     lines = [x.decode() for x in scenario(3, 10, 4, steps=20, churn=90, seed=6)]
-    part = _routed(lines, 1)
-    fns = {
-        m: bucket_module.make_state_function(
-            bucket_module.StateSettings(1, 1, True, m, str(tmp_path), delta_max_records=25)
-        )
-        for m in STATE_MODES
-    }
+    part = routed_frame(lines, 1)
+    fns = {m: _state_function(tmp_path, delta_max_records=25, mode=m) for m in STATE_MODES}
     got = {}
     for plan in (["snapshot", "blob", "snapshot"], ["blob", "blob", "blob"]):
         state = _State()

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 import pytest
+from local_spark import local_spark
 
 from elrwatch.streaming import warm
 from elrwatch.streaming.bucket import STATE_POOL_ENV
@@ -125,15 +126,7 @@ def test_warm_ups_run_in_the_workers_the_job_s_tasks_get():
     """Against a real local Spark: the default pool's warm-up keeps workers that a function defined in the
     default environment (what the Python sources' read tasks are) then gets, the state pool's are other ones, and
     each warmed worker has imported its pool's modules."""
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("elrwatch-test-warm")
-        .config("spark.ui.enabled", "false")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
+    spark = local_spark("elrwatch-test-warm", {"spark.python.worker.reuse": "true"})
     try:
         warmer = WorkerWarmer(spark, _POOLS, idle_s=0)
         warmed = warmer.warm()
