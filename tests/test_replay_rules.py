@@ -1013,6 +1013,10 @@ def garbage_in_cycles(kind: str) -> dict[str, int]:
     """Apply ``kind``'s valid stream with the collector off, drain the changes and build the document; then the
     objects a collection finds in reference cycles, with the replay's counts."""
     lines = valid_stream(kind)
+    warm = Replayer(track_changes=True)  # every path once first: what imports and builds on first use makes cycles
+    warm.feed_lines(lines, "warm")
+    report.build_document(warm.cluster, warm.counts, warm.quarantined, report.load_advice())
+    del warm
     gc.collect()
     gc.disable()
     try:
