@@ -278,19 +278,17 @@ class ReplicaLogAgent(_Delivery):
             )
         return events
 
-    def step(self) -> int:
-        """Follow the metadata log, read the replicas that need it, publish what is due within the rate."""
-        self.steps += 1
-        if self.pending:
-            return self._retry_pending()
-        started = time.monotonic()
+    def _poll(self) -> ClusterState | None:
+        """The cluster state after what the metadata log appended since the last step."""
         try:
             self._follow_metadata()
         except OSError as exc:
             self.metrics.error("log_unreadable", f"{self.tail.log_dir}: {exc}")
-            return 0
-        finally:
-            self.metrics.poll_seconds.set(time.monotonic() - started)
+            return None
+        return self.cluster
+
+    def _publish_changes(self, cluster: ClusterState) -> int:
+        """Read the replicas that need it, publish what is due within the rate."""
         now = self.clock()
         self.tokens = min(self.max_rate, self.tokens + (now - self.last_refill) * self.max_rate)
         self.last_refill = now

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import orjson
 
 from elrwatch.bridge.admin import ClusterReader, KafkaClusterReader, PollError, View, diff, poll_view
-from elrwatch.bridge.logtail import MetadataLogTail, TailState
+from elrwatch.bridge.logtail import MetadataLogTail, TailRecord, TailState
 from elrwatch.kafkaio.clients import make_producer
 from elrwatch.kafkaio.config import kafka_python_config
 from elrwatch.kafkaio.produce import EventKeys
@@ -185,10 +185,32 @@ class _Delivery(ABC):
     publisher: Publisher
     metrics: Metrics
     pending: list[bytes]
+    steps: int  # how many times `step` ran (tests wait for polls with it)
 
     @abstractmethod
     def _save(self, pending: list[bytes]) -> None:
         """Write the state file: this bridge's position and ``pending``."""
+
+    @abstractmethod
+    def _poll(self) -> Any:
+        """Read what changed since the last step; None when the read failed (counted and logged)."""
+
+    @abstractmethod
+    def _publish_changes(self, polled: Any) -> int:
+        """Publish what `_poll` read; returns how many records were published."""
+
+    def step(self) -> int:
+        """One step: publish what is pending, else poll (its time is the poll-duration gauge) and publish what
+        changed; returns how many records were published (0 when nothing changed or the poll failed)."""
+        self.steps += 1
+        if self.pending:
+            return self._retry_pending()
+        started = time.monotonic()
+        try:
+            polled = self._poll()
+        finally:
+            self.metrics.poll_seconds.set(time.monotonic() - started)
+        return 0 if polled is None else self._publish_changes(polled)
 
     def _retry_pending(self) -> int:
         """Publish what a failed publish or a crashed run left pending (same lines, same offsets)."""
@@ -257,22 +279,19 @@ class AdminBridge(_Delivery):
             }
         )
 
-    def step(self) -> int:
-        """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
-        self.steps += 1
-        if self.pending:
-            return self._retry_pending()
-        started = time.monotonic()
+    def _poll(self) -> View | None:
+        """The cluster's view now (one admin poll)."""
         try:
-            new = poll_view(self.reader, self.view, self.page_size, self.metrics.error)
+            return poll_view(self.reader, self.view, self.page_size, self.metrics.error)
         except PollError as exc:
             self.metrics.error(exc.reason, str(exc))
             reset = getattr(self.reader, "reset", None)
             if reset is not None:
                 reset()
-            return 0
-        finally:
-            self.metrics.poll_seconds.set(time.monotonic() - started)
+            return None
+
+    def _publish_changes(self, new: View) -> int:
+        """Publish the difference between the last view and ``new``."""
         now = self.clock_ms()
         first = max(self.next_offset, now * 1000)
         events = diff(self.view, new, first, now)
@@ -322,19 +341,16 @@ class LogBridge(_Delivery):
             }
         )
 
-    def step(self) -> int:
-        """Read what was appended and publish it; returns how many records were published."""
-        self.steps += 1
-        if self.pending:
-            return self._retry_pending()
-        started = time.monotonic()
+    def _poll(self) -> list[TailRecord] | None:
+        """The records appended to the log since the last step."""
         try:
-            records = self.tail.poll()
+            return self.tail.poll()
         except OSError as exc:
             self.metrics.error("log_unreadable", f"{self.tail.log_dir}: {exc}")
-            return 0
-        finally:
-            self.metrics.poll_seconds.set(time.monotonic() - started)
+            return None
+
+    def _publish_changes(self, records: list[TailRecord]) -> int:
+        """Publish ``records`` with their offsets."""
         if not records:
             return 0
         events = []
