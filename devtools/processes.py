@@ -1,8 +1,10 @@
-"""The child processes of the developer tools and benchmarks: an ``elrwatch`` command's command line, and ending a
-process (SIGTERM, then SIGKILL)."""
+"""What the developer tools and benchmarks run: an ``elrwatch`` command's command line, ending a child process
+(SIGTERM, then SIGKILL), a run's work directory."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -41,3 +43,11 @@ def end(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+
+
+def remove_workdir(workdir: str | os.PathLike, keep: bool) -> None:
+    """After a run that succeeded: remove its work directory, or say where it is when ``keep`` (--keep-workdir)."""
+    if keep:
+        print(f"work directory kept (--keep-workdir): {workdir}", flush=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
