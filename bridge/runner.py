@@ -27,6 +27,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -424,23 +425,31 @@ def zookeeper_broker_dir(log_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class SidecarSettings:
+    """What `elrwatch bridge` and `elrwatch agent` both take: the event topic (its Kafka client ``options`` and
+    name), the state file (None: in memory), the seconds between two steps, the metrics endpoint (no port: none)
+    and how long to run (0: until SIGTERM/SIGINT)."""
+
+    options: dict[str, str]
+    topic: str
+    state_file: str | None = None
+    interval_s: float = 2.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    duration_s: float = 0.0
+
+
 def run_bridge(
+    settings: SidecarSettings,
     *,
     source: str,
-    options: dict[str, str],
-    topic: str,
     admin_options: dict[str, str] | None = None,
     log_dir: str | None = None,
-    state_file: str | None = None,
-    interval_s: float = 2.0,
     page_size: int = 2000,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
-    duration_s: float = 0.0,
 ) -> Metrics:
-    """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or
-    ``duration_s``. ``options`` are the event topic's Kafka settings; ``admin_options`` those of the cluster
-    polled (default: the same cluster)."""
+    """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or the
+    settings' duration. ``admin_options``: the Kafka settings of the cluster polled (default: the event topic's)."""
     if source not in ("admin", "metadata-log"):
         raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
     if source == "metadata-log":
@@ -455,22 +464,27 @@ def run_bridge(
         if not Path(log_dir).is_dir():
             raise ValueError(f"--log-dir {log_dir} is not a directory")
     metrics = Metrics()
-    if metrics_port is not None:
-        metrics.serve(metrics_port, metrics_host)
-    publisher = KafkaPublisher(options, topic)
-    state = StateFile(state_file)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
+    publisher = KafkaPublisher(settings.options, settings.topic)
+    state = StateFile(settings.state_file)
     bridge: AdminBridge | LogBridge
     if source == "admin":
-        reader = KafkaClusterReader(kafka_python_config(admin_options or options))
+        reader = KafkaClusterReader(kafka_python_config(admin_options or settings.options))
         bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
     else:
         bridge = LogBridge(log_dir, publisher, state, metrics)  # type: ignore[arg-type]
-    log.warning("elrwatch bridge: --source %s → topic %s (state file: %s)", source, topic, state_file or "none")
+    log.warning(
+        "elrwatch bridge: --source %s → topic %s (state file: %s)",
+        source,
+        settings.topic,
+        settings.state_file or "none",
+    )
 
     def close() -> None:
         publisher.close()
         if isinstance(bridge, AdminBridge):
             bridge.reader.close()
 
-    run_until_signalled(bridge, interval_s, duration_s, close)
+    run_until_signalled(bridge, settings.interval_s, settings.duration_s, close)
     return metrics

@@ -535,30 +535,17 @@ def bridge(
     """Publish a live cluster's metadata to the event topic.
 
     Polled from its admin API, or read from a node's metadata log (exact records and offsets)."""
-    from elrwatch.bridge.runner import run_bridge
+    from elrwatch.bridge.runner import SidecarSettings, run_bridge
 
     opts = _kafka_options(kafka, topic)
     if source not in ("admin", "metadata-log"):
         _fail("--source must be admin or metadata-log")
     admin_opts = kafka.with_servers(admin_bootstrap_servers).options(topic)
-    _run_sidecar(
-        "bridge",
-        functools.partial(
-            run_bridge,
-            source=source,
-            options=opts,
-            topic=topic,
-            admin_options=admin_opts,
-            log_dir=log_dir,
-            state_file=state_file,
-            interval_s=interval,
-            page_size=page_size,
-            metrics_port=metrics.port,
-            metrics_host=metrics.host,
-            duration_s=duration,
-        ),
-        (ValueError, SourceError),
+    settings = SidecarSettings(opts, topic, state_file, interval, metrics.port, metrics.host, duration)
+    run = functools.partial(
+        run_bridge, settings, source=source, admin_options=admin_opts, log_dir=log_dir, page_size=page_size
     )
+    _run_sidecar("bridge", run, (ValueError, SourceError))
 
 
 @app.command(rich_help_panel=LIVE)
@@ -597,28 +584,15 @@ def agent(
     that have no leader or an empty ISR, so that the advice names the replica an unclean election should pick.
     Reads the node's metadata log and its partitions' batch headers, never record payloads."""
     from elrwatch.bridge.agent import AgentError, run_agent
+    from elrwatch.bridge.runner import SidecarSettings
 
     opts = _kafka_options(kafka, topic)
     dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]
     if not dirs or not metadata_log_dir:
         _fail("--log-dirs and --metadata-log-dir are required")
-    _run_sidecar(
-        "agent",
-        functools.partial(
-            run_agent,
-            log_dirs=dirs,
-            metadata_log_dir=metadata_log_dir,
-            options=opts,
-            topic=topic,
-            state_file=state_file,
-            interval_s=interval,
-            max_rate=max_rate,
-            metrics_port=metrics.port,
-            metrics_host=metrics.host,
-            duration_s=duration,
-        ),
-        (AgentError, ValueError, SourceError),
-    )
+    settings = SidecarSettings(opts, topic, state_file, interval, metrics.port, metrics.host, duration)
+    run = functools.partial(run_agent, settings, log_dirs=dirs, metadata_log_dir=metadata_log_dir, max_rate=max_rate)
+    _run_sidecar("agent", run, (AgentError, ValueError, SourceError))
 
 
 def main() -> None:
