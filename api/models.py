@@ -54,22 +54,23 @@ _PARTITION_EXAMPLE = {
 }
 
 
+def _examples(*examples: dict[str, Any], **config: Any) -> ConfigDict:
+    """A model's configuration (``config``) with its OpenAPI examples."""
+    return ConfigDict(json_schema_extra={"examples": list(examples)}, **config)
+
+
 class Problem(BaseModel):
     """An RFC 9457 problem document (``application/problem+json``)."""
 
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={
-            "examples": [
-                {
-                    "type": "about:blank",
-                    "title": "Not Found",
-                    "status": 404,
-                    "detail": "topic 'orders' has no partition 7",
-                    "instance": "/v1/partitions/orders/7",
-                }
-            ]
+    model_config = _examples(
+        {
+            "type": "about:blank",
+            "title": "Not Found",
+            "status": 404,
+            "detail": "topic 'orders' has no partition 7",
+            "instance": "/v1/partitions/orders/7",
         },
+        extra="allow",
     )
     type: str = "about:blank"
     title: str
@@ -90,13 +91,9 @@ class MissingReplica(BaseModel):
 class PartitionSummary(BaseModel):
     """A partition's registration and derived status (list view; no advice)."""
 
-    model_config = ConfigDict(
+    model_config = _examples(
+        {k: v for k, v in _PARTITION_EXAMPLE.items() if k not in ("outlook", "recommendation", "violations")},
         extra="ignore",
-        json_schema_extra={
-            "examples": [
-                {k: v for k, v in _PARTITION_EXAMPLE.items() if k not in ("outlook", "recommendation", "violations")}
-            ]
-        },
     )
     topic: str
     topicId: str
@@ -129,7 +126,7 @@ class PartitionSummary(BaseModel):
 class Partition(PartitionSummary):
     """Full registration, derived status, since when, Kafka's outlook and elrwatch's recommendation."""
 
-    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [_PARTITION_EXAMPLE]})
+    model_config = _examples(_PARTITION_EXAMPLE, extra="allow")
     lastPosition: str | None = None
     violations: list[Any] = []
     outlook: dict[str, Any] | None = Field(None, description="What Kafka's controller will do by itself.")
@@ -141,9 +138,7 @@ class Partition(PartitionSummary):
 class PartitionPage(BaseModel):
     """One page of partitions ordered by (topic, partition); pass ``nextCursor`` as ``cursor`` for the next."""
 
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"items": [_PARTITION_EXAMPLE], "nextCursor": "WyJvcmRlcnMiLDJd", "limit": 1}]}
-    )
+    model_config = _examples({"items": [_PARTITION_EXAMPLE], "nextCursor": "WyJvcmRlcnMiLDJd", "limit": 1})
     items: list[PartitionSummary]
     nextCursor: str | None = Field(None, description="Opaque cursor (topic, partition) of the next page.")
     limit: int
@@ -164,24 +159,20 @@ class Transition(BaseModel):
 class History(BaseModel):
     """A partition's status transitions, oldest first."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = _examples(
+        {
+            "topic": "orders",
+            "partitionId": 1,
+            "transitions": [
                 {
-                    "topic": "orders",
-                    "partitionId": 1,
-                    "transitions": [
-                        {
-                            "from": "AT_MIN_ISR",
-                            "to": "UNDER_MIN_ISR",
-                            "atMs": 1732100004000,
-                            "offset": 405,
-                            "position": "elrwatch-events/0@1234",
-                            "batchId": 17,
-                        }
-                    ],
+                    "from": "AT_MIN_ISR",
+                    "to": "UNDER_MIN_ISR",
+                    "atMs": 1732100004000,
+                    "offset": 405,
+                    "position": "elrwatch-events/0@1234",
+                    "batchId": 17,
                 }
-            ]
+            ],
         }
     )
     topic: str
@@ -192,19 +183,15 @@ class History(BaseModel):
 class Topic(BaseModel):
     """A topic: name, id, partition count, replication factor, dynamic configs."""
 
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={
-            "examples": [
-                {
-                    "topic": "orders",
-                    "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
-                    "partitionCount": 3,
-                    "replicationFactor": 3,
-                    "configs": {"min.insync.replicas": "2"},
-                }
-            ]
+    model_config = _examples(
+        {
+            "topic": "orders",
+            "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
+            "partitionCount": 3,
+            "replicationFactor": 3,
+            "configs": {"min.insync.replicas": "2"},
         },
+        extra="allow",
     )
     topic: str
     topicId: str
@@ -216,22 +203,18 @@ class Topic(BaseModel):
 class Broker(BaseModel):
     """A broker registration as the controller sees it."""
 
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={
-            "examples": [
-                {
-                    "brokerId": 1,
-                    "epoch": 101,
-                    "incarnationId": "Q2tU8wXhR3e7N5sB1fYpLA",
-                    "fenced": True,
-                    "inControlledShutdown": False,
-                    "registered": True,
-                    "rack": "rack-b",
-                    "state": "fenced",
-                }
-            ]
+    model_config = _examples(
+        {
+            "brokerId": 1,
+            "epoch": 101,
+            "incarnationId": "Q2tU8wXhR3e7N5sB1fYpLA",
+            "fenced": True,
+            "inControlledShutdown": False,
+            "registered": True,
+            "rack": "rack-b",
+            "state": "fenced",
         },
+        extra="allow",
     )
     brokerId: int
     epoch: int | None = None
@@ -264,20 +247,16 @@ class RestartPartitions(BaseModel):
 class RestartCheck(BaseModel):
     """Is it safe to stop this broker now?"""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "brokerId": 2,
-                    "state": "active",
-                    "safe": False,
-                    "reason": "stopping broker 2 now leaves 1 partition(s) under min ISR (acks=all writes fail)",
-                    "blockingCount": 1,
-                    "offlineCount": 0,
-                    "blocking": {"items": [], "nextCursor": None, "limit": 100},
-                    "offline": {"items": [], "nextCursor": None, "limit": 100},
-                }
-            ]
+    model_config = _examples(
+        {
+            "brokerId": 2,
+            "state": "active",
+            "safe": False,
+            "reason": "stopping broker 2 now leaves 1 partition(s) under min ISR (acks=all writes fail)",
+            "blockingCount": 1,
+            "offlineCount": 0,
+            "blocking": {"items": [], "nextCursor": None, "limit": 100},
+            "offline": {"items": [], "nextCursor": None, "limit": 100},
         }
     )
     brokerId: int
@@ -294,16 +273,12 @@ class Trend(BaseModel):
     """Under-min-ISR and offline partition counts over a window (the store's gauge history): each series is
     ``[[atMs, value], ...]``, oldest first, a step function (a value holds until the next point)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "fromMs": 1732100000000,
-                    "toMs": 1732103600000,
-                    "underMinIsr": [[1732100000000, 0], [1732101000000, 12], [1732101300000, 0]],
-                    "offline": [[1732100000000, 0]],
-                }
-            ]
+    model_config = _examples(
+        {
+            "fromMs": 1732100000000,
+            "toMs": 1732103600000,
+            "underMinIsr": [[1732100000000, 0], [1732101000000, 12], [1732101300000, 0]],
+            "offline": [[1732100000000, 0]],
         }
     )
     fromMs: int
@@ -325,30 +300,26 @@ class Freshness(BaseModel):
 class Summary(BaseModel):
     """Gauge values (monitor-spec §4) and data freshness; never scans the partition table."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "partitions": 1000000,
-                    "topics": 2000,
-                    "partitionsByStatus": {"UNDER_MIN_ISR": 12, "AT_MIN_ISR": 40, "HEALTHY": 999948},
-                    "underMinIsr": 12,
-                    "atMinIsr": 40,
-                    "offline": 0,
-                    "needingAction": 12,
-                    "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0},
-                    "elrEnabled": True,
-                    "quarantined": {"count": 2, "byReason": {"invalid_json": 2}},
-                    "freshness": {
-                        "lastEventTimeMs": 1732100009000,
-                        "dataAgeSeconds": 1.2,
-                        "updatedAtMs": 1732100009500,
-                        "updatedAgeSeconds": 0.7,
-                        "lastBatchId": 42,
-                    },
-                    "gauges": {"elrwatch_global_under_min_isr_partitions": 12},
-                }
-            ]
+    model_config = _examples(
+        {
+            "partitions": 1000000,
+            "topics": 2000,
+            "partitionsByStatus": {"UNDER_MIN_ISR": 12, "AT_MIN_ISR": 40, "HEALTHY": 999948},
+            "underMinIsr": 12,
+            "atMinIsr": 40,
+            "offline": 0,
+            "needingAction": 12,
+            "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0},
+            "elrEnabled": True,
+            "quarantined": {"count": 2, "byReason": {"invalid_json": 2}},
+            "freshness": {
+                "lastEventTimeMs": 1732100009000,
+                "dataAgeSeconds": 1.2,
+                "updatedAtMs": 1732100009500,
+                "updatedAgeSeconds": 0.7,
+                "lastBatchId": 42,
+            },
+            "gauges": {"elrwatch_global_under_min_isr_partitions": 12},
         }
     )
     partitions: int
@@ -391,32 +362,28 @@ class RecommendationItem(BaseModel):
 class RecommendationPage(BaseModel):
     """Partitions needing an operator, most severe first; pass ``nextCursor`` as ``cursor`` for more."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = _examples(
+        {
+            "items": [
                 {
-                    "items": [
-                        {
-                            "topic": "orders",
-                            "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
-                            "partitionId": 1,
-                            "status": "UNDER_MIN_ISR",
-                            "severity": 4,
-                            "statusSinceMs": 1732100004000,
-                            "leader": 2,
-                            "replicas": [1, 2, 0],
-                            "isr": [2],
-                            "elr": [0],
-                            "lastKnownElr": [],
-                            "liveElectable": [0, 2],
-                            "outlook": _OUTLOOK_EXAMPLE,
-                            "recommendation": _RECOMMENDATION_EXAMPLE,
-                        }
-                    ],
-                    "nextCursor": None,
-                    "limit": 100,
+                    "topic": "orders",
+                    "topicId": "Yk3R8bYFQxGk1Ggd1vQ2Aw",
+                    "partitionId": 1,
+                    "status": "UNDER_MIN_ISR",
+                    "severity": 4,
+                    "statusSinceMs": 1732100004000,
+                    "leader": 2,
+                    "replicas": [1, 2, 0],
+                    "isr": [2],
+                    "elr": [0],
+                    "lastKnownElr": [],
+                    "liveElectable": [0, 2],
+                    "outlook": _OUTLOOK_EXAMPLE,
+                    "recommendation": _RECOMMENDATION_EXAMPLE,
                 }
-            ]
+            ],
+            "nextCursor": None,
+            "limit": 100,
         }
     )
     items: list[RecommendationItem]
@@ -436,7 +403,7 @@ class Health(BaseModel):
 class WhatIf(BaseModel):
     """What happens if the given brokers go down now (``elrwatch.state.whatif`` over the store's state)."""
 
-    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [{
+    model_config = _examples({
         "down": [1, 2], "unclean": False, "partitions": 420, "changedPartitions": 260,
         "counts": {"underMinIsr": 140, "leaderless": 3, "uncleanElectionNeeded": 1},
         "countsBefore": {"underMinIsr": 0, "leaderless": 0, "uncleanElectionNeeded": 0},
@@ -444,7 +411,7 @@ class WhatIf(BaseModel):
         "underMinIsr": [], "leaderless": [], "uncleanElectionNeeded": [],
         "underMinIsrTruncated": False, "leaderlessTruncated": False, "uncleanElectionNeededTruncated": False,
         "scope": "partitions with a replica on a broker that goes down (others cannot change)",
-    }]})  # fmt: skip
+    }, extra="allow")  # fmt: skip
     down: list[int]
     unclean: bool
     partitions: int = Field(description="Partitions examined (those with a replica on a down broker).")

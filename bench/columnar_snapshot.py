@@ -19,30 +19,25 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/columnar.py's parse, also under python -P
+
+from columnar import parse
+
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.state.outcome import Outcome
 from elrwatch.state.partitions.columnar.snapshot import load, save
-from elrwatch.state.records import Record, parse_line
+from elrwatch.state.records import Record
 
 BATCH = 100_000
 TOPICS = 100
-
-
-def parse(lines: list[bytes], first_seq: int) -> list[Record]:
-    """Parse envelope lines (every one must be a record)."""
-    out = []
-    for seq, line in enumerate(lines, first_seq):
-        record = parse_line(line, "events", seq)
-        assert isinstance(record, Record), record
-        out.append(record)
-    return out
 
 
 def timed(action: Callable[[], Any]) -> tuple[float, Any]:

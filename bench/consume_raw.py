@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from elrwatch.kafkaio.config import READER_FETCH_SIZES
+
 KAFKA_LIBS = Path(os.environ.get("ELRWATCH_KAFKA_LIBS", Path(__file__).resolve().parent.parent / ".tools/kafka/libs"))
 
 
@@ -20,13 +22,7 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 300.0) -> tuple[i
     """Read every record currently in ``topic`` (all partitions, from the beginning); (records, seconds)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        max_poll_records=5000,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-    )
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **READER_FETCH_SIZES)
     try:
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         end = consumer.end_offsets(tps)

@@ -36,11 +36,9 @@ import math
 import os
 import random
 import re
-import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -52,6 +50,7 @@ import orjson
 
 from elrwatch.bridge import metadata_log
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port
+from elrwatch.devtools.processes import cli_options, elrwatch_command, remove_workdir
 
 #: The README's freshness target (Benchmarks: "freshness p99 ≤ 2 s").
 TARGET_S = 2.0
@@ -284,46 +283,27 @@ def run_mode(cluster: KafkaCluster, mode: str, args: argparse.Namespace, workdir
     topic = f"ev-{mode}"
     event_bootstrap = f"127.0.0.1:{cluster.brokers[1].port}"  # broker 1: never killed
     bridge_port, job_port = free_port(), free_port()
-    bridge_cmd = [
-        sys.executable,
-        "-P",
-        "-m",
-        "elrwatch.cli",
+    bridge_cmd = elrwatch_command(
         "bridge",
-        "--source",
-        mode,
-        "--bootstrap-servers",
-        event_bootstrap,
-        "--topic",
-        topic,
-        "--interval",
-        str(args.interval),
-        "--state-file",
-        str(workdir / f"bridge-{mode}.json"),
-        "--metrics-port",
-        str(bridge_port),
-    ]
+        source=mode,
+        bootstrap_servers=event_bootstrap,
+        topic=topic,
+        interval=args.interval,
+        state_file=workdir / f"bridge-{mode}.json",
+        metrics_port=bridge_port,
+    )
     if mode == "admin":
-        bridge_cmd += ["--admin-bootstrap-servers", cluster.bootstrap]
+        bridge_cmd += cli_options(admin_bootstrap_servers=cluster.bootstrap)
     else:
-        bridge_cmd += ["--log-dir", str(cluster.controller.metadata_dir)]
-    job_cmd = [
-        sys.executable,
-        "-P",
-        "-m",
-        "elrwatch.cli",
+        bridge_cmd += cli_options(log_dir=cluster.controller.metadata_dir)
+    job_cmd = elrwatch_command(
         "stream",
-        "--bootstrap-servers",
-        event_bootstrap,
-        "--topic",
-        topic,
-        "--store",
-        f"sqlite:///{workdir}/{mode}.db",
-        "--checkpoint",
-        str(workdir / f"ck-{mode}"),
-        "--metrics-port",
-        str(job_port),
-    ]
+        bootstrap_servers=event_bootstrap,
+        topic=topic,
+        store=f"sqlite:///{workdir}/{mode}.db",
+        checkpoint=workdir / f"ck-{mode}",
+        metrics_port=job_port,
+    )
     job_url = f"http://127.0.0.1:{job_port}/metrics"
     procs: list[Proc] = []
     events: EventTopic | None = None
@@ -552,10 +532,7 @@ def main() -> None:
         report(result, args.interval)
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    if args.keep_workdir:
-        print(f"work directory kept (--keep-workdir): {workdir}", flush=True)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    remove_workdir(workdir, args.keep_workdir)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import orjson
 
 from elrwatch.state.cluster import RUNTIME_STORE, STORES
+from elrwatch.state.eventgen import new_partition
 from elrwatch.state.gauges import partition_gauges
 from elrwatch.state.replay import GC_FREEZE_EVERY, Replayer
 
@@ -75,28 +76,12 @@ def creation_events(partitions: int, per_topic: int, brokers: int) -> Iterator[b
                 "logDirs": [],
             },
         )
-    dirs = ["AAAAAAAAAAAAAAAAAAAAAA"] * 3
     for topic in range((partitions + per_topic - 1) // per_topic):
         topic_id = _topic_id(topic)
         yield event("TOPIC_RECORD", 0, {"name": f"topic-{topic}", "topicId": topic_id})
         for partition in range(min(per_topic, partitions - topic * per_topic)):
             replicas = [(topic + partition + k) % brokers for k in range(3)]
-            yield event(
-                "PARTITION_RECORD",
-                2,
-                {
-                    "partitionId": partition,
-                    "topicId": topic_id,
-                    "replicas": replicas,
-                    "isr": replicas,
-                    "removingReplicas": [],
-                    "addingReplicas": [],
-                    "leader": replicas[0],
-                    "leaderEpoch": 0,
-                    "partitionEpoch": 0,
-                    "directories": dirs,
-                },
-            )
+            yield event("PARTITION_RECORD", 2, new_partition(topic_id, partition, replicas, replicas, replicas[0]))
 
 
 def change_lines(count: int, partitions: int, per_topic: int, brokers: int, seed: int) -> list[bytes]:

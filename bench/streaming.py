@@ -44,7 +44,6 @@ import contextlib
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +58,7 @@ sys.path.insert(0, str(HERE))
 from consume_raw import JvmProducer, consume_all, consume_all_jvm  # noqa: E402
 
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
+from elrwatch.devtools.processes import cli_options, elrwatch_command, remove_workdir  # noqa: E402
 from elrwatch.devtools.spark_cluster import SparkCluster  # noqa: E402
 from elrwatch.kafkaio.clients import create_topic, make_producer  # noqa: E402
 from elrwatch.kafkaio.produce import produce_lines  # noqa: E402
@@ -234,12 +234,13 @@ EVENT_PARTITIONS = [0]  # --event-partitions (0: one per 125k metadata partition
 class Job:
     """`elrwatch stream` subprocess with its log."""
 
-    def __init__(self, workdir: str, name: str, *args: str) -> None:
+    def __init__(self, workdir: str, name: str, **options: object) -> None:
+        """``elrwatch stream`` with ``options`` (`cli_options`), then --job-args."""
         self.log_path = os.path.join(workdir, f"{name}-{time.monotonic_ns()}.log")
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "elrwatch.cli", "stream", *args, *EXTRA_JOB_ARGS],
+            elrwatch_command("stream", *cli_options(**options), *EXTRA_JOB_ARGS),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -398,22 +399,16 @@ def phase_throughput(
     report("  with the group join", jvm["records_s"], "events/s", "-", None)
     target = throughput_target(raw_jvm)
 
-    def job_args(source: str) -> list[str]:
-        return [
-            "--source",
-            source,
-            "--bootstrap-servers",
-            kafka.bootstrap,
-            "--topic",
-            topic,
-            "--store",
-            f"sqlite:///{workdir}/tp-{source}.db",
-            "--checkpoint",
-            f"{workdir}/tp-ck-{source}",
-            "--available-now",
-            "--buckets",
-            "2",
-        ]
+    def job_options(source: str) -> dict[str, object]:
+        return {
+            "source": source,
+            "bootstrap_servers": kafka.bootstrap,
+            "topic": topic,
+            "store": f"sqlite:///{workdir}/tp-{source}.db",
+            "checkpoint": f"{workdir}/tp-ck-{source}",
+            "available_now": True,
+            "buckets": 2,
+        }
 
     def run(job: Job, what: str, peak: RssPeak | None = None) -> None:
         """Wait for a drained job's exit (sampling ``peak``); its batch log lines; an error if it failed."""
@@ -433,7 +428,7 @@ def phase_throughput(
 
     loaded: dict[str, int] = {}  # source -> events its job counted after the load
     for source in sources:
-        job = Job(workdir, f"throughput-load-{source}", *job_args(source))
+        job = Job(workdir, f"throughput-load-{source}", **job_options(source))
         run(job, f"throughput load --source {source}")
         loaded[source] = max((e for _, _, e in job.batches()), default=0)
         if loaded[source] < n_load:
@@ -450,13 +445,7 @@ def phase_throughput(
     n_sent, seconds, who = publish(kafka, topic, churn)
     print(f"throughput: {n_sent:,} churn events produced in {seconds:.1f}s by {who}", flush=True)
     for source in sources:
-        job = Job(
-            workdir,
-            f"throughput-{source}",
-            *job_args(source),
-            "--max-records-per-batch",
-            str(THROUGHPUT_BATCH_CAP),
-        )
+        job = Job(workdir, f"throughput-{source}", **job_options(source), max_records_per_batch=THROUGHPUT_BATCH_CAP)
         peak = RssPeak(job.proc.pid)
         run(job, f"throughput churn --source {source}", peak)
         batches = job.batches()
@@ -507,18 +496,12 @@ def phase_freshness(kafka: KafkaCluster, workdir: str, rate: float, seconds: flo
     job = Job(
         workdir,
         "fresh",
-        "--bootstrap-servers",
-        kafka.bootstrap,
-        "--topic",
-        topic,
-        "--store",
-        url,
-        "--checkpoint",
-        f"{workdir}/fresh-ck",
-        "--trigger",
-        "250ms",
-        "--buckets",
-        str(buckets),
+        bootstrap_servers=kafka.bootstrap,
+        topic=topic,
+        store=url,
+        checkpoint=f"{workdir}/fresh-ck",
+        trigger="250ms",
+        buckets=buckets,
     )
     try:
         boot_ms = gen.now_ms
@@ -617,41 +600,28 @@ def phase_storm_restart(
     )
     url = f"sqlite:///{workdir}/{name}.db"
     port = free_port()
-    args = [
-        "--source",
-        source,
-        "--bootstrap-servers",
-        kafka.bootstrap,
-        "--topic",
-        topic,
-        "--store",
-        url,
-        "--checkpoint",
-        f"{workdir}/{name}-ck",
-        "--trigger",
-        "250ms",
-        "--buckets",
-        "4",
-        "--metrics-port",
-        str(port),
-    ]
+    options: dict[str, object] = {
+        "source": source,
+        "bootstrap_servers": kafka.bootstrap,
+        "topic": topic,
+        "store": url,
+        "checkpoint": f"{workdir}/{name}-ck",
+        "trigger": "250ms",
+        "buckets": 4,
+        "metrics_port": port,
+    }
     extra_roots: list[int] = []
     if spark is not None:
-        args += [
-            "--spark-master",
-            spark.url,
-            "--state-dir",
-            f"{workdir}/{name}-shared-state",
-            "--spark-conf",
-            "spark.executor.memory=1g",
-            "--spark-conf",
-            "spark.executor.cores=1",
-        ]
+        options |= {
+            "spark_master": spark.url,
+            "state_dir": f"{workdir}/{name}-shared-state",
+            "spark_conf": ["spark.executor.memory=1g", "spark.executor.cores=1"],
+        }
         extra_roots = [p.pid for p in spark.workers if p is not None]
     # No --max-records-per-batch (the job's default): the whole load is one batch, as when a new checkpoint
     # reads an existing cluster's metadata, and its peak RSS is printed. A cap lowers that peak but keeps more
     # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md, "Tried and dropped").
-    job = Job(workdir, name, *args)
+    job = Job(workdir, name, **options)
     producers: list[JvmProducer] = []
 
     def new_producer() -> JvmProducer | None:
@@ -831,7 +801,7 @@ def phase_storm_restart(
         # first batch is a newer one, and its gauges show the churn produced now
         commits = os.path.join(workdir, f"{name}-ck", "commits")
         committed = max((int(n) for n in os.listdir(commits) if n.isdigit()), default=-1)
-        job = Job(workdir, "restart", *args)
+        job = Job(workdir, "restart", **options)
         produce_lines(opts, topic, gen.churn(10), out=None, producer=producer)
         churn_ms = gen.now_ms
 
@@ -895,17 +865,12 @@ def ensure_class_archive(workdir: str) -> None:
     job = Job(
         workdir,
         "archive",
-        "--source",
-        "files",
-        "--path",
-        events,
-        "--store",
-        f"sqlite:///{workdir}/archive.db",
-        "--checkpoint",
-        f"{workdir}/archive-ck",
-        "--metrics-port",
-        "0",
-        "--available-now",
+        source="files",
+        path=events,
+        store=f"sqlite:///{workdir}/archive.db",
+        checkpoint=f"{workdir}/archive-ck",
+        metrics_port=0,
+        available_now=True,
     )
     code = job.wait(600)
     job.log.close()
@@ -1047,10 +1012,7 @@ def main() -> None:
     except BaseException:
         print(f"work directory kept for inspection (job logs, store, checkpoint): {workdir}", flush=True)
         raise
-    if args.keep_workdir:
-        print(f"work directory kept (--keep-workdir): {workdir}", flush=True)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    remove_workdir(workdir, args.keep_workdir)
 
 
 if __name__ == "__main__":

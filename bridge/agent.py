@@ -31,7 +31,15 @@ import orjson
 
 from elrwatch.bridge import replica_log
 from elrwatch.bridge.logtail import MetadataLogTail
-from elrwatch.bridge.runner import KafkaPublisher, Metrics, Publisher, StateFile, _Delivery, run_until_signalled
+from elrwatch.bridge.runner import (
+    KafkaPublisher,
+    Metrics,
+    Publisher,
+    SidecarSettings,
+    StateFile,
+    _Delivery,
+    run_until_signalled,
+)
 from elrwatch.state import records
 from elrwatch.state.cluster import REFERENCE_STORE, ClusterState
 from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as RECORD_TYPE
@@ -278,19 +286,17 @@ class ReplicaLogAgent(_Delivery):
             )
         return events
 
-    def step(self) -> int:
-        """Follow the metadata log, read the replicas that need it, publish what is due within the rate."""
-        self.steps += 1
-        if self.pending:
-            return self._retry_pending()
-        started = time.monotonic()
+    def _poll(self) -> ClusterState | None:
+        """The cluster state after what the metadata log appended since the last step."""
         try:
             self._follow_metadata()
         except OSError as exc:
             self.metrics.error("log_unreadable", f"{self.tail.log_dir}: {exc}")
-            return 0
-        finally:
-            self.metrics.poll_seconds.set(time.monotonic() - started)
+            return None
+        return self.cluster
+
+    def _publish_changes(self, cluster: ClusterState) -> int:
+        """Read the replicas that need it, publish what is due within the rate."""
         now = self.clock()
         self.tokens = min(self.max_rate, self.tokens + (now - self.last_refill) * self.max_rate)
         self.last_refill = now
@@ -308,36 +314,28 @@ class ReplicaLogAgent(_Delivery):
 
 
 def run_agent(
-    *,
-    log_dirs: list[str],
-    metadata_log_dir: str,
-    options: dict[str, str],
-    topic: str,
-    state_file: str | None = None,
-    interval_s: float = 2.0,
-    max_rate: float = 20.0,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
-    duration_s: float = 0.0,
+    settings: SidecarSettings, *, log_dirs: list[str], metadata_log_dir: str, max_rate: float = 20.0
 ) -> Metrics:
-    """What ``elrwatch agent`` runs: step the agent every ``interval_s`` until SIGTERM/SIGINT or ``duration_s``."""
+    """What ``elrwatch agent`` runs: step the agent every interval of the settings until SIGTERM/SIGINT or their
+    duration."""
     metrics = Metrics()
-    publisher = KafkaPublisher(options, topic)
+    publisher = KafkaPublisher(settings.options, settings.topic)
+    state = StateFile(settings.state_file)
     try:
-        agent = ReplicaLogAgent(log_dirs, metadata_log_dir, publisher, StateFile(state_file), metrics, max_rate)
+        agent = ReplicaLogAgent(log_dirs, metadata_log_dir, publisher, state, metrics, max_rate)
     except BaseException:
         publisher.close()
         raise
-    if metrics_port is not None:
-        metrics.serve(metrics_port, metrics_host)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
     log.warning(
         "elrwatch agent: node %d, log dirs %s → topic %s (state file: %s)",
         agent.node_id,
         ",".join(map(str, agent.log_dirs)),
-        topic,
-        state_file or "none",
+        settings.topic,
+        settings.state_file or "none",
     )
-    run_until_signalled(agent, interval_s, duration_s, publisher.close)
+    run_until_signalled(agent, settings.interval_s, settings.duration_s, publisher.close)
     return metrics
 
 

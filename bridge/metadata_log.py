@@ -272,6 +272,13 @@ def _length_reader(flexible: bool, wide: bool) -> Callable[[bytes, int], tuple[i
     return lambda buf, pos: (unpack(buf, pos)[0], pos + size)
 
 
+def _null(name: str, what: str, nullable: bool, pos: int) -> tuple[None, int]:
+    """A null ``what`` (string, bytes, array) read at ``pos``: null in a nullable field, else a DecodeError."""
+    if not nullable:
+        raise DecodeError("decode_error", f"{name}: null {what} in a non-nullable field")
+    return None, pos
+
+
 def _bytes_reader(kind: str, plan: FieldPlan, flexible: bool) -> Read:
     length = _length_reader(flexible, kind == "bytes")
     name, nullable, text = plan.json_name, plan.nullable, kind == "string"
@@ -279,9 +286,7 @@ def _bytes_reader(kind: str, plan: FieldPlan, flexible: bool) -> Read:
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         n, pos = length(buf, pos)
         if n < 0:
-            if not nullable:
-                raise DecodeError("decode_error", f"{name}: null {kind} in a non-nullable field")
-            return None, pos
+            return _null(name, kind, nullable, pos)
         end = pos + n
         raw = buf[pos:end]
         if len(raw) != n:
@@ -308,9 +313,7 @@ def _reader(plan: FieldPlan, flexible: bool) -> Read:
             def read_ints(buf: bytes, pos: int) -> tuple[Any, int]:
                 n, pos = length(buf, pos)
                 if n < 0:
-                    if not nullable:
-                        raise DecodeError("decode_error", f"{name}: null array in a non-nullable field")
-                    return None, pos
+                    return _null(name, "array", nullable, pos)
                 return list(struct.unpack_from(f">{n}i", buf, pos)), pos + 4 * n
 
             return read_ints
@@ -323,9 +326,7 @@ def _reader(plan: FieldPlan, flexible: bool) -> Read:
         def read_array(buf: bytes, pos: int) -> tuple[Any, int]:
             n, pos = length(buf, pos)
             if n < 0:
-                if not nullable:
-                    raise DecodeError("decode_error", f"{name}: null array in a non-nullable field")
-                return None, pos
+                return _null(name, "array", nullable, pos)
             if n > len(buf) - pos:
                 raise _short(name)
             out = []

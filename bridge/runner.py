@@ -27,13 +27,14 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
 from elrwatch.bridge.admin import ClusterReader, KafkaClusterReader, PollError, View, diff, poll_view
-from elrwatch.bridge.logtail import MetadataLogTail, TailState
+from elrwatch.bridge.logtail import MetadataLogTail, TailRecord, TailState
 from elrwatch.kafkaio.clients import make_producer
 from elrwatch.kafkaio.config import kafka_python_config
 from elrwatch.kafkaio.produce import EventKeys
@@ -185,10 +186,32 @@ class _Delivery(ABC):
     publisher: Publisher
     metrics: Metrics
     pending: list[bytes]
+    steps: int  # how many times `step` ran (tests wait for polls with it)
 
     @abstractmethod
     def _save(self, pending: list[bytes]) -> None:
         """Write the state file: this bridge's position and ``pending``."""
+
+    @abstractmethod
+    def _poll(self) -> Any:
+        """Read what changed since the last step; None when the read failed (counted and logged)."""
+
+    @abstractmethod
+    def _publish_changes(self, polled: Any) -> int:
+        """Publish what `_poll` read; returns how many records were published."""
+
+    def step(self) -> int:
+        """One step: publish what is pending, else poll (its time is the poll-duration gauge) and publish what
+        changed; returns how many records were published (0 when nothing changed or the poll failed)."""
+        self.steps += 1
+        if self.pending:
+            return self._retry_pending()
+        started = time.monotonic()
+        try:
+            polled = self._poll()
+        finally:
+            self.metrics.poll_seconds.set(time.monotonic() - started)
+        return 0 if polled is None else self._publish_changes(polled)
 
     def _retry_pending(self) -> int:
         """Publish what a failed publish or a crashed run left pending (same lines, same offsets)."""
@@ -257,22 +280,19 @@ class AdminBridge(_Delivery):
             }
         )
 
-    def step(self) -> int:
-        """One poll; returns how many records were published (0 when nothing changed or the poll failed)."""
-        self.steps += 1
-        if self.pending:
-            return self._retry_pending()
-        started = time.monotonic()
+    def _poll(self) -> View | None:
+        """The cluster's view now (one admin poll)."""
         try:
-            new = poll_view(self.reader, self.view, self.page_size, self.metrics.error)
+            return poll_view(self.reader, self.view, self.page_size, self.metrics.error)
         except PollError as exc:
             self.metrics.error(exc.reason, str(exc))
             reset = getattr(self.reader, "reset", None)
             if reset is not None:
                 reset()
-            return 0
-        finally:
-            self.metrics.poll_seconds.set(time.monotonic() - started)
+            return None
+
+    def _publish_changes(self, new: View) -> int:
+        """Publish the difference between the last view and ``new``."""
         now = self.clock_ms()
         first = max(self.next_offset, now * 1000)
         events = diff(self.view, new, first, now)
@@ -322,19 +342,16 @@ class LogBridge(_Delivery):
             }
         )
 
-    def step(self) -> int:
-        """Read what was appended and publish it; returns how many records were published."""
-        self.steps += 1
-        if self.pending:
-            return self._retry_pending()
-        started = time.monotonic()
+    def _poll(self) -> list[TailRecord] | None:
+        """The records appended to the log since the last step."""
         try:
-            records = self.tail.poll()
+            return self.tail.poll()
         except OSError as exc:
             self.metrics.error("log_unreadable", f"{self.tail.log_dir}: {exc}")
-            return 0
-        finally:
-            self.metrics.poll_seconds.set(time.monotonic() - started)
+            return None
+
+    def _publish_changes(self, records: list[TailRecord]) -> int:
+        """Publish ``records`` with their offsets."""
         if not records:
             return 0
         events = []
@@ -408,23 +425,31 @@ def zookeeper_broker_dir(log_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class SidecarSettings:
+    """What `elrwatch bridge` and `elrwatch agent` both take: the event topic (its Kafka client ``options`` and
+    name), the state file (None: in memory), the seconds between two steps, the metrics endpoint (no port: none)
+    and how long to run (0: until SIGTERM/SIGINT)."""
+
+    options: dict[str, str]
+    topic: str
+    state_file: str | None = None
+    interval_s: float = 2.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    duration_s: float = 0.0
+
+
 def run_bridge(
+    settings: SidecarSettings,
     *,
     source: str,
-    options: dict[str, str],
-    topic: str,
     admin_options: dict[str, str] | None = None,
     log_dir: str | None = None,
-    state_file: str | None = None,
-    interval_s: float = 2.0,
     page_size: int = 2000,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
-    duration_s: float = 0.0,
 ) -> Metrics:
-    """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or
-    ``duration_s``. ``options`` are the event topic's Kafka settings; ``admin_options`` those of the cluster
-    polled (default: the same cluster)."""
+    """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or the
+    settings' duration. ``admin_options``: the Kafka settings of the cluster polled (default: the event topic's)."""
     if source not in ("admin", "metadata-log"):
         raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
     if source == "metadata-log":
@@ -439,22 +464,27 @@ def run_bridge(
         if not Path(log_dir).is_dir():
             raise ValueError(f"--log-dir {log_dir} is not a directory")
     metrics = Metrics()
-    if metrics_port is not None:
-        metrics.serve(metrics_port, metrics_host)
-    publisher = KafkaPublisher(options, topic)
-    state = StateFile(state_file)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
+    publisher = KafkaPublisher(settings.options, settings.topic)
+    state = StateFile(settings.state_file)
     bridge: AdminBridge | LogBridge
     if source == "admin":
-        reader = KafkaClusterReader(kafka_python_config(admin_options or options))
+        reader = KafkaClusterReader(kafka_python_config(admin_options or settings.options))
         bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
     else:
         bridge = LogBridge(log_dir, publisher, state, metrics)  # type: ignore[arg-type]
-    log.warning("elrwatch bridge: --source %s → topic %s (state file: %s)", source, topic, state_file or "none")
+    log.warning(
+        "elrwatch bridge: --source %s → topic %s (state file: %s)",
+        source,
+        settings.topic,
+        settings.state_file or "none",
+    )
 
     def close() -> None:
         publisher.close()
         if isinstance(bridge, AdminBridge):
             bridge.reader.close()
 
-    run_until_signalled(bridge, interval_s, duration_s, close)
+    run_until_signalled(bridge, settings.interval_s, settings.duration_s, close)
     return metrics

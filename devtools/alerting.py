@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from elrwatch.devtools.kafka_cluster import REPO_ROOT, free_port
+from elrwatch.devtools.processes import elrwatch_command, end
 
 RENDER_RULES = REPO_ROOT / "helm" / "tools" / "render_rules.py"
 #: Binaries and the Debian package that has them.
@@ -55,16 +56,9 @@ def _end_all() -> None:
 
 def _end(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
     """SIGTERM, then SIGKILL after ``timeout`` s."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    _LIVE.discard(proc)
+    if proc is not None:
+        end(proc, timeout)
+        _LIVE.discard(proc)
 
 
 def _spawn(args: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen:
@@ -239,22 +233,9 @@ class AlertingStack:
                     {"name": "webhook", "webhook_configs": [{"url": self.receiver.url, "send_resolved": True}]}
                 ],
             }
-            (self.workdir / "alertmanager.yml").write_text(yaml.safe_dump(am_config))
-            am_log = self.workdir / "alertmanager.log"
-            self.alertmanager = _spawn(
-                [
-                    alertmanager,
-                    f"--config.file={self.workdir / 'alertmanager.yml'}",
-                    f"--storage.path={self.workdir / 'alertmanager-data'}",
-                    f"--web.listen-address=127.0.0.1:{am_port}",
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
-                am_log,
+            self.alertmanager, self.alertmanager_url = self._serve(
+                "alertmanager", alertmanager, am_config, "--storage.path", am_port, "--cluster.listen-address="
             )
-            self.alertmanager_url = f"http://127.0.0.1:{am_port}"
-            self._wait_ready(self.alertmanager, f"{self.alertmanager_url}/-/ready", "alertmanager", am_log)
-
             prom_config = {
                 "global": {
                     "scrape_interval": self.interval,
@@ -270,25 +251,41 @@ class AlertingStack:
                     }
                 ],
             }
-            (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
-            prom_log = self.workdir / "prometheus.log"
-            self.prometheus = _spawn(
-                [
-                    prometheus,
-                    f"--config.file={self.workdir / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-                    f"--web.listen-address=127.0.0.1:{prom_port}",
-                    "--rules.alert.resend-delay=1s",
-                    "--log.level=warn",
-                ],
-                prom_log,
+            self.prometheus, self.prometheus_url = self._serve(
+                "prometheus", prometheus, prom_config, "--storage.tsdb.path", prom_port, "--rules.alert.resend-delay=1s"
             )
-            self.prometheus_url = f"http://127.0.0.1:{prom_port}"
-            self._wait_ready(self.prometheus, f"{self.prometheus_url}/-/ready", "prometheus", prom_log)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _serve(
+        self, name: str, command: str, config: dict[str, Any], storage_flag: str, port: int, *flags: str
+    ) -> tuple[subprocess.Popen, str]:
+        """Start Prometheus or Alertmanager (``name``) on ``port`` with ``config`` (<name>.yml in the work dir), its
+        data in <name>-data and its log in <name>.log; its process and URL once it is ready (it is ended when it
+        does not get ready)."""
+        config_file = self.workdir / f"{name}.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        log = self.workdir / f"{name}.log"
+        url = f"http://127.0.0.1:{port}"
+        proc = _spawn(
+            [
+                command,
+                f"--config.file={config_file}",
+                f"{storage_flag}={self.workdir / f'{name}-data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                *flags,
+                "--log.level=warn",
+            ],
+            log,
+        )
+        try:
+            self._wait_ready(proc, f"{url}/-/ready", name, log)
+        except BaseException:
+            _end(proc)
+            raise
+        return proc, url
 
     def _wait_ready(self, proc: subprocess.Popen, url: str, what: str, log: Path, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -363,50 +360,33 @@ class Pipeline:
         """Start the bridge and the job; return when the job's /metrics answers."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cluster.create_topic(self.topic, replica_assignment={0: [self.event_broker]})
-        cli = [sys.executable, "-P", "-m", "elrwatch.cli"]
         env = {"PYTHONUNBUFFERED": "1"}
         try:
             self.bridge = _spawn(
-                [
-                    *cli,
+                elrwatch_command(
                     "bridge",
-                    "--source",
-                    "metadata-log",
-                    "--log-dir",
-                    str(self.cluster.controller.metadata_dir),
-                    "--bootstrap-servers",
-                    self.cluster.bootstrap,
-                    "--topic",
-                    self.topic,
-                    "--interval",
-                    "0.2",
-                    "--state-file",
-                    str(self.workdir / "bridge.json"),
-                ],
+                    source="metadata-log",
+                    log_dir=self.cluster.controller.metadata_dir,
+                    bootstrap_servers=self.cluster.bootstrap,
+                    topic=self.topic,
+                    interval=0.2,
+                    state_file=self.workdir / "bridge.json",
+                ),
                 self.workdir / "bridge.log",
                 env,
             )
             self.stream = _spawn(
-                [
-                    *cli,
+                elrwatch_command(
                     "stream",
-                    "--bootstrap-servers",
-                    self.cluster.bootstrap,
-                    "--topic",
-                    self.topic,
-                    "--store",
-                    f"sqlite:///{self.workdir / 'elrwatch.db'}",
-                    "--checkpoint",
-                    str(self.workdir / "checkpoint"),
-                    "--metrics-port",
-                    str(self.metrics_port),
-                    "--trigger",
-                    "1s",
-                    "--buckets",
-                    "1",
-                    "--starting-offsets",
-                    "earliest",
-                ],
+                    bootstrap_servers=self.cluster.bootstrap,
+                    topic=self.topic,
+                    store=f"sqlite:///{self.workdir / 'elrwatch.db'}",
+                    checkpoint=self.workdir / "checkpoint",
+                    metrics_port=self.metrics_port,
+                    trigger="1s",
+                    buckets=1,
+                    starting_offsets="earliest",
+                ),
                 self.workdir / "stream.log",
                 env,
             )

@@ -40,6 +40,7 @@ import typer
 
 from elrwatch.devtools.fault_injector import FaultInjector
 from elrwatch.devtools.kafka_cluster import KAFKA_VERSION, ClusterError, KafkaCluster, free_port, port_is_free
+from elrwatch.devtools.processes import elrwatch_command, end
 from elrwatch.kafkaio.config import KafkaSettings
 from elrwatch.kafkaio.produce import produce_lines
 from elrwatch.options import fail
@@ -77,27 +78,9 @@ def _first_line(exc: BaseException) -> str:
 def _simulated(workdir: str, records: int) -> Iterator[bytes]:
     out = os.path.join(workdir, "simulated.jsonl")
     done = subprocess.run(
-        [
-            sys.executable,
-            "-P",
-            "-m",
-            "elrwatch.cli",
-            "simulate",
-            "--faults",
-            "0.3",
-            "--records",
-            str(records),
-            "--topics",
-            "5",
-            "--partitions",
-            "40",
-            "--brokers",
-            "6",
-            "--seed",
-            "42",
-            "-o",
-            out,
-        ],
+        elrwatch_command(
+            "simulate", faults=0.3, records=records, topics=5, partitions=40, brokers=6, seed=42, output=out
+        ),
         capture_output=True,
         text=True,
         timeout=300,
@@ -143,28 +126,11 @@ def _wait_http(url: str, timeout: float, alive: Callable[[], bool] = lambda: Tru
     return False
 
 
-def _spawn(args: list[str], log_path: str) -> subprocess.Popen:
-    """An ``elrwatch`` subcommand in a session of its own (the terminal's Ctrl-C reaches the demo only, which
-    stops it), its output in ``log_path``."""
+def _spawn(command: list[str], log_path: str) -> subprocess.Popen:
+    """An ``elrwatch`` command (`elrwatch_command`) in a session of its own (the terminal's Ctrl-C reaches the demo
+    only, which stops it), its output in ``log_path``."""
     with open(log_path, "w") as log:
-        return subprocess.Popen(
-            [sys.executable, "-P", "-m", "elrwatch.cli", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _end(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout`` s."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _last_line(path: str) -> str:
@@ -279,20 +245,15 @@ def run_demo(
                 else ["--source", "metadata-log", "--log-dir", log_dir]
             )
             bridge = _spawn(
-                [
+                elrwatch_command(
                     "bridge",
                     *source,
-                    "--bootstrap-servers",
-                    kafka.bootstrap,
-                    "--topic",
-                    TOPIC,
-                    "--interval",
-                    "0.5",
-                    "--state-file",
-                    os.path.join(workdir, "bridge.json"),
-                    "--metrics-port",
-                    str(bridge_port),
-                ],
+                    bootstrap_servers=kafka.bootstrap,
+                    topic=TOPIC,
+                    interval=0.5,
+                    state_file=os.path.join(workdir, "bridge.json"),
+                    metrics_port=bridge_port,
+                ),
                 bridge_log,
             )
             where["bridge_metrics"] = f"http://127.0.0.1:{bridge_port}/metrics"
@@ -318,7 +279,7 @@ def run_demo(
                 )
 
         if api_port:
-            api = _spawn(["api", "--store", store, "--port", str(api_port)], os.path.join(workdir, "api.log"))
+            api = _spawn(elrwatch_command("api", store=store, port=api_port), os.path.join(workdir, "api.log"))
             where["api"] = f"http://127.0.0.1:{api_port}/"
 
         if simulated:
@@ -398,8 +359,8 @@ def run_demo(
             injector.stop()
         if producer_thread is not None:
             producer_thread.join(15)
-        _end(bridge)
-        _end(api)
+        end(bridge)
+        end(api)
         for cluster in (watched, kafka):
             if cluster is not None:
                 cluster.stop()

@@ -24,10 +24,30 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+
+@dataclass(frozen=True)
+class _Plan:
+    """An episode: how each of its brokers goes down (``kill``: kill -9, ``stop``: SIGTERM), in that order, and the
+    order they come back in (indexes into ``downs``); ``coin_flip``: which picked broker takes which role is
+    random."""
+
+    downs: tuple[str, ...]
+    back: tuple[int, ...]
+    coin_flip: bool = False
+
+
+_PLANS = {
+    "kill2": _Plan(("kill", "kill"), (0, 1)),
+    "stop1": _Plan(("stop",), (0,)),
+    "mixed": _Plan(("stop", "kill"), (1, 0), coin_flip=True),
+    "kill1": _Plan(("kill",), (0,)),
+    "stop2": _Plan(("stop", "stop"), (1, 0)),
+}
 #: The episodes, in the order the schedule cycles through them (the most telling one first).
-EPISODES = ("kill2", "stop1", "mixed", "kill1", "stop2")
+EPISODES = tuple(_PLANS)
 
 
 class FaultInjector:
@@ -92,7 +112,7 @@ class FaultInjector:
             return
         for episode in self._cycle():
             try:
-                getattr(self, f"_{episode}")()
+                self._play(episode)
                 self._recover_leaderless()
             except _Stopped:
                 return
@@ -117,42 +137,17 @@ class FaultInjector:
     def _pick(self, n: int) -> list[int]:
         return sorted(self.rng.sample(sorted(self.cluster.brokers), n))
 
-    def _kill2(self) -> None:
-        a, b = self._pick(2)
-        self._take_down([(a, "kill"), (b, "kill")])
-        self._hold()
-        self._bring_up(a)
-        self._hold()
-        self._bring_up(b)
-
-    def _stop1(self) -> None:
-        (a,) = self._pick(1)
-        self._take_down([(a, "stop")])
-        self._hold()
-        self._bring_up(a)
-
-    def _mixed(self) -> None:
-        a, b = self._pick(2)
-        clean, killed = (a, b) if self.rng.random() < 0.5 else (b, a)
-        self._take_down([(clean, "stop"), (killed, "kill")])
-        self._hold()
-        self._bring_up(killed)
-        self._hold()
-        self._bring_up(clean)
-
-    def _kill1(self) -> None:
-        (a,) = self._pick(1)
-        self._take_down([(a, "kill")])
-        self._hold()
-        self._bring_up(a)
-
-    def _stop2(self) -> None:
-        a, b = self._pick(2)
-        self._take_down([(a, "stop"), (b, "stop")])
-        self._hold()
-        self._bring_up(b)
-        self._hold()
-        self._bring_up(a)
+    def _play(self, episode: str) -> None:
+        """Take the episode's brokers down (`_take_down`), then bring them back one by one, each after ``hold``
+        s."""
+        plan = _PLANS[episode]
+        brokers = self._pick(len(plan.downs))
+        if plan.coin_flip and self.rng.random() >= 0.5:
+            brokers.reverse()
+        self._take_down(list(zip(brokers, plan.downs, strict=True)))
+        for index in plan.back:
+            self._hold()
+            self._bring_up(brokers[index])
 
     # ------------------------------------------------------------------ actions
 

@@ -872,16 +872,7 @@ class KafkaCluster:
                         f"DescribeTopicPartitions: topic {topic.get('name')} error {topic['error_code']}"
                     )
                 for p in topic["partitions"]:
-                    out[(topic["name"], p["partition_index"])] = {
-                        "topic_id": str(topic["topic_id"]),
-                        "leader": p["leader_id"],
-                        "leader_epoch": p["leader_epoch"],
-                        "replicas": list(p["replica_nodes"]),
-                        "isr": list(p["isr_nodes"]),
-                        "elr": list(p.get("eligible_leader_replicas") or []),
-                        "last_known_elr": list(p.get("last_known_elr") or []),
-                        "offline_replicas": list(p.get("offline_replicas") or []),
-                    }
+                    out[(topic["name"], p["partition_index"])] = _partition_description(topic, p)
             cursor = page.get("next_cursor")
             if not cursor:
                 return out
@@ -916,16 +907,7 @@ class KafkaCluster:
             if topic.get("error_code", 0):
                 raise ClusterError(f"Metadata: topic {topic.get('name')} error {topic['error_code']}")
             for p in topic["partitions"]:
-                out[(topic["name"], p["partition_index"])] = {
-                    "topic_id": str(topic["topic_id"]),
-                    "leader": p["leader_id"],
-                    "leader_epoch": p["leader_epoch"],
-                    "replicas": list(p["replica_nodes"]),
-                    "isr": list(p["isr_nodes"]),
-                    "elr": [],
-                    "last_known_elr": [],
-                    "offline_replicas": list(p.get("offline_replicas") or []),
-                }
+                out[(topic["name"], p["partition_index"])] = _partition_description(topic, p, elr=False)
         return out
 
     def list_topics(self) -> list[str]:
@@ -1149,6 +1131,21 @@ class KafkaCluster:
 
     def running_pids(self) -> list[int]:
         return [n.proc.pid for n in [self.controller, *self.brokers.values()] if n.running]
+
+
+def _partition_description(topic: dict, p: dict, elr: bool = True) -> dict:
+    """One partition of `KafkaCluster.describe_topic_partitions`' answer, from a DescribeTopicPartitions or (``elr``
+    False: it has no ELR fields) a Metadata response's topic and partition."""
+    return {
+        "topic_id": str(topic["topic_id"]),
+        "leader": p["leader_id"],
+        "leader_epoch": p["leader_epoch"],
+        "replicas": list(p["replica_nodes"]),
+        "isr": list(p["isr_nodes"]),
+        "elr": list(p.get("eligible_leader_replicas") or []) if elr else [],
+        "last_known_elr": list(p.get("last_known_elr") or []) if elr else [],
+        "offline_replicas": list(p.get("offline_replicas") or []),
+    }
 
 
 def _is_final_answer(exc: Exception) -> bool:

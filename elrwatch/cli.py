@@ -12,18 +12,34 @@ FastAPI and SQLAlchemy (``tests/test_cli_imports.py``).
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from elrwatch.kafkaio.config import KafkaSettings, SourceError
-from elrwatch.options import JOB_OPTIONS, KAFKA, METRICS, STORE, DefaultMinIsr, EventTopic, StorePasswordFile, grouped
+from elrwatch.options import (
+    JOB_OPTIONS,
+    KAFKA,
+    METRICS,
+    STORE,
+    DefaultMinIsr,
+    EventTopic,
+    StorePasswordFile,
+    command_option,
+    grouped,
+)
 from elrwatch.options import fail as _fail
 from elrwatch.options import option as _opt
 from elrwatch.store.urls import DEFAULT_URL
 from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
+
+#: The options of one command each (env vars ELRWATCH_<COMMAND>_<OPTION>).
+_whatif_opt, _sim_opt = command_option("whatif"), command_option("simulate")
+_bridge_opt, _agent_opt = command_option("bridge"), command_option("agent")
 
 #: The panels of `elrwatch --help`.
 LIVE = "Monitoring a cluster"
@@ -60,17 +76,9 @@ InputFiles = Annotated[
 def replay(
     files: InputFiles = None,
     default_min_isr: DefaultMinIsr = 1,
-    pretty: Annotated[
-        bool,
-        typer.Option("--pretty/--compact", envvar="ELRWATCH_REPLAY_PRETTY", help="Indent the JSON output."),
-    ] = True,
+    pretty: Annotated[bool, _opt("--pretty/--compact", "Indent the JSON output.", command="replay")] = True,
     advice: Annotated[
-        bool,
-        typer.Option(
-            "--advice/--no-advice",
-            envvar="ELRWATCH_REPLAY_ADVICE",
-            help="Include each partition's outlook and recommendation.",
-        ),
+        bool, _opt("--advice/--no-advice", "Include each partition's outlook and recommendation.", command="replay")
     ] = True,
 ) -> None:
     """Replay metadata events in order and print the resulting state as one JSON document."""
@@ -109,10 +117,10 @@ def advise(
     file: InputFile = "-",
     strategy: Annotated[
         str | None,
-        typer.Option(
+        _opt(
             "--strategy",
-            envvar="ELRWATCH_ADVISE_STRATEGY",
-            help="Aggressive, Balanced or None (default: from unclean.leader.election.enable).",
+            "Aggressive, Balanced or None (default: from unclean.leader.election.enable).",
+            command="advise",
         ),
     ] = None,
     default_min_isr: DefaultMinIsr = 1,
@@ -139,23 +147,12 @@ def advise(
 
 @app.command(rich_help_panel=FILES)
 def whatif(
-    down: Annotated[
-        str,
-        typer.Option("--down", envvar="ELRWATCH_WHATIF_DOWN", help="Brokers to take down, comma-separated (e.g. 1,2)."),
-    ],
+    down: Annotated[str, _whatif_opt("--down", "Brokers to take down, comma-separated (e.g. 1,2).")],
     file: InputFile = "-",
     unclean: Annotated[
-        bool,
-        typer.Option(
-            "--unclean/--fenced",
-            envvar="ELRWATCH_WHATIF_UNCLEAN",
-            help="Re-register them after an unclean shutdown instead of fencing.",
-        ),
+        bool, _whatif_opt("--unclean/--fenced", "Re-register them after an unclean shutdown instead of fencing.")
     ] = False,
-    limit: Annotated[
-        int,
-        typer.Option("--limit", envvar="ELRWATCH_WHATIF_LIMIT", min=0, help="At most this many partitions per list."),
-    ] = 1000,
+    limit: Annotated[int, _whatif_opt("--limit", "At most this many partitions per list.", min=0)] = 1000,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
     """Replay FILE and take brokers down through the controller model: what would end under min ISR or leaderless.
@@ -180,65 +177,20 @@ def whatif(
 
 @app.command(rich_help_panel=FILES)
 def simulate(
-    brokers: Annotated[
-        int,
-        typer.Option("--brokers", envvar="ELRWATCH_SIMULATE_BROKERS", min=1, help="Number of brokers."),
-    ] = 6,
-    topics: Annotated[
-        int,
-        typer.Option("--topics", envvar="ELRWATCH_SIMULATE_TOPICS", min=0, help="Number of topics."),
-    ] = 3,
-    partitions: Annotated[
-        int,
-        typer.Option("--partitions", envvar="ELRWATCH_SIMULATE_PARTITIONS", min=1, help="Partitions per topic."),
-    ] = 10,
-    replication_factor: Annotated[
-        int,
-        typer.Option("--replication-factor", envvar="ELRWATCH_SIMULATE_REPLICATION_FACTOR", min=1),
-    ] = 3,
-    min_isr: Annotated[
-        int,
-        typer.Option("--min-isr", envvar="ELRWATCH_SIMULATE_MIN_ISR", min=1, help="Cluster min.insync.replicas."),
-    ] = 2,
-    scenario: Annotated[
-        str | None,
-        typer.Option(
-            "--scenario",
-            envvar="ELRWATCH_SIMULATE_SCENARIO",
-            help="kip966-walkthrough, last-replica-standing-elr, … ",
-        ),
-    ] = None,
+    brokers: Annotated[int, _sim_opt("--brokers", "Number of brokers.", min=1)] = 6,
+    topics: Annotated[int, _sim_opt("--topics", "Number of topics.", min=0)] = 3,
+    partitions: Annotated[int, _sim_opt("--partitions", "Partitions per topic.", min=1)] = 10,
+    replication_factor: Annotated[int, _sim_opt("--replication-factor", min=1)] = 3,
+    min_isr: Annotated[int, _sim_opt("--min-isr", "Cluster min.insync.replicas.", min=1)] = 2,
+    scenario: Annotated[str | None, _sim_opt("--scenario", "kip966-walkthrough, last-replica-standing-elr, … ")] = None,
     faults: Annotated[
-        float | None,
-        typer.Option(
-            "--faults",
-            envvar="ELRWATCH_SIMULATE_FAULTS",
-            min=0.0,
-            max=1.0,
-            help="Random events; chance each is a fault.",
-        ),
+        float | None, _sim_opt("--faults", "Random events; chance each is a fault.", min=0.0, max=1.0)
     ] = None,
-    seed: Annotated[
-        int,
-        typer.Option(
-            "--seed",
-            envvar="ELRWATCH_SIMULATE_SEED",
-            help="RNG seed: the same seed writes the same records.",
-        ),
-    ] = 1,
+    seed: Annotated[int, _sim_opt("--seed", "RNG seed: the same seed writes the same records.")] = 1,
     records: Annotated[
-        int | None,
-        typer.Option(
-            "--records",
-            envvar="ELRWATCH_SIMULATE_RECORDS",
-            min=1,
-            help="With --faults: records to write (default 10000).",
-        ),
+        int | None, _sim_opt("--records", "With --faults: records to write (default 10000).", min=1)
     ] = None,
-    output: Annotated[
-        str,
-        typer.Option("--output", "-o", envvar="ELRWATCH_SIMULATE_OUTPUT", help="Output file; '-' for stdout."),
-    ] = "-",
+    output: Annotated[str, _sim_opt("--output", "Output file; '-' for stdout.", short="-o")] = "-",
 ) -> None:
     """Simulate a cluster through the controller model and write the metadata records Kafka would write."""
     from elrwatch.state.simulator import simulate as run_simulation
@@ -293,10 +245,7 @@ def _open_store(store: str, store_password_file: str | Path | None, must_exist: 
 @grouped
 def status(
     store: StoreSettings = STORE,
-    pretty: Annotated[
-        bool,
-        typer.Option("--pretty/--compact", envvar="ELRWATCH_STATUS_PRETTY", help="Indent the JSON output."),
-    ] = True,
+    pretty: Annotated[bool, _opt("--pretty/--compact", "Indent the JSON output.", command="status")] = True,
 ) -> None:
     """Print the status store's content as one JSON document, in the same shape as `elrwatch replay`."""
     import json
@@ -322,24 +271,11 @@ def restart_check(
         str | None, typer.Argument(help="Event file to replay instead of reading a store; '-' for stdin.")
     ] = None,
     store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            envvar="ELRWATCH_STORE",
-            help=f"Status store URL (default without FILE: {DEFAULT_URL}).",
-            show_default=False,
-        ),
+        str | None, _opt("--store", f"Status store URL (default without FILE: {DEFAULT_URL}).", show_default=False)
     ] = None,
     store_password_file: StorePasswordFile = None,
     limit: Annotated[
-        int,
-        typer.Option(
-            "--limit",
-            envvar="ELRWATCH_RESTART_CHECK_LIMIT",
-            min=1,
-            max=1000,
-            help="At most this many partitions per list.",
-        ),
+        int, _opt("--limit", "At most this many partitions per list.", command="restart-check", min=1, max=1000)
     ] = 100,
     default_min_isr: DefaultMinIsr = 1,
 ) -> None:
@@ -394,38 +330,33 @@ def restart_check(
 @grouped
 def api(
     store: StoreSettings = STORE,
-    host: Annotated[str, typer.Option("--host", envvar="ELRWATCH_HOST", help="Listen address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", envvar="ELRWATCH_PORT", min=1, max=65535, help="Port.")] = 8080,
+    host: Annotated[str, _opt("--host", "Listen address.")] = "127.0.0.1",
+    port: Annotated[int, _opt("--port", "Port.", min=1, max=65535)] = 8080,
     api_token_file: Annotated[
         Path | None,
-        typer.Option(
+        _opt(
             "--api-token-file",
-            envvar="ELRWATCH_API_TOKEN_FILE",
-            help="File with the bearer token every endpoint but /healthz requires (or env ELRWATCH_API_TOKEN).",
+            "File with the bearer token every endpoint but /healthz requires (or env ELRWATCH_API_TOKEN).",
         ),
     ] = None,
     ready_max_age_seconds: Annotated[
         float,
-        typer.Option(
+        _opt(
             "--ready-max-age-seconds",
-            envvar="ELRWATCH_READY_MAX_AGE_SECONDS",
+            "/readyz fails when the store was last written longer ago than this (0 = no limit).",
             min=0,
-            help="/readyz fails when the store was last written longer ago than this (0 = no limit).",
         ),
     ] = 900.0,
     ready_max_store_behind_batches: Annotated[
         int,
-        typer.Option(
+        _opt(
             "--ready-max-store-behind-batches",
-            envvar="ELRWATCH_READY_MAX_STORE_BEHIND_BATCHES",
-            min=0,
-            help="/readyz fails when the streaming job's last store write was this many micro-batches behind its "
+            "/readyz fails when the streaming job's last store write was this many micro-batches behind its "
             "gauges (the job writes the store behind its batches; 0 = no limit).",
+            min=0,
         ),
     ] = 10,
-    log_level: Annotated[
-        str, typer.Option("--log-level", envvar="ELRWATCH_LOG_LEVEL", help="uvicorn log level.")
-    ] = "info",
+    log_level: Annotated[str, _opt("--log-level", "uvicorn log level.")] = "info",
 ) -> None:
     """Serve the REST API and the status page over a status store (uvicorn, one worker)."""
     import uvicorn
@@ -458,11 +389,30 @@ def api(
 SIM = "Generated events (--simulate)"
 
 
+#: --duration of `produce`, `bridge` and `agent`.
+Duration = Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)]
+
+
 def _kafka_options(kafka: KafkaSettings, topic: str | None) -> dict[str, str]:
     """The event topic's client options (`produce`, `bridge`, `agent`: servers and topic required)."""
     if not kafka.bootstrap_servers or not topic:
         _fail("--bootstrap-servers and --topic are required")
     return kafka.options(topic)
+
+
+def _run_sidecar(name: str, run: Callable[[], object], usage_errors: tuple[type[Exception], ...]) -> None:
+    """Run a sidecar (`bridge`, `agent`) logging to stderr: its refusals (``usage_errors``) are one-line usage
+    errors (exit 2), any other failure at start one line without a traceback (exit 1)."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the sidecar logs and counts connection failures itself
+    try:
+        run()
+    except usage_errors as exc:
+        _fail(str(exc))
+    except Exception as exc:  # kafka-python errors at start
+        _fail(f"{name} failed: {type(exc).__name__}: {exc}", code=1)
 
 
 @app.command(rich_help_panel=LIVE)
@@ -490,7 +440,7 @@ def produce(
     ] = False,
     seed: Annotated[int, _opt("--seed", "--simulate: RNG seed.", rich_help_panel=SIM)] = 7,
     rate: Annotated[float, _opt("--rate", "Events per second (0 = as fast as possible).", min=0)] = 0.0,
-    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
+    duration: Duration = 0.0,
     create_topic: Annotated[bool, _opt("--create-topic", "Create the topic if it does not exist.")] = False,
     partitions: Annotated[int, _opt("--partitions", "Partitions of a topic created by --create-topic.", min=1)] = 1,
 ) -> None:
@@ -553,174 +503,96 @@ def stream(config: JobConfig = JOB_OPTIONS) -> None:
 def bridge(
     source: Annotated[
         str,
-        typer.Option(
-            "--source",
-            envvar="ELRWATCH_BRIDGE_SOURCE",
-            help="admin (poll a cluster's admin API) or metadata-log (follow a node's metadata log).",
-        ),
+        _bridge_opt("--source", "admin (poll a cluster's admin API) or metadata-log (follow a node's metadata log)."),
     ] = "admin",
     kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     log_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--log-dir",
-            envvar="ELRWATCH_BRIDGE_LOG_DIR",
-            help="--source metadata-log: the node's __cluster_metadata-0 directory.",
-        ),
+        str | None, _bridge_opt("--log-dir", "--source metadata-log: the node's __cluster_metadata-0 directory.")
     ] = None,
     admin_bootstrap_servers: Annotated[
         str | None,
-        typer.Option(
+        _bridge_opt(
             "--admin-bootstrap-servers",
-            envvar="ELRWATCH_BRIDGE_ADMIN_BOOTSTRAP_SERVERS",
-            help="--source admin: the cluster to poll (default: --bootstrap-servers; same TLS/SASL).",
+            "--source admin: the cluster to poll (default: --bootstrap-servers; same TLS/SASL).",
         ),
     ] = None,
     interval: Annotated[
-        float,
-        typer.Option(
-            "--interval",
-            envvar="ELRWATCH_BRIDGE_INTERVAL",
-            min=0.05,
-            help="Seconds between two polls (admin) or reads (metadata log).",
-        ),
+        float, _bridge_opt("--interval", "Seconds between two polls (admin) or reads (metadata log).", min=0.05)
     ] = 2.0,
     page_size: Annotated[
-        int,
-        typer.Option(
-            "--page-size",
-            envvar="ELRWATCH_BRIDGE_PAGE_SIZE",
-            min=1,
-            help="--source admin: partitions per DescribeTopicPartitions page.",
-        ),
+        int, _bridge_opt("--page-size", "--source admin: partitions per DescribeTopicPartitions page.", min=1)
     ] = 2000,
     state_file: Annotated[
         str | None,
-        typer.Option(
-            "--state-file",
-            envvar="ELRWATCH_BRIDGE_STATE_FILE",
-            help="What was published (restart without duplicates or losses); default: none (in memory).",
+        _bridge_opt(
+            "--state-file", "What was published (restart without duplicates or losses); default: none (in memory)."
         ),
     ] = None,
     metrics: MetricsEndpoint = METRICS,
-    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
+    duration: Duration = 0.0,
 ) -> None:
     """Publish a live cluster's metadata to the event topic.
 
     Polled from its admin API, or read from a node's metadata log (exact records and offsets)."""
-    import logging
-
-    from elrwatch.bridge.runner import run_bridge
+    from elrwatch.bridge.runner import SidecarSettings, run_bridge
 
     opts = _kafka_options(kafka, topic)
     if source not in ("admin", "metadata-log"):
         _fail("--source must be admin or metadata-log")
     admin_opts = kafka.with_servers(admin_bootstrap_servers).options(topic)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the bridge logs and counts connection failures itself
-    try:
-        run_bridge(
-            source=source,
-            options=opts,
-            topic=topic,
-            admin_options=admin_opts,
-            log_dir=log_dir,
-            state_file=state_file,
-            interval_s=interval,
-            page_size=page_size,
-            metrics_port=metrics.port,
-            metrics_host=metrics.host,
-            duration_s=duration,
-        )
-    except (ValueError, SourceError) as exc:
-        _fail(str(exc))
-    except Exception as exc:  # kafka-python errors at start: one line, no traceback
-        _fail(f"bridge failed: {type(exc).__name__}: {exc}", code=1)
+    settings = SidecarSettings(opts, topic, state_file, interval, metrics.port, metrics.host, duration)
+    run = functools.partial(
+        run_bridge, settings, source=source, admin_options=admin_opts, log_dir=log_dir, page_size=page_size
+    )
+    _run_sidecar("bridge", run, (ValueError, SourceError))
 
 
 @app.command(rich_help_panel=LIVE)
 @grouped
 def agent(
     log_dirs: Annotated[
-        str | None,
-        typer.Option(
-            "--log-dirs",
-            envvar="ELRWATCH_AGENT_LOG_DIRS",
-            help="The broker's log.dirs, comma-separated (mounted read-only: only read).",
-        ),
+        str | None, _agent_opt("--log-dirs", "The broker's log.dirs, comma-separated (mounted read-only: only read).")
     ] = None,
     metadata_log_dir: Annotated[
         str | None,
-        typer.Option(
-            "--metadata-log-dir",
-            envvar="ELRWATCH_AGENT_METADATA_LOG_DIR",
-            help="The broker's metadata.log.dir (or its __cluster_metadata-0 directory).",
-        ),
+        _agent_opt("--metadata-log-dir", "The broker's metadata.log.dir (or its __cluster_metadata-0 directory)."),
     ] = None,
     kafka: KafkaSettings = KAFKA,
     topic: EventTopic = None,
     interval: Annotated[
-        float,
-        typer.Option(
-            "--interval",
-            envvar="ELRWATCH_AGENT_INTERVAL",
-            min=0.05,
-            help="Seconds between two reads of the metadata log and the replicas.",
-        ),
+        float, _agent_opt("--interval", "Seconds between two reads of the metadata log and the replicas.", min=0.05)
     ] = 2.0,
     max_rate: Annotated[
         float,
-        typer.Option(
-            "--max-rate",
-            envvar="ELRWATCH_AGENT_MAX_RATE",
-            min=0.1,
-            help="At most this many records published a second (the rest waits, oldest first).",
+        _agent_opt(
+            "--max-rate", "At most this many records published a second (the rest waits, oldest first).", min=0.1
         ),
     ] = 20.0,
     state_file: Annotated[
         str | None,
-        typer.Option(
-            "--state-file",
-            envvar="ELRWATCH_AGENT_STATE_FILE",
-            help="What was published (a restart publishes nothing twice); default: none (in memory).",
+        _agent_opt(
+            "--state-file", "What was published (a restart publishes nothing twice); default: none (in memory)."
         ),
     ] = None,
     metrics: MetricsEndpoint = METRICS,
-    duration: Annotated[float, _opt("--duration", "Stop after this many seconds (0 = no limit).", min=0)] = 0.0,
+    duration: Duration = 0.0,
 ) -> None:
     """Beside one broker: publish its stranded replicas' log end offsets, for the advice on unclean elections.
 
     Publishes the log end offset and last leader epoch (REPLICA_LOG_INFO_RECORD) of its replicas of the partitions
     that have no leader or an empty ISR, so that the advice names the replica an unclean election should pick.
     Reads the node's metadata log and its partitions' batch headers, never record payloads."""
-    import logging
-
     from elrwatch.bridge.agent import AgentError, run_agent
+    from elrwatch.bridge.runner import SidecarSettings
 
     opts = _kafka_options(kafka, topic)
     dirs = [d.strip() for d in (log_dirs or "").split(",") if d.strip()]
     if not dirs or not metadata_log_dir:
         _fail("--log-dirs and --metadata-log-dir are required")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # publish failures are logged and counted by the agent
-    try:
-        run_agent(
-            log_dirs=dirs,
-            metadata_log_dir=metadata_log_dir,
-            options=opts,
-            topic=topic,  # type: ignore[arg-type]
-            state_file=state_file,
-            interval_s=interval,
-            max_rate=max_rate,
-            metrics_port=metrics.port,
-            metrics_host=metrics.host,
-            duration_s=duration,
-        )
-    except (AgentError, ValueError, SourceError) as exc:
-        _fail(str(exc))
-    except Exception as exc:  # kafka-python errors at start: one line, no traceback
-        _fail(f"agent failed: {type(exc).__name__}: {exc}", code=1)
+    settings = SidecarSettings(opts, topic, state_file, interval, metrics.port, metrics.host, duration)
+    run = functools.partial(run_agent, settings, log_dirs=dirs, metadata_log_dir=metadata_log_dir, max_rate=max_rate)
+    _run_sidecar("agent", run, (AgentError, ValueError, SourceError))
 
 
 def main() -> None:

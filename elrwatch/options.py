@@ -25,10 +25,21 @@ from elrwatch.streaming.config import SOURCES, JobConfig, LocalTuning, MetricsEn
 JOB, TUNING = JobConfig(), LocalTuning()  # elrwatch stream's defaults
 
 
-def option(name: str, help_text: str, **kwargs: Any) -> Any:
-    """A typer.Option whose env var is ELRWATCH_<NAME>."""
-    envvar = "ELRWATCH_" + name.split("/")[0].lstrip("-").replace("-", "_").upper()
-    return typer.Option(name, envvar=envvar, help=help_text, **kwargs)
+def option(
+    name: str, help_text: str | None = None, *, command: str | None = None, short: str | None = None, **kwargs: Any
+) -> Any:
+    """A typer.Option whose env var is ELRWATCH_<NAME>, or ELRWATCH_<COMMAND>_<NAME> for an option of one command
+    (``option("--limit", ..., command="restart-check")``: ELRWATCH_RESTART_CHECK_LIMIT); ``short`` is a one-letter
+    alias (``-o``)."""
+    words = ["ELRWATCH", *([command] if command else []), name.split("/")[0].lstrip("-")]
+    envvar = "_".join(words).replace("-", "_").upper()
+    return typer.Option(name, *([short] if short else []), envvar=envvar, help=help_text, **kwargs)
+
+
+def command_option(command: str) -> Callable[..., Any]:
+    """:func:`option` for the options of one command: ``command_option("bridge")("--interval", ...)`` has the env
+    var ELRWATCH_BRIDGE_INTERVAL."""
+    return functools.partial(option, command=command)
 
 
 DefaultMinIsr = Annotated[

@@ -32,6 +32,13 @@ READER_FETCH_MAX_WAIT_MS = 10
 #: 0.91 s (median of 6) with 500 and 0.79 s with 10,000 (docs/PERFORMANCE.md, Storm). A poll hands out records
 #: already fetched, so the fetch sizes, not this, bound the memory.
 NATIVE_MAX_POLL_RECORDS = 10_000
+#: The Python reader's (``streaming.sources``) kafka-python fetch and poll sizes; the benchmarks' raw consumption
+#: (bench/consume_raw.py), the ceiling its throughput is compared to, reads with the same ones.
+READER_FETCH_SIZES: dict[str, int] = {
+    "max_poll_records": 5000,
+    "fetch_max_bytes": 64 * 1024 * 1024,
+    "max_partition_fetch_bytes": 16 * 1024 * 1024,
+}
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Environment variables holding the secrets when no password file is given.
 SASL_PASSWORD_ENV = "ELRWATCH_SASL_PASSWORD"

@@ -28,6 +28,23 @@ def uuid22(rng: random.Random) -> str:
     return base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
 
 
+def new_partition(topic_id: str, partition: int, replicas: list[int], isr: list[int], leader: int) -> dict:
+    """The data of a new partition's PARTITION_RECORD (version 2): epochs 0, no reassignment, every replica's
+    directory ``DIR0``."""
+    return {
+        "partitionId": partition,
+        "topicId": topic_id,
+        "replicas": replicas,
+        "isr": isr,
+        "removingReplicas": [],
+        "addingReplicas": [],
+        "leader": leader,
+        "leaderEpoch": 0,
+        "partitionEpoch": 0,
+        "directories": [DIR0] * len(replicas),
+    }
+
+
 class EventGenerator:
     """Cluster of ``brokers`` brokers, ``topics`` topics of ``partitions`` partitions each (RF ``rf``)."""
 
@@ -114,22 +131,7 @@ class EventGenerator:
                 self.parts[(t, p)] = [replicas, isr, [], leader]
                 for r in replicas:
                     self.by_broker[r].add((t, p))
-                yield self._line(
-                    "PARTITION_RECORD",
-                    2,
-                    {
-                        "partitionId": p,
-                        "topicId": tid,
-                        "replicas": replicas,
-                        "isr": isr,
-                        "removingReplicas": [],
-                        "addingReplicas": [],
-                        "leader": leader,
-                        "leaderEpoch": 0,
-                        "partitionEpoch": 0,
-                        "directories": [DIR0] * len(replicas),
-                    },
-                )
+                yield self._line("PARTITION_RECORD", 2, new_partition(tid, p, replicas, isr, leader))
 
     def fence(self, b: int) -> Iterator[bytes]:
         """Broker ``b`` fails: leave ISRs (to the ELR below min ISR), leaders move, then the fence record."""

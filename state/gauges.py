@@ -33,183 +33,162 @@ Gauges = dict[GaugeKey, float]
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric elrwatch serves: its type (gauge, counter or histogram), help text and label names; ``values``:
-    the known values of its label when they are a fixed set (the API reads those samples by them)."""
+    """One metric elrwatch serves: its help text and label names, ``values``: the known values of its label when
+    they are a fixed set (the API reads those samples by them), and its type (``kind``: gauge, the most of them,
+    counter or histogram)."""
 
     name: str
-    kind: str
     help: str
     labels: tuple[str, ...] = ()
     values: tuple[str, ...] = ()
+    kind: str = "gauge"
 
 
-def _table(*metrics: Metric) -> dict[str, Metric]:
-    return {m.name: m for m in metrics}
-
-
-#: Every metric elrwatch serves, by name: the exporter, the API and the docs use this table.
-METRICS: dict[str, Metric] = _table(
-    # the core's gauges (state/gauges.py): the streaming job's /metrics, documents, the store, /v1/summary
-    Metric(
-        "elrwatch_global_under_min_isr_partitions", "gauge", "Partitions with |ISR| < effective min ISR (HWM frozen)."
-    ),
-    Metric(
-        "elrwatch_at_min_isr_partitions",
-        "gauge",
-        "Partitions with |ISR| == effective min ISR (one failure from under).",
-    ),
-    Metric("elrwatch_offline_partitions", "gauge", "Partitions without a leader (Kafka's OfflinePartitionsCount)."),
+#: The core's gauges (state/gauges.py: the streaming job's /metrics, documents, the store, /v1/summary) and
+#: counters.
+_CORE = (
+    Metric("elrwatch_global_under_min_isr_partitions", "Partitions with |ISR| < effective min ISR (HWM frozen)."),
+    Metric("elrwatch_at_min_isr_partitions", "Partitions with |ISR| == effective min ISR (one failure from under)."),
+    Metric("elrwatch_offline_partitions", "Partitions without a leader (Kafka's OfflinePartitionsCount)."),
     Metric(
         "elrwatch_electable_leaders_partitions",
-        "gauge",
         "Partitions by number of live electable replicas (ISR ∪ ELR).",
         ("live_electable",),
         ELECTABLE_LABELS,
     ),
     Metric(
         "elrwatch_unclean_recovery_partitions",
-        "gauge",
         "Leaderless partitions whose only way back may lose data, plus partitions RECOVERING.",
     ),
     Metric(
         "elrwatch_unclean_recovery_candidate_known_partitions",
-        "gauge",
         "Leaderless partitions needing a lossy election (unclean recovery or manual) for which a live replica "
         "reported its log (REPLICA_LOG_INFO_RECORD, current broker epoch): the advice names the longest log.",
     ),
     Metric(
         "elrwatch_manual_leader_election_required_partitions",
-        "gauge",
         "Leaderless partitions Kafka will never elect a leader for by itself.",
     ),
-    Metric("elrwatch_recovering_partitions", "gauge", "Partitions with leaderRecoveryState RECOVERING."),
+    Metric("elrwatch_recovering_partitions", "Partitions with leaderRecoveryState RECOVERING."),
     Metric(
         "elrwatch_last_replica_standing_partitions",
-        "gauge",
         "Partitions with ELR off whose ISR is one replica while the effective min ISR is 2 or more (an unclean "
         "shutdown of that replica may lose committed data); 0 with ELR on.",
     ),
-    Metric("elrwatch_partitions", "gauge", "Partitions by status class (monitor-spec §3).", ("status",), STATUSES),
-    Metric("elrwatch_partition_count", "gauge", "Partitions known to elrwatch."),
-    Metric("elrwatch_topic_count", "gauge", "Topics known to elrwatch."),
+    Metric("elrwatch_partitions", "Partitions by status class (monitor-spec §3).", ("status",), STATUSES),
+    Metric("elrwatch_partition_count", "Partitions known to elrwatch."),
+    Metric("elrwatch_topic_count", "Topics known to elrwatch."),
     Metric(
         "elrwatch_invariant_violations",
-        "gauge",
         "Partitions currently breaking an invariant, by kind.",
         ("kind",),
         tuple(VIOLATION_KINDS),
     ),
-    Metric("elrwatch_unclean_recovery_finished_total", "counter", "RECOVERING -> RECOVERED transitions observed."),
+    Metric("elrwatch_unclean_recovery_finished_total", "RECOVERING -> RECOVERED transitions observed.", kind="counter"),
     Metric(
         "elrwatch_elr_elections_total",
-        "counter",
         "Leader elections from the ELR observed (Kafka's ElectionFromEligibleLeaderReplicasPerSec).",
+        kind="counter",
     ),
     Metric(
         "elrwatch_unclean_elections_total",
-        "counter",
         "Records setting leaderRecoveryState=RECOVERING (Kafka's UncleanLeaderElectionsPerSec).",
+        kind="counter",
     ),
     Metric(
         "elrwatch_last_known_leader_elections_total",
-        "counter",
         "Last-known-leader elections observed (ISR and ELR empty).",
+        kind="counter",
     ),
     # operator insight (state/insight.py): per broker (every registered broker), per topic (non-zero ones only),
     # by cause of the missing replicas
     Metric(
         "elrwatch_broker_isr_missing_partitions",
-        "gauge",
         "Partitions that have the broker among their replicas but not in their ISR.",
         ("broker",),
     ),
     Metric(
         "elrwatch_broker_restart_blocking_partitions",
-        "gauge",
         "Partitions whose ISR holds the broker with |ISR| - 1 < effective min ISR: stopping it now leaves them "
         "under min ISR (acks=all writes fail), or keeps them there.",
         ("broker",),
     ),
     Metric(
         "elrwatch_broker_restart_offline_partitions",
-        "gauge",
         "Partitions with a leader whose only active member of ISR ∪ ELR is the broker: stopping it now leaves "
         "them without an electable leader.",
         ("broker",),
     ),
     Metric(
         "elrwatch_topic_under_min_isr_partitions",
-        "gauge",
         "Partitions of the topic with |ISR| < effective min ISR (only topics with some).",
         ("topic",),
     ),
     Metric(
         "elrwatch_topic_offline_partitions",
-        "gauge",
         "Partitions of the topic without a leader (only topics with some).",
         ("topic",),
     ),
     Metric(
         "elrwatch_topic_at_min_isr_partitions",
-        "gauge",
         "Partitions of the topic with |ISR| == effective min ISR (only topics with some).",
         ("topic",),
     ),
     Metric(
         "elrwatch_under_min_isr_partitions_by_cause",
-        "gauge",
         "Partitions under min ISR by the dominant cause of their missing replicas (unregistered > fenced > lagging "
         "> controlled_shutdown: controlled_shutdown means every missing replica is in a planned shutdown).",
         ("cause",),
         insight.CAUSES,
     ),
-    Metric("elrwatch_brokers", "gauge", "Registered brokers by state.", ("state",), BROKER_STATES),
-    Metric("elrwatch_elr_enabled", "gauge", "1 when eligible.leader.replicas.version >= 1."),
-    Metric("elrwatch_events_total", "counter", "Input events read, by record type.", ("type",)),
+    Metric("elrwatch_brokers", "Registered brokers by state.", ("state",), BROKER_STATES),
+    Metric("elrwatch_elr_enabled", "1 when eligible.leader.replicas.version >= 1."),
+    Metric("elrwatch_events_total", "Input events read, by record type.", ("type",), kind="counter"),
     Metric(
         "elrwatch_quarantined_records_total",
-        "counter",
         "Input events quarantined, by reason.",
         ("reason",),
         tuple(QUARANTINE_REASONS),
+        kind="counter",
     ),
-    Metric("elrwatch_duplicate_records_total", "counter", "Input events skipped as already applied."),
-    Metric("elrwatch_skipped_records_total", "counter", "Well-formed records of types elrwatch does not use."),
-    Metric("elrwatch_last_event_timestamp_seconds", "gauge", "Event time of the newest record applied (Unix seconds)."),
-    # the streaming job's health (streaming/metrics.py; the driver's /metrics only)
-    Metric("elrwatch_batch_duration_seconds", "gauge", "Wall time of the last micro-batch (Spark's batchDuration)."),
-    Metric("elrwatch_batch_input_rows", "gauge", "Input events of the last micro-batch."),
-    Metric("elrwatch_source_lag_records", "gauge", "Events in the source not yet consumed (latest - consumed)."),
-    Metric("elrwatch_last_batch_completed_timestamp_seconds", "gauge", "When the last micro-batch completed."),
-    Metric("elrwatch_batches_total", "counter", "Micro-batches completed by this driver."),
-    Metric("elrwatch_up", "gauge", "1 while the streaming query runs."),
-    Metric(
-        "elrwatch_store_behind_batches",
-        "gauge",
-        "Micro-batches whose gauges are served and that are not yet in the status store (written behind them).",
-    ),
-    # the API's own (api/middleware.py; the API's /metrics)
-    Metric("elrwatch_api_requests", "counter", "API requests", ("method", "route", "status")),
-    Metric("elrwatch_api_request_duration_seconds", "histogram", "API request latency", ("method", "route")),
-    # elrwatch bridge's (bridge/runner.py; the bridge's /metrics)
-    Metric("elrwatch_bridge_errors_total", "counter", "Bridge errors by reason (each also logged)", ("reason",)),
-    Metric("elrwatch_bridge_published_records_total", "counter", "Records published to the event topic"),
-    Metric(
-        "elrwatch_bridge_poll_duration_seconds", "gauge", "Duration of the last poll (admin) or read (metadata log)"
-    ),
-    Metric("elrwatch_bridge_last_published_offset", "gauge", "Offset of the last record published"),
+    Metric("elrwatch_duplicate_records_total", "Input events skipped as already applied.", kind="counter"),
+    Metric("elrwatch_skipped_records_total", "Well-formed records of types elrwatch does not use.", kind="counter"),
+    Metric("elrwatch_last_event_timestamp_seconds", "Event time of the newest record applied (Unix seconds)."),
 )
 
-#: The job-health metrics, in the order the exporter serves them.
-HEALTH_METRICS = (
-    "elrwatch_batch_duration_seconds",
-    "elrwatch_batch_input_rows",
-    "elrwatch_source_lag_records",
-    "elrwatch_last_batch_completed_timestamp_seconds",
-    "elrwatch_batches_total",
-    "elrwatch_up",
-    "elrwatch_store_behind_batches",
+#: The streaming job's health (streaming/metrics.py; the driver's /metrics only), in the order the exporter serves
+#: them.
+_HEALTH = (
+    Metric("elrwatch_batch_duration_seconds", "Wall time of the last micro-batch (Spark's batchDuration)."),
+    Metric("elrwatch_batch_input_rows", "Input events of the last micro-batch."),
+    Metric("elrwatch_source_lag_records", "Events in the source not yet consumed (latest - consumed)."),
+    Metric("elrwatch_last_batch_completed_timestamp_seconds", "When the last micro-batch completed."),
+    Metric("elrwatch_batches_total", "Micro-batches completed by this driver.", kind="counter"),
+    Metric("elrwatch_up", "1 while the streaming query runs."),
+    Metric(
+        "elrwatch_store_behind_batches",
+        "Micro-batches whose gauges are served and that are not yet in the status store (written behind them).",
+    ),
 )
+
+#: The API's own (api/middleware.py; the API's /metrics).
+_API = (
+    Metric("elrwatch_api_requests", "API requests", ("method", "route", "status"), kind="counter"),
+    Metric("elrwatch_api_request_duration_seconds", "API request latency", ("method", "route"), kind="histogram"),
+)
+
+#: elrwatch bridge's (bridge/runner.py; the bridge's /metrics).
+_BRIDGE = (
+    Metric("elrwatch_bridge_errors_total", "Bridge errors by reason (each also logged)", ("reason",), kind="counter"),
+    Metric("elrwatch_bridge_published_records_total", "Records published to the event topic", kind="counter"),
+    Metric("elrwatch_bridge_poll_duration_seconds", "Duration of the last poll (admin) or read (metadata log)"),
+    Metric("elrwatch_bridge_last_published_offset", "Offset of the last record published"),
+)
+
+#: Every metric elrwatch serves, by name: the exporter, the API and the docs use this table.
+METRICS: dict[str, Metric] = {m.name: m for m in (*_CORE, *_HEALTH, *_API, *_BRIDGE)}
+#: The job-health metrics, in the order the exporter serves them.
+HEALTH_METRICS = tuple(m.name for m in _HEALTH)
 
 
 def key(name: str, **labels: str) -> GaugeKey:

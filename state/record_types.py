@@ -183,6 +183,38 @@ def _check(entry: RecordType) -> None:
         raise ValueError(f"{where}: a {entry.key.kind} key names its data field")
 
 
+def _partition(
+    name: str,
+    method: str,
+    route: str = ROUTE_OWNER_P0_EVERY,
+    *,
+    admin_derived: bool = False,
+    schema_file: str | None = None,
+    schema: dict[str, Any] | None = None,
+) -> RecordType:
+    """A partition's record type: routed to its partition's bucket, applied by the method ``method`` of each
+    partition store, its Kafka message keyed by the topic's id."""
+    return RecordType(
+        name,
+        SCOPE_PARTITION,
+        route,
+        handlers={STORE_OBJECTS: method, STORE_COLUMNAR: method},
+        key=BY_TOPIC_ID,
+        admin_derived=admin_derived,
+        schema_file=schema_file,
+        schema=schema,
+    )
+
+
+def _topic(
+    name: str, handler: str, schema_file: str, key: ProducerKey = BY_TOPIC_ID, admin_derived: bool = False
+) -> RecordType:
+    """A topic's record type: every bucket gets it."""
+    return RecordType(
+        name, SCOPE_TOPIC, ROUTE_EVERY, handler=handler, key=key, admin_derived=admin_derived, schema_file=schema_file
+    )
+
+
 def _broker(name: str, handler: str, id_field: str, schema_file: str, admin_derived: bool = False) -> RecordType:
     """A broker's record type: every bucket gets it, its Kafka message is keyed by the broker's id."""
     return RecordType(
@@ -199,10 +231,6 @@ def _broker(name: str, handler: str, id_field: str, schema_file: str, admin_deri
 def _skipped(name: str) -> RecordType:
     return RecordType(name, SCOPE_CLUSTER, ROUTE_SKIPPED)
 
-
-_PARTITION = SCOPE_PARTITION
-_P0 = ROUTE_OWNER_P0_EVERY
-_EVERY = ROUTE_EVERY
 
 #: elrwatch's own record spec, in Kafka's schema format (documented in docs/INPUT.md).
 REPLICA_LOG_INFO_SCHEMA: Final[dict[str, Any]] = {
@@ -222,58 +250,28 @@ REPLICA_LOG_INFO_SCHEMA: Final[dict[str, Any]] = {
 #: The types elrwatch ships with: those the core applies, then every other MetadataRecordType of Kafka trunk
 #: (well-formed records of those are counted and skipped).
 BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
-    RecordType(
-        PARTITION_RECORD,
-        _PARTITION,
-        _P0,
-        handlers={STORE_OBJECTS: "apply_partition_record", STORE_COLUMNAR: "apply_partition_record"},
-        key=BY_TOPIC_ID,
-        admin_derived=True,
-        schema_file="PartitionRecord.json",
-    ),
-    RecordType(
+    _partition(PARTITION_RECORD, "apply_partition_record", admin_derived=True, schema_file="PartitionRecord.json"),
+    _partition(
         PARTITION_CHANGE_RECORD,
-        _PARTITION,
-        _P0,
-        handlers={STORE_OBJECTS: "apply_partition_change", STORE_COLUMNAR: "apply_partition_change"},
-        key=BY_TOPIC_ID,
+        "apply_partition_change",
         admin_derived=True,
         schema_file="PartitionChangeRecord.json",
     ),
-    RecordType(
-        REPLICA_LOG_INFO_RECORD,
-        _PARTITION,
-        ROUTE_OWNER,
-        handlers={STORE_OBJECTS: "apply_replica_log_info", STORE_COLUMNAR: "apply_replica_log_info"},
-        key=BY_TOPIC_ID,
-        schema=REPLICA_LOG_INFO_SCHEMA,
-    ),
-    RecordType(
+    _partition(REPLICA_LOG_INFO_RECORD, "apply_replica_log_info", ROUTE_OWNER, schema=REPLICA_LOG_INFO_SCHEMA),
+    _topic(
         CLEAR_ELR_RECORD,
-        SCOPE_TOPIC,
-        _EVERY,
-        handler="topics.apply_clear_elr",
+        "topics.apply_clear_elr",
+        "ClearElrRecord.json",
         key=ProducerKey(KEY_TOPIC_NAME, "topicName"),
-        schema_file="ClearElrRecord.json",
     ),
-    RecordType(
+    _topic(
         TOPIC_RECORD,
-        SCOPE_TOPIC,
-        _EVERY,
-        handler="topics.apply_topic",
+        "topics.apply_topic",
+        "TopicRecord.json",
         key=ProducerKey(KEY_TOPIC_ID, TOPIC_ID, names_topic="name"),
         admin_derived=True,
-        schema_file="TopicRecord.json",
     ),
-    RecordType(
-        REMOVE_TOPIC_RECORD,
-        SCOPE_TOPIC,
-        _EVERY,
-        handler="topics.apply_remove_topic",
-        key=BY_TOPIC_ID,
-        admin_derived=True,
-        schema_file="RemoveTopicRecord.json",
-    ),
+    _topic(REMOVE_TOPIC_RECORD, "topics.apply_remove_topic", "RemoveTopicRecord.json", admin_derived=True),
     _broker(
         REGISTER_BROKER_RECORD, "brokers.apply_register", "brokerId", "RegisterBrokerRecord.json", admin_derived=True
     ),
@@ -296,7 +294,7 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
     RecordType(
         CONFIG_RECORD,
         SCOPE_CLUSTER,  # a topic's, a broker's or the cluster default's config
-        _EVERY,
+        ROUTE_EVERY,
         handler="configs.apply_config",
         key=ProducerKey(KEY_TOPIC_NAME, "resourceName", when=("resourceType", RESOURCE_TOPIC)),
         admin_derived=True,
@@ -305,7 +303,7 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
     RecordType(
         FEATURE_LEVEL_RECORD,
         SCOPE_CLUSTER,
-        _EVERY,
+        ROUTE_EVERY,
         handler="features.apply_feature_level",
         admin_derived=True,
         schema_file="FeatureLevelRecord.json",

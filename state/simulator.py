@@ -547,23 +547,23 @@ class Simulator:
         steps[name]()
         self.flush()
 
+    def _back(self, *brokers: tuple[int, bool]) -> None:
+        """Restart each (broker id, clean) in turn, then unfence it."""
+        for broker_id, clean in brokers:
+            self.restart(broker_id, clean=clean)
+            self.unfence(broker_id)
+
     def _kip966_walkthrough(self) -> None:
         for broker_id in (3, 2, 1, 0):
             self.fence(broker_id)
-        self.restart(1, clean=False)
-        self.unfence(1)
-        self.restart(2, clean=True)
-        self.unfence(2)
-        self.restart(3, clean=True)
-        self.unfence(3)
+        self._back((1, False), (2, True), (3, True))
         self.catch_up(1)
         self.catch_up(3)
 
     def _last_replica_standing(self) -> None:
         for broker_id in (0, 1, 2):
             self.fence(broker_id)
-        self.restart(2, clean=False)
-        self.unfence(2)
+        self._back((2, False))
         self.unfence(0)
         self.unfence(1)
         for broker_id in (0, 1, 2):
@@ -573,20 +573,14 @@ class Simulator:
         for broker_id in sorted(self.brokers):
             self.controlled_shutdown(broker_id)
             self.fence(broker_id)
-            self.restart(broker_id, clean=True)
-            self.unfence(broker_id)
+            self._back((broker_id, True))
             self.catch_up(broker_id)
         self.preferred_elections()
 
     def _unclean_shutdown_elr_member(self) -> None:
         for broker_id in (0, 1, 2):
             self.fence(broker_id)
-        self.restart(1, clean=False)
-        self.unfence(1)
-        self.restart(2, clean=True)
-        self.unfence(2)
-        self.restart(0, clean=True)
-        self.unfence(0)
+        self._back((1, False), (2, True), (0, True))
         for broker_id in (0, 1, 2):
             self.catch_up(broker_id)
 
@@ -596,9 +590,7 @@ class Simulator:
         if self.topics:
             self.change_min_isr(max(1, self.min_isr - 1), self.topics[0])
         self.change_min_isr(self.min_isr)
-        for broker_id in (1, 2):
-            self.restart(broker_id, clean=True)
-            self.unfence(broker_id)
+        self._back((1, True), (2, True))
         for broker_id in (1, 2):
             self.catch_up(broker_id)
 

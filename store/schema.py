@@ -34,6 +34,22 @@ from sqlalchemy import (
 
 metadata = MetaData()
 
+
+def _row_id() -> Column:
+    """A history table's key: a BIGINT that autoincrements (an INTEGER on SQLite: only an INTEGER PRIMARY KEY is
+    its rowid)."""
+    return Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+
+
+def _partition_of_row() -> tuple[Column, Column, Column]:
+    """The partition a row is about: ``topic_id`` (null when unknown), ``topic``, ``partition_id``."""
+    return (
+        Column("topic_id", String(64), nullable=True),
+        Column("topic", String(255), nullable=False),
+        Column("partition_id", Integer, nullable=False),
+    )
+
+
 partitions_t = Table(
     "partitions",
     metadata,
@@ -98,11 +114,9 @@ topics_t = Table(
 status_transitions_t = Table(
     "status_transitions",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    _row_id(),
     Column("batch_id", BigInteger, nullable=True),
-    Column("topic_id", String(64), nullable=True),
-    Column("topic", String(255), nullable=False),
-    Column("partition_id", Integer, nullable=False),
+    *_partition_of_row(),
     Column("from_status", String(32), nullable=True),
     Column("to_status", String(32), nullable=True),
     Column("at_ms", BigInteger, nullable=True),
@@ -114,7 +128,7 @@ status_transitions_t = Table(
 quarantined_t = Table(
     "quarantined",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    _row_id(),
     Column("batch_id", BigInteger, nullable=True),
     Column("reason", String(64), nullable=False),
     Column("position", Text, nullable=True),
@@ -132,10 +146,8 @@ gauges_t = Table(
 violations_t = Table(
     "violations",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("topic_id", String(64), nullable=True),
-    Column("topic", String(255), nullable=False),
-    Column("partition_id", Integer, nullable=False),
+    _row_id(),
+    *_partition_of_row(),
     Column("kind", String(64), nullable=False),
     Column("doc", Text, nullable=False),
     Index("ix_violations_partition", "topic", "partition_id", "kind"),
@@ -144,7 +156,7 @@ violations_t = Table(
 gauge_history_t = Table(
     "gauge_history",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    _row_id(),
     Column("name", String(512), nullable=False),
     Column("at_ms", BigInteger, nullable=False),
     Column("value", Float, nullable=False),

@@ -45,6 +45,7 @@ from elrwatch.kafkaio.clients import make_consumer
 from elrwatch.kafkaio.config import (
     DEFAULT_TIMEOUT_MS,
     READER_FETCH_MAX_WAIT_MS,
+    READER_FETCH_SIZES,
     Options,
     SourceError,
     kafka_python_config,
@@ -112,6 +113,24 @@ def split_limit(available: dict[tuple[str, str], int], cap: int) -> dict[tuple[s
     return take
 
 
+class _EventDataSource(DataSource):
+    """A Python source of the job's rows (`SCHEMA`; `ROUTED_SCHEMA` with ``routeBuckets``): its ``format`` name and
+    its stream reader."""
+
+    FORMAT: str
+    READER: type[DataSourceStreamReader]
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.FORMAT
+
+    def schema(self) -> str:
+        return SCHEMA if route_buckets(self.options) is None else ROUTED_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return self.READER(Options(self.options))  # type: ignore[call-arg]
+
+
 # ---------------------------------------------------------------------------------------------- kafka
 
 
@@ -125,20 +144,6 @@ class KafkaSplit(InputPartition):
     def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
-
-
-class KafkaDataSource(DataSource):
-    """``spark.readStream.format("elrwatch-kafka")``: Kafka through kafka-python (see module doc)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return KAFKA_FORMAT
-
-    def schema(self) -> str:
-        return SCHEMA if route_buckets(self.options) is None else ROUTED_SCHEMA
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return KafkaStreamReader(Options(self.options))
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -283,6 +288,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = None
 
 
+class KafkaDataSource(_EventDataSource):
+    """``spark.readStream.format("elrwatch-kafka")``: Kafka through kafka-python (see module doc)."""
+
+    FORMAT = KAFKA_FORMAT
+    READER = KafkaStreamReader
+
+
 def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: int = 20000) -> Iterator[Any]:
     """Executor side: fetch [start, end) of one partition as Arrow record batches (bounded wait)."""
     options = Options(options)
@@ -302,9 +314,7 @@ def read_kafka_split(options: Mapping[str, str], split: KafkaSplit, batch_rows: 
     consumer = KafkaConsumer(
         enable_auto_commit=False,
         group_id=None,
-        max_poll_records=5000,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=16 * 1024 * 1024,
+        **READER_FETCH_SIZES,
         fetch_max_wait_ms=READER_FETCH_MAX_WAIT_MS,
         **kafka_python_config(options),
     )
@@ -363,20 +373,6 @@ def _kafka_batch(schema: Any, values: list, split: KafkaSplit, offsets: list, st
 
 
 # ---------------------------------------------------------------------------------------------- files
-
-
-class FilesDataSource(DataSource):
-    """``spark.readStream.format("elrwatch-files").option("path", DIR)``: event files as a stream."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FILES_FORMAT
-
-    def schema(self) -> str:
-        return SCHEMA if route_buckets(self.options) is None else ROUTED_SCHEMA
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FilesStreamReader(Options(self.options))
 
 
 @dataclass
@@ -496,6 +492,13 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: FileSplit) -> Iterator[Any]:
         batches = read_file_split(partition)
         yield from batches if self.route_buckets is None else route_batches(batches, self.route_buckets)
+
+
+class FilesDataSource(_EventDataSource):
+    """``spark.readStream.format("elrwatch-files").option("path", DIR)``: event files as a stream."""
+
+    FORMAT = FILES_FORMAT
+    READER = FilesStreamReader
 
 
 def read_file_split(partition: FileSplit) -> Iterator[Any]:

@@ -86,6 +86,13 @@ def stat(title: str, queries: list[tuple[str, str]], w: int, h: int, description
     board.with_panel(_targets(panel, queries))
 
 
+def total(title: str, gauge: str, description: str, thresholds: list[tuple[float | None, str]],
+          agg: str = "sum", labels: str = "") -> None:
+    """A 4x4 stat of one gauge over the selected namespaces: the ``agg`` (sum, or max / min for a value each bucket
+    repeats) of its samples, of those matching ``labels`` (``name="value"``) if given."""
+    stat(title, [(f"{agg}({gauge}{{{','.join(filter(None, (SEL, labels)))}}})", "")], 4, 4, description, thresholds)
+
+
 def timeseries(title: str, queries: list[tuple[str, str]], w: int, h: int, description: str,
                unit: str = "none", stack: bool = False) -> None:
     panel = (ts_panel.Panel().id(_id()).title(title).description(description).datasource(DS).span(w).height(h)
@@ -112,35 +119,44 @@ def bars(title: str, queries: list[tuple[str, str]], w: int, h: int, description
     board.with_panel(_targets(panel, queries, instant=True))
 
 
+def per_broker(title: str, gauge: str, description: str, thresholds: list[tuple[float | None, str]]) -> None:
+    """8x8 bars of a per-broker gauge, one per broker, the largest first."""
+    bars(title, [(f"sort_desc(max by (broker) ({gauge}{{{SEL}}}))", "broker {{broker}}")], 8, 8, description,
+         thresholds)
+
+
+def top_topics(title: str, gauge: str, description: str, thresholds: list[tuple[float | None, str]]) -> None:
+    """8x8 bars of a per-topic gauge: its 10 largest topics."""
+    bars(title, [(f"topk(10, max by (topic) ({gauge}{{{SEL}}}))", "{{topic}}")], 8, 8, description, thresholds)
+
+
 OK_RED = [(None, "green"), (1, "red")]
 OK_ORANGE = [(None, "green"), (1, "orange")]
 
 # ---------------------------------------------------------------------------------------------- safety
 row("Partition safety (ISR / ELR)")
-stat("Under min ISR", [(f"sum(elrwatch_global_under_min_isr_partitions{{{SEL}}})", "")], 4, 4,
-     "Partitions with |ISR| < effective min ISR: high watermark frozen, acks=all writes fail.", OK_RED)
-stat("At min ISR", [(f"sum(elrwatch_at_min_isr_partitions{{{SEL}}})", "")], 4, 4,
-     "Partitions with |ISR| == effective min ISR: one more failure puts them under.", OK_ORANGE)
-stat("Offline (leaderless)", [(f"sum(elrwatch_offline_partitions{{{SEL}}})", "")], 4, 4,
-     "Partitions with leader -1 (Kafka's OfflinePartitionsCount).", OK_RED)
-stat("No live electable leader", [(f'sum(elrwatch_electable_leaders_partitions{{{SEL},live_electable="0"}})', "")],
-     4, 4, "Partitions with no active broker in ISR ∪ ELR.", OK_RED)
-stat("Manual election required", [(f"sum(elrwatch_manual_leader_election_required_partitions{{{SEL}}})", "")],
-     4, 4, "Leaderless partitions Kafka will never elect a leader for by itself.", OK_RED)
-stat("Unclean recovery", [(f"sum(elrwatch_unclean_recovery_partitions{{{SEL}}})", "")], 4, 4,
-     "Leaderless partitions whose only way back may lose data, plus partitions RECOVERING.", OK_RED)
-stat("Recovering", [(f"sum(elrwatch_recovering_partitions{{{SEL}}})", "")], 4, 4,
-     "Partitions with leaderRecoveryState RECOVERING (after an unclean / last-known-leader election).", OK_ORANGE)
-stat("Invariant violations", [(f"sum(elrwatch_invariant_violations{{{SEL}}})", "")], 4, 4,
-     "Partitions currently breaking an ISR/ELR invariant (all kinds).", OK_ORANGE)
-stat("Partitions", [(f"sum(elrwatch_partition_count{{{SEL}}})", "")], 4, 4, "Partitions known to elrwatch.",
-     [(None, "blue")])
-stat("Topics", [(f"sum(elrwatch_topic_count{{{SEL}}})", "")], 4, 4, "Topics known to elrwatch.",
-     [(None, "blue")])
-stat("ELR enabled", [(f"max(elrwatch_elr_enabled{{{SEL}}})", "")], 4, 4,
-     "1 when eligible.leader.replicas.version >= 1 (KIP-966 ELR active).", [(None, "orange"), (1, "green")])
-stat("Monitor up", [(f"min(elrwatch_up{{{SEL}}})", "")], 4, 4,
-     "elrwatch_up of the streaming driver: 1 while the streaming query runs.", [(None, "red"), (1, "green")])
+total("Under min ISR", "elrwatch_global_under_min_isr_partitions",
+      "Partitions with |ISR| < effective min ISR: high watermark frozen, acks=all writes fail.", OK_RED)
+total("At min ISR", "elrwatch_at_min_isr_partitions",
+      "Partitions with |ISR| == effective min ISR: one more failure puts them under.", OK_ORANGE)
+total("Offline (leaderless)", "elrwatch_offline_partitions",
+      "Partitions with leader -1 (Kafka's OfflinePartitionsCount).", OK_RED)
+total("No live electable leader", "elrwatch_electable_leaders_partitions",
+      "Partitions with no active broker in ISR ∪ ELR.", OK_RED, labels='live_electable="0"')
+total("Manual election required", "elrwatch_manual_leader_election_required_partitions",
+      "Leaderless partitions Kafka will never elect a leader for by itself.", OK_RED)
+total("Unclean recovery", "elrwatch_unclean_recovery_partitions",
+      "Leaderless partitions whose only way back may lose data, plus partitions RECOVERING.", OK_RED)
+total("Recovering", "elrwatch_recovering_partitions",
+      "Partitions with leaderRecoveryState RECOVERING (after an unclean / last-known-leader election).", OK_ORANGE)
+total("Invariant violations", "elrwatch_invariant_violations",
+      "Partitions currently breaking an ISR/ELR invariant (all kinds).", OK_ORANGE)
+total("Partitions", "elrwatch_partition_count", "Partitions known to elrwatch.", [(None, "blue")])
+total("Topics", "elrwatch_topic_count", "Topics known to elrwatch.", [(None, "blue")])
+total("ELR enabled", "elrwatch_elr_enabled", "1 when eligible.leader.replicas.version >= 1 (KIP-966 ELR active).",
+      [(None, "orange"), (1, "green")], agg="max")
+total("Monitor up", "elrwatch_up", "elrwatch_up of the streaming driver: 1 while the streaming query runs.",
+      [(None, "red"), (1, "green")], agg="min")
 timeseries("Partitions by status", [(f"sum by (status) (elrwatch_partitions{{{SEL}}})", "{{status}}")], 12, 8,
            "Partitions by derived status (most severe first: MANUAL_ELECTION_REQUIRED … HEALTHY).", stack=True)
 timeseries("Partitions by live electable replicas",
@@ -178,27 +194,21 @@ timeseries("Brokers by state", [(f"max by (state) (elrwatch_brokers{{{SEL}}})", 
 
 # ---------------------------------------------------------------------------------------------- who and what
 row("Brokers and topics: which broker is missing, is a restart safe, which topics")
-bars("Brokers by missing partitions",
-     [(f"sort_desc(max by (broker) (elrwatch_broker_isr_missing_partitions{{{SEL}}}))", "broker {{broker}}")], 8, 8,
-     "Per broker: partitions that have it among their replicas but not in their ISR (the replica that is missing, "
-     "which Kafka's leader-side under-replicated counts do not name).", OK_ORANGE)
-bars("Brokers by restart-blocking partitions",
-     [(f"sort_desc(max by (broker) (elrwatch_broker_restart_blocking_partitions{{{SEL}}}))", "broker {{broker}}")],
-     8, 8, "Per broker: partitions whose ISR holds it with |ISR| - 1 < effective min ISR. Stopping the broker now "
-     "leaves them under min ISR (acks=all writes fail): do not restart a broker with a bar > 0.", OK_RED)
-bars("Brokers by restart-offline partitions",
-     [(f"sort_desc(max by (broker) (elrwatch_broker_restart_offline_partitions{{{SEL}}}))", "broker {{broker}}")],
-     8, 8, "Per broker: partitions with a live electable leader now and none if it stopped (it is the only active "
-     "member of ISR ∪ ELR).", OK_RED)
-bars("Top topics under min ISR",
-     [(f"topk(10, max by (topic) (elrwatch_topic_under_min_isr_partitions{{{SEL}}}))", "{{topic}}")], 8, 8,
-     "The 10 topics with the most partitions under min ISR (only non-zero topics are exported).", OK_RED)
-bars("Top topics offline",
-     [(f"topk(10, max by (topic) (elrwatch_topic_offline_partitions{{{SEL}}}))", "{{topic}}")], 8, 8,
-     "The 10 topics with the most partitions without a leader.", OK_RED)
-bars("Top topics at min ISR",
-     [(f"topk(10, max by (topic) (elrwatch_topic_at_min_isr_partitions{{{SEL}}}))", "{{topic}}")], 8, 8,
-     "The 10 topics with the most partitions at min ISR (one more failure puts them under).", OK_ORANGE)
+per_broker("Brokers by missing partitions", "elrwatch_broker_isr_missing_partitions",
+           "Per broker: partitions that have it among their replicas but not in their ISR (the replica that is "
+           "missing, which Kafka's leader-side under-replicated counts do not name).", OK_ORANGE)
+per_broker("Brokers by restart-blocking partitions", "elrwatch_broker_restart_blocking_partitions",
+           "Per broker: partitions whose ISR holds it with |ISR| - 1 < effective min ISR. Stopping the broker now "
+           "leaves them under min ISR (acks=all writes fail): do not restart a broker with a bar > 0.", OK_RED)
+per_broker("Brokers by restart-offline partitions", "elrwatch_broker_restart_offline_partitions",
+           "Per broker: partitions with a live electable leader now and none if it stopped (it is the only active "
+           "member of ISR ∪ ELR).", OK_RED)
+top_topics("Top topics under min ISR", "elrwatch_topic_under_min_isr_partitions",
+           "The 10 topics with the most partitions under min ISR (only non-zero topics are exported).", OK_RED)
+top_topics("Top topics offline", "elrwatch_topic_offline_partitions",
+           "The 10 topics with the most partitions without a leader.", OK_RED)
+top_topics("Top topics at min ISR", "elrwatch_topic_at_min_isr_partitions",
+           "The 10 topics with the most partitions at min ISR (one more failure puts them under).", OK_ORANGE)
 timeseries("Under min ISR by cause",
            [(f"max by (cause) (elrwatch_under_min_isr_partitions_by_cause{{{SEL}}})", "{{cause}}")], 12, 8,
            "Partitions under min ISR, each under its dominant cause (unregistered > fenced > lagging > "
