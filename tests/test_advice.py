@@ -257,7 +257,7 @@ def test_candidate_known_gauge_separates_partitions_with_log_info() -> None:
     cluster, _ = _cluster(_strand, log_info=[(2, 3, 999, 9)])  # stale: not known
     assert candidate_known_partitions(cluster.image, cluster.log_info, cluster.partition) == 0
     cluster, _ = _cluster(_strand, log_info=[(2, None, 150, 3)])
-    assert candidate_known_partitions(cluster) == 1
+    assert candidate_known_partitions(cluster.image, cluster.log_info, cluster.partition) == 1
     from elrwatch.state.gauges import partition_gauges
 
     gauges = {name: v for (name, _), v in partition_gauges(cluster).items()}
