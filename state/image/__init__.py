@@ -12,42 +12,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from elrwatch.state import record_types
 from elrwatch.state.image.brokers import Brokers
 from elrwatch.state.image.configs import Configs
+from elrwatch.state.image.effects import Effects
 from elrwatch.state.image.features import Features
 from elrwatch.state.image.positions import Positions
 from elrwatch.state.image.topics import Topics
-
-
-@dataclass
-class Effects:
-    """What the record just applied changed that partitions read (reset before each record)."""
-
-    #: Brokers whose registration changed: their partitions derive again (liveness, the KIP-903 audit).
-    brokers: list[int] = field(default_factory=list)
-    #: Topics whose effective min ISR or unclean setting may have changed: their partitions derive again.
-    topics: list[str] = field(default_factory=list)
-    #: Every partition derives again (the cluster default's min ISR / unclean setting, the ELR feature).
-    everything: bool = False
-    #: Topics removed (id, name): their partitions go.
-    removed_topics: list[tuple[str, str]] = field(default_factory=list)
-    #: Topics whose partitions clear their ELR and last known ELR (ClearElrRecord); None: none.
-    clear_elr: list[str] | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.brokers or self.topics or self.everything or self.removed_topics or self.clear_elr is not None)
-
-    def reset(self) -> None:
-        """Forget (before the next record)."""
-        self.brokers = []
-        self.topics = []
-        self.everything = False
-        self.removed_topics = []
-        self.clear_elr = None
 
 
 class MetadataImage:
@@ -59,7 +32,7 @@ class MetadataImage:
         self.features = Features(self.effects)
         self.brokers = Brokers(self.effects)
         self.configs = Configs(self.effects, default_min_isr)
-        self.topics = Topics(self.effects, self.configs)
+        self.topics = Topics(self.effects, self.configs.of_topic)
         self.configs.topics = self.topics
 
     def handler(self, entry: record_types.RecordType) -> Callable[[Any], Any]:

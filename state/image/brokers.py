@@ -14,7 +14,7 @@ from elrwatch.state.record_types import FENCE_BROKER_RECORD
 from elrwatch.state.records import Record, RecordError
 
 if TYPE_CHECKING:
-    from elrwatch.state.image import Effects
+    from elrwatch.state.image.effects import Effects
 
 
 class Brokers:

@@ -10,7 +10,7 @@ from elrwatch.state.record_types import MIN_ISR, RESOURCE_BROKER, RESOURCE_TOPIC
 from elrwatch.state.records import Record
 
 if TYPE_CHECKING:
-    from elrwatch.state.image import Effects
+    from elrwatch.state.image.effects import Effects
     from elrwatch.state.image.topics import Topics
 
 #: The configs that change how a topic's partitions derive (a change re-derives them).

@@ -9,7 +9,7 @@ from elrwatch.state.record_types import ELR_FEATURE, METADATA_VERSION
 from elrwatch.state.records import Record
 
 if TYPE_CHECKING:
-    from elrwatch.state.image import Effects
+    from elrwatch.state.image.effects import Effects
 
 
 class Features:

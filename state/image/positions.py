@@ -143,11 +143,12 @@ class Positions:
         return source_dup, irregular, covered
 
     def commit_lines(
-        self, seqs: Any, source_codes: Any, source_names: list[str], live: Any, applied: Any, offsets: Any, raw: Any
+        self, seqs: Any, source_codes: Any, source_names: list[str], live: Any, applied: Any, offsets: Any, raws: Any
     ) -> None:
         """What `admit` and `remember` do for a block's regular lines: each source's position moves to its last
         ``live`` line (sequences rise per source); each ``applied`` line (indices into the block, ``offsets`` theirs)
-        takes its ring slot, the last one at a slot winning, kept as ``raw(i)`` (a line that parses on a hit)."""
+        takes its ring slot, the last one at a slot winning, kept as ``raws(indices)`` gives it (lines that parse on
+        a hit)."""
         import numpy as np
 
         if len(live):
@@ -159,11 +160,11 @@ class Positions:
         self._ring()
         slots = offsets % RECENT_OFFSETS
         taken, last_from_end = np.unique(slots[::-1], return_index=True)
-        offset_list = offsets.tolist()
+        winners = len(slots) - 1 - last_from_end
         ring_offsets, ring_records = self.recent_offsets, self.recent_records
-        for slot, n in zip(taken.tolist(), (len(slots) - 1 - last_from_end).tolist(), strict=True):
-            ring_offsets[slot] = offset_list[n]
-            ring_records[slot] = raw(int(applied[n]))
+        for slot, offset, raw in zip(taken.tolist(), offsets[winners].tolist(), raws(applied[winners]), strict=True):
+            ring_offsets[slot] = offset
+            ring_records[slot] = raw
 
 
 def offset_conflict(record: Record, applied: Record | None) -> RecordError:

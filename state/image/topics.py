@@ -12,15 +12,14 @@ from elrwatch.state.record_types import PARTITION_RECORD
 from elrwatch.state.records import Record, RecordError
 
 if TYPE_CHECKING:
-    from elrwatch.state.image import Effects
-    from elrwatch.state.image.configs import Configs
+    from elrwatch.state.image.effects import Effects
 
 
 class Topics:
     """Topic id → topic, name → id, the topics removed (with the offset that removed them), and their delta
     (``changed``: topics whose settings or partitions changed; ``removed_out``: topics removed since the drain)."""
 
-    def __init__(self, effects: Effects, configs: Configs) -> None:
+    def __init__(self, effects: Effects, topic_configs: dict[str, dict[str, str]]) -> None:
         self.by_id: dict[str, TopicState] = {}
         self.ids_by_name: dict[str, str] = {}
         self.removed: dict[str, int | None] = {}
@@ -31,7 +30,8 @@ class Topics:
         self.changed: set[str] = set()
         self.removed_out: list[tuple[str, str]] = []
         self._effects = effects
-        self._configs = configs
+        #: The configs' per-topic settings (Configs.of_topic): a removed topic's settings go with it.
+        self._topic_configs = topic_configs
 
     def by_name(self, name: str) -> TopicState | None:
         """A topic by name."""
@@ -93,7 +93,7 @@ class Topics:
         del self.by_id[topic_id]
         if self.ids_by_name.get(name) == topic_id:
             del self.ids_by_name[name]
-        self._configs.of_topic.pop(name, None)
+        self._topic_configs.pop(name, None)
         self.removed[topic_id] = record.offset
         self.removed_names[name] = record.offset
         self.changed.discard(topic_id)

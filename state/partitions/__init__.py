@@ -18,10 +18,11 @@ that first caused it, counted by kind) and the replica log infos (`keep_log_info
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 from elrwatch.state import audit, record_types
 from elrwatch.state.audit import Violation
@@ -199,7 +200,13 @@ def keep_log_info(log_info: dict[tuple[str, int], dict[int, dict[str, Any]]], to
     return True
 
 
-class PartitionStore:
+class RecordApplier(Protocol):
+    """What applies one record exactly once (`ClusterState.apply`): a block's irregular lines go through it."""
+
+    def apply(self, record: Record, snapshot_end: int | None = None, owned: bool = False) -> Outcome: ...
+
+
+class PartitionStore(ABC):
     """A bucket's (or a whole cluster's) partitions: what `ClusterState` calls and what readers read.
 
     A subclass names itself (``KIND``, one of `record_types.STORES`) and defines the handler the registry names for
@@ -257,12 +264,18 @@ class PartitionStore:
 
     # --- what each store defines --------------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 (a hook: only the columnar store stages, the object store has nothing to do)
         """Finish what is staged (the columnar store's segment): before any read, and before a record that is not
         a partition's is applied."""
 
     def apply_block(
-        self, cluster: Any, block: Any, outcomes: list[Outcome], errors: list[Any], note: Any, owned: bool = False
+        self,
+        cluster: RecordApplier,
+        block: Any,
+        outcomes: list[Outcome],
+        errors: list[Any],
+        note: Any,
+        owned: bool = False,
     ) -> None:
         """A block of partition-record lines (`columnar.lines.LineBlock`): each line applied as its Record through
         ``cluster.apply`` and given to ``note(record, outcome)`` (the columnar store admits them as vectors)."""
@@ -281,52 +294,57 @@ class PartitionStore:
         self.mark_changed(data["topicId"], data["partitionId"])
         return Outcome.APPLIED
 
+    @abstractmethod
+    def drain(self) -> PartitionChanges:
+        """Return and forget what changed since the previous drain: the partitions changed and removed, their
+        status transitions in order (`PartitionChanges`)."""
+
+    @abstractmethod
     def mark_changed(self, topic_id: str, partition_id: int) -> None:
         """The partition changed without a new registration (its replicas' log info): it is drained as changed."""
-        raise NotImplementedError
 
+    @abstractmethod
     def apply_change(self, record: Record, data: Any) -> Outcome | RecordError:
         """``record`` changes its partition as a PartitionChangeRecord with ``data`` would (topicId, partitionId and
         the fields it sets), with everything that follows (elections, derived status, audit, transitions): what a
         partition type whose effect is such a change has its handlers call, in either store."""
-        raise NotImplementedError
 
+    @abstractmethod
     def react(self, effects: Effects, record: Record) -> None:
         """A record the image applied changed what ``effects`` say: derive, drop or clear the partitions concerned."""
-        raise NotImplementedError
 
+    @abstractmethod
     def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
         """A partition held here, with its derived fields, or None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def iter_partitions(self) -> Iterator[PartitionState]:
         """Every partition held here (in no particular order)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def of_broker(self, broker_id: int) -> list[PartitionState]:
         """The partitions held here whose replicas, ISR, ELR or last known ELR name the broker."""
-        raise NotImplementedError
 
+    @abstractmethod
     def replica_count(self, topic_id: str, partition_id: int) -> int | None:
         """The replica count of a partition held here, None if it is not."""
-        raise NotImplementedError
 
+    @abstractmethod
     def count_of(self, topic_id: str) -> int:
         """How many of the topic's partitions are held here."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def partition_count(self) -> int:
         """Partitions held here."""
-        raise NotImplementedError
 
+    @abstractmethod
     def gauges(self) -> Gauges:
         """`gauges.partition_gauges` of the partitions held here (summed over buckets: the cluster's)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def status_counts(self) -> Counter[str]:
         """Partitions per status."""
-        raise NotImplementedError
 
 
 def _check_handler(store: type[PartitionStore], entry: record_types.RecordType) -> None:

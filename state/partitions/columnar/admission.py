@@ -34,9 +34,9 @@ from elrwatch.state.partitions.columnar.table import NONE
 from elrwatch.state.routing import bucket_of
 
 if TYPE_CHECKING:
-    from elrwatch.state.cluster import ClusterState
+    from elrwatch.state.partitions import RecordApplier
     from elrwatch.state.partitions.columnar.lines import LineBlock
-    from elrwatch.state.partitions.columnar.store import ColumnarPartitions
+    from elrwatch.state.partitions.columnar.view import ColumnarView
 
 #: The window after an irregular line (twice the regular stretch before it, at least this).
 MIN_WINDOW: Final = 1024
@@ -48,8 +48,8 @@ MAX_SINGLES: Final = 4096
 
 
 def admit_block(
-    store: ColumnarPartitions,
-    cluster: ClusterState,
+    store: ColumnarView,
+    cluster: RecordApplier,
     block: LineBlock,
     outcomes: list[Outcome],
     errors: list[Any],
@@ -89,7 +89,7 @@ def admit_block(
         window = min(MAX_WINDOW, max(MIN_WINDOW, 2 * len(regular)))
 
 
-def _admit_regular_prefix(store: ColumnarPartitions, block: LineBlock, lo: int, hi: int, owned: bool) -> list[Outcome]:
+def _admit_regular_prefix(store: ColumnarView, block: LineBlock, lo: int, hi: int, owned: bool) -> list[Outcome]:
     """Admit the lines from ``lo`` up to the first irregular one below ``hi`` (see the module); their outcomes."""
     image = store.image
     m = hi - lo
@@ -169,7 +169,7 @@ def _admit_regular_prefix(store: ColumnarPartitions, block: LineBlock, lo: int, 
 
 
 def _admit(
-    store: ColumnarPartitions,
+    store: ColumnarView,
     block: LineBlock,
     lo: int,
     k: int,
@@ -203,7 +203,7 @@ def _admit(
         np.flatnonzero(~source_dup[:k]),
         applied + lo,
         applied_offsets,
-        block.raw,
+        block.raws,
     )
     if not len(applied):
         return

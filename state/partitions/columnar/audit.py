@@ -32,13 +32,13 @@ from elrwatch.state.partitions.columnar.table import NONE, segment_kinds, segmen
 from elrwatch.state.records import PARTITION_RECORD, Record
 
 if TYPE_CHECKING:
-    from elrwatch.state.partitions.columnar.store import ColumnarPartitions
+    from elrwatch.state.partitions.columnar.view import ColumnarView
 
 #: Columns of a row's state before a segment (what the replay of its records starts from).
 STATE_COLUMNS = ("replicas", "isr", "elr", "lke", "adding", "removing", "leader", "le", "pe", "lrs")
 
 
-def _distinct_counts(store: ColumnarPartitions) -> np.ndarray:
+def _distinct_counts(store: ColumnarView) -> np.ndarray:
     """Distinct members per tuple id (kept by the store, extended as tuples are interned)."""
     tuples = store.tuples.tuples
     if len(store._distinct) != len(tuples):
@@ -47,7 +47,7 @@ def _distinct_counts(store: ColumnarPartitions) -> np.ndarray:
     return store._distinct
 
 
-def violating(store: ColumnarPartitions, rows: np.ndarray) -> np.ndarray:
+def violating(store: ColumnarView, rows: np.ndarray) -> np.ndarray:
     """Whether each row's partition has violations now."""
     found = store.violations.by_partition
     if not found:
@@ -58,7 +58,7 @@ def violating(store: ColumnarPartitions, rows: np.ndarray) -> np.ndarray:
     return np.fromiter(((ids[t], p) in found for t, p in zip(topics, pids, strict=True)), bool, len(rows))
 
 
-def may_violate(store: ColumnarPartitions, rows: np.ndarray) -> np.ndarray:
+def may_violate(store: ColumnarView, rows: np.ndarray) -> np.ndarray:
     """Rows for which `audit.check` (without a decreased epoch) can find a violation in their current state, as
     vectors: every row it finds one for is marked. A row not marked that has no violations now keeps none."""
     c = store.table.cols
@@ -113,7 +113,7 @@ class Before:
     had: np.ndarray
 
 
-def before_segment(store: ColumnarPartitions) -> Before:
+def before_segment(store: ColumnarView) -> Before:
     """Take what `after_segment` needs before the store applies its segment."""
     seg_rows = store._seg_rows
     c = store.table.cols
@@ -123,7 +123,7 @@ def before_segment(store: ColumnarPartitions) -> Before:
     return Before(seg_rows, store._seg_pieces, store._segment_start, rows, old, columns, violating(store, old))
 
 
-def after_segment(store: ColumnarPartitions, before: Before) -> None:
+def after_segment(store: ColumnarView, before: Before) -> None:
     """Audit the segment's rows that can need it, record by record from their state before the segment."""
     seg_rows, rows, old = before.seg_rows, before.rows, before.old
     candidates = set(old[before.had].tolist())
@@ -141,7 +141,7 @@ def after_segment(store: ColumnarPartitions, before: Before) -> None:
 
 
 def _replay(
-    store: ColumnarPartitions,
+    store: ColumnarView,
     candidates: set[int],
     seg_rows: list[int],
     seg_records: list[Record],
@@ -178,7 +178,7 @@ def _replay(
         store.violations.check(store.image, state, min_isr[c["topic"][row]], record, epoch_note)
 
 
-def audit_rows(store: ColumnarPartitions, rows: np.ndarray, record: Record) -> None:
+def audit_rows(store: ColumnarView, rows: np.ndarray, record: Record) -> None:
     """Before ``rows`` derive again after ``record``: audit those that have or can have violations, as they are."""
     if not len(rows):
         return

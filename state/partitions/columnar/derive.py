@@ -32,7 +32,7 @@ from elrwatch.state.status import (
 )
 
 if TYPE_CHECKING:
-    from elrwatch.state.partitions.columnar.store import ColumnarPartitions
+    from elrwatch.state.partitions.columnar.view import ColumnarView
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Derived:
     flags: np.ndarray
 
 
-def active_dense(store: ColumnarPartitions) -> np.ndarray:
+def active_dense(store: ColumnarView) -> np.ndarray:
     """Whether each dense broker index (`TupleTable.broker_ids`) is active, with a False appended (the members'
     padding, -1, reads it). Kept until a broker changes (`ColumnarPartitions.react`)."""
     ids = store.tuples.broker_ids
@@ -56,7 +56,7 @@ def active_dense(store: ColumnarPartitions) -> np.ndarray:
 
 
 def derive(
-    store: ColumnarPartitions,
+    store: ColumnarView,
     replicas: np.ndarray,
     isr: np.ndarray,
     elr: np.ndarray,

@@ -29,7 +29,7 @@ from elrwatch.state.model import (
 )
 
 if TYPE_CHECKING:
-    from elrwatch.state.partitions.columnar.store import ColumnarPartitions
+    from elrwatch.state.partitions.columnar.view import ColumnarView
 
 #: The last leader change kinds by code (the engine's ``llc`` column).
 LEADER_CHANGES: Final = (
@@ -110,7 +110,7 @@ def count(seg: Segment, members: np.ndarray, broker_index: dict[int, int], count
 
 
 def count_segment(
-    store: ColumnarPartitions,
+    store: ColumnarView,
     rows: np.ndarray,
     kind: np.ndarray,
     starts: np.ndarray,

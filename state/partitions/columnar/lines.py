@@ -160,9 +160,15 @@ class LineBlock:
         """The Record of line ``j``."""
         return line_record(self.lines[j], self.source(j), int(self.seqs[j]))
 
-    def raw(self, j: int) -> RawLine:
-        """Line ``j`` kept raw."""
-        return RawLine((self.lines[j], self.source(j), int(self.seqs[j])))
+    def raws(self, idx: np.ndarray) -> list[RawLine]:
+        """Lines ``idx`` kept raw, as the recent-offsets ring keeps them (parsed again only on a hit)."""
+        lines, names = self.lines, self.source_names
+        where = idx.tolist()
+        sources = [names[c] for c in self.source_codes[idx].tolist()]
+        return [
+            RawLine(line_source_seq)
+            for line_source_seq in zip([lines[j] for j in where], sources, self.seqs[idx].tolist(), strict=True)
+        ]
 
     def inputs(self, idx: np.ndarray, tuples: TupleTable) -> SegmentInputs:
         """`SegmentInputs` of lines ``idx``."""

@@ -29,8 +29,8 @@ from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_pa
 from elrwatch.state.model import NO_LEADER, BrokerState
 from elrwatch.state.partitions.columnar.derive import active_dense
 from elrwatch.state.partitions.columnar.elections import LEADER_CHANGES
-from elrwatch.state.partitions.columnar.store import ColumnarPartitions
 from elrwatch.state.partitions.columnar.table import NONE
+from elrwatch.state.partitions.columnar.view import ColumnarView
 from elrwatch.state.status import ELECTABLE_SHIFT, FLAG_BITS, STATUSES
 
 #: A partition's violation kinds, by (topic id, partition id).
@@ -61,7 +61,7 @@ def _names(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> Any:
     )
 
 
-def _tuple_lists(state: ColumnarPartitions, ids: np.ndarray) -> Any:
+def _tuple_lists(state: ColumnarView, ids: np.ndarray) -> Any:
     """The interned broker-id tuples ``ids`` as a list<int32> array (vectorized over the tuple table)."""
     lengths, members = state.tuples.arrays()
     counts = lengths[ids]
@@ -73,7 +73,7 @@ def _tuple_lists(state: ColumnarPartitions, ids: np.ndarray) -> Any:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
 
 
-def changed_table(state: ColumnarPartitions, violations: ViolationKinds | None = None) -> Any:
+def changed_table(state: ColumnarView, violations: ViolationKinds | None = None) -> Any:
     """The live rows changed since the previous call as an Arrow table (one column per field of the row and of
     its stored form, in row order), built from the columns with no Python object per row; None when none changed.
     Clears the changed mask. `rows_of` turns it into `partition_row` lists (the store writer does, behind the
@@ -182,7 +182,7 @@ def rows_of(table: Any) -> Iterator[list[Any]]:
         ]
 
 
-def transition_table(state: ColumnarPartitions) -> Any:
+def transition_table(state: ColumnarView) -> Any:
     """Every status transition since the previous call, in order, as an Arrow table (the store's transition
     fields, `Transition.to_dict`'s names); None if none. Forgets them. `transitions_of` gives the dicts."""
     columns = state.transition_columns()
@@ -215,7 +215,7 @@ def transitions_of(table: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
-def drain(state: ColumnarPartitions, violations: ViolationKinds | None = None) -> Output:
+def drain(state: ColumnarView, violations: ViolationKinds | None = None) -> Output:
     """Return and forget what changed since the previous call (`ClusterState.drain_changes` + the payload's rows);
     ``violations``: each changed partition's violation kinds for its stored form (none by default)."""
     state.flush()
@@ -235,7 +235,7 @@ def drain(state: ColumnarPartitions, violations: ViolationKinds | None = None) -
 # --- gauges -----------------------------------------------------------------------------------------------------
 
 
-def _live(state: ColumnarPartitions) -> tuple[slice | np.ndarray, int]:
+def _live(state: ColumnarView) -> tuple[slice | np.ndarray, int]:
     """The live rows (a slice when every row is: the columns are then read as views, not copied) and their count."""
     size = state.table.size
     live = state.table.alive[:size] & (state.table.status[:size] >= 0)
@@ -250,7 +250,7 @@ def _holds_each(holders: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return (wanted[:, :, None] == holders[:, None, :]).any(axis=2)
 
 
-def insight_counts(state: ColumnarPartitions) -> Counter[Any]:
+def insight_counts(state: ColumnarView) -> Counter[Any]:
     """The insight counters (state/insight.py's definitions) from the columns, as bincounts."""
     state.flush()
     brokers = state.image.brokers.by_id
@@ -313,7 +313,7 @@ def insight_counts(state: ColumnarPartitions) -> Counter[Any]:
     return counts
 
 
-def partition_gauges(state: ColumnarPartitions, counts: Counter[Any] | None = None) -> Gauges:
+def partition_gauges(state: ColumnarView, counts: Counter[Any] | None = None) -> Gauges:
     """`gauges.partition_gauges` of the store's partitions (``counts``: `insight_counts`, computed when not given)."""
     state.flush()
     live, n_live = _live(state)
@@ -336,12 +336,12 @@ def partition_gauges(state: ColumnarPartitions, counts: Counter[Any] | None = No
 # --- topic documents --------------------------------------------------------------------------------------------
 
 
-def _owned_counts(state: ColumnarPartitions) -> Iterator[tuple[str, int]]:
+def _owned_counts(state: ColumnarView) -> Iterator[tuple[str, int]]:
     for topic_id, t in state.topic_index.items():
         yield topic_id, state._topic_size[t]
 
 
-def topic_documents(state: ColumnarPartitions, drained: Output, emitted: dict[str, int]) -> dict[str, dict[str, Any]]:
+def topic_documents(state: ColumnarView, drained: Output, emitted: dict[str, int]) -> dict[str, dict[str, Any]]:
     """`report.topic_doc` of each live topic that changed (``drained``: the batch's `drain`) or whose owned
     partition count differs from ``emitted`` (topic id → count last emitted; updated, the removed topics dropped
     afterwards, as `bucket_payload` does)."""

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from elrwatch.state.model import NO_LEADER_CHANGE
-from elrwatch.state.partitions.columnar import elections
 from elrwatch.state.partitions.columnar.derive import derive
+from elrwatch.state.partitions.columnar.elections import count_segment
 from elrwatch.state.partitions.columnar.table import NONE, TUPLE_FIELDS, segment_inputs
 
 if TYPE_CHECKING:
-    from elrwatch.state.partitions.columnar.store import ColumnarPartitions
+    from elrwatch.state.partitions.columnar.view import ColumnarView
 
 
-def apply(store: ColumnarPartitions) -> None:
+def apply_segment(store: ColumnarView) -> None:
     """Apply the store's segment to its table, and start a new one."""
     m = len(store._seg_rows)
     rows_in = np.array(store._seg_rows, dtype=np.int64)
@@ -77,9 +77,7 @@ def apply(store: ColumnarPartitions) -> None:
 
     topics = cols["topic"][rows]
     derived = derive(store, post["replicas"], post["isr"], post["elr"], post["lke"], post_leader, post_lrs, topics)
-    llc = elections.count_segment(
-        store, rows, kind, starts, start, index, created_from, leader, lrs, post, post_leader, post_lrs
-    )
+    llc = count_segment(store, rows, kind, starts, start, index, created_from, leader, lrs, post, post_leader, post_lrs)
     previous = np.empty(m, dtype=np.int8)
     previous[1:] = derived.status[:-1]
     previous[starts] = cols["status"][rows[starts]]

@@ -32,8 +32,11 @@ from elrwatch.state.image import Effects, MetadataImage
 from elrwatch.state.model import PartitionState, TopicState
 from elrwatch.state.outcome import Outcome, record_error
 from elrwatch.state.partitions import PartitionChanges, PartitionStore, Transition
-from elrwatch.state.partitions.columnar import admission, audit, elections, segment
+from elrwatch.state.partitions.columnar.admission import admit_block
+from elrwatch.state.partitions.columnar.audit import after_segment, audit_rows, before_segment
 from elrwatch.state.partitions.columnar.derive import derive
+from elrwatch.state.partitions.columnar.elections import LEADER_CHANGES
+from elrwatch.state.partitions.columnar.segment import apply_segment
 from elrwatch.state.partitions.columnar.table import (
     DENSE_PARTITION_IDS,
     NONE,
@@ -163,7 +166,7 @@ class ColumnarPartitions(PartitionStore):
         p.last_offset = optional(c["last_offset"][row])
         p.last_timestamp_ms = optional(c["last_ts"][row])
         p.last_position = c["position"][row]
-        p.last_leader_change = elections.LEADER_CHANGES[c["llc"][row]]
+        p.last_leader_change = LEADER_CHANGES[c["llc"][row]]
         return p
 
     def iter_partitions(self) -> Iterator[PartitionState]:
@@ -211,9 +214,9 @@ class ColumnarPartitions(PartitionStore):
         return {int(v): int(n) for v, n in zip(values, counts, strict=True)}
 
     def gauges(self) -> Gauges:
-        from elrwatch.state.partitions.columnar import output
+        from elrwatch.state.partitions.columnar.output import partition_gauges
 
-        return output.partition_gauges(self)
+        return partition_gauges(self)
 
     # --- changes --------------------------------------------------------------------------------------------
 
@@ -305,7 +308,7 @@ class ColumnarPartitions(PartitionStore):
             self.table.changed[row] = True
 
     #: A block of certain partition-record lines, admitted as vectors.
-    apply_block = admission.admit_block
+    apply_block = admit_block
 
     def stage(self, record: Record) -> Outcome | RecordError:
         """Add an admitted partition record to the segment: its outcome (a duplicate by the partition's offset, a
@@ -464,7 +467,7 @@ class ColumnarPartitions(PartitionStore):
         """Audit and derive ``rows`` again after ``record``; transitions stamped with it."""
         if len(rows) == 0:
             return
-        audit.audit_rows(self, rows, record)
+        audit_rows(self, rows, record)
         c = self.table.cols
         c["changed"][rows] = True
         derived = derive(
@@ -520,6 +523,6 @@ class ColumnarPartitions(PartitionStore):
         """Apply the segment gathered so far as vectors, then audit the rows that can need it."""
         if not self._seg_rows:
             return
-        before = audit.before_segment(self)
-        segment.apply(self)
-        audit.after_segment(self, before)
+        before = before_segment(self)
+        apply_segment(self)
+        after_segment(self, before)
