@@ -86,11 +86,11 @@ def trimmed_rss_mb() -> float:
     return rss_mb()
 
 
-def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
-    """Load then storm with one store ("core": the object store, "engine": the columnar one), from the files."""
+def run(store: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
+    """Load then storm with one store ("objects" or "columnar"), from the files."""
     gc.disable()
     before = trimmed_rss_mb()
-    cluster = ClusterState(default_min_isr=2, bucket=(0, 1), store="objects" if engine == "core" else "columnar")
+    cluster = ClusterState(default_min_isr=2, bucket=(0, 1), store=store)
     load_s = 0.0
     seq = 1
     n_load = 0
@@ -108,19 +108,19 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
             seq += len(chunk)
             n_load += len(chunk)
     started = time.process_time()
-    if engine == "core":
+    if store == "objects":
         cluster.partitions.index_brokers()  # type: ignore[attr-defined]
         cluster.drain_changes()
     else:
         cluster.partitions.drain_transitions()  # type: ignore[attr-defined]
     load_s += time.process_time() - started
-    if engine == "engine":  # what the load changed, as the object store's drain forgot it (not timed)
+    if store == "columnar":  # what the load changed, as the object store's drain forgot it (not timed)
         output.drain(cluster.partitions)  # type: ignore[arg-type]
     state_mb = trimmed_rss_mb() - before
     storm = parse(storm_path.read_bytes().splitlines(), seq)
     started = time.process_time()
     storm_apply_s = apply(storm)
-    if engine == "core":
+    if store == "objects":
         changes = cluster.drain_changes()
         transitions = changes.transitions
     else:
@@ -128,7 +128,7 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
     counts = {k: v for k, v in cluster.status_counts.items() if v}
     storm_s = time.process_time() - started
     started = time.process_time()
-    if engine == "core":
+    if store == "objects":
         stored, min_isr = stored_partition, cluster.effective_min_isr
         rows = [partition_row(t.name, p, min_isr(t), stored(cluster, t, p)) for t, p in changes.partitions]
         rows_s = time.process_time() - started
@@ -140,7 +140,7 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
     gauges = partition_gauges(cluster)
     gauges_s = time.process_time() - started
     rows.sort(key=lambda r: (r[0], r[1]))
-    table_mb = cluster.partitions.table.nbytes() / 2**20 if engine == "engine" else None  # type: ignore[attr-defined]
+    table_mb = cluster.partitions.table.nbytes() / 2**20 if store == "columnar" else None  # type: ignore[attr-defined]
     return {
         "n_load": n_load,
         "n_storm": len(storm),
@@ -154,7 +154,7 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
             (t.topic_id, t.partition_id, t.from_status, t.to_status, t.offset) for t in transitions
         )[:: max(1, len(transitions) // 1000)],
         "counts": counts,
-        "fast_records": cluster.partitions.fast_records if engine == "engine" else 0,  # type: ignore[attr-defined]
+        "fast_records": cluster.partitions.fast_records if store == "columnar" else 0,  # type: ignore[attr-defined]
         "rows_s": rows_s,
         "gauges_s": gauges_s,
         "n_rows": len(rows),
@@ -164,16 +164,16 @@ def run(engine: str, load_path: Path, storm_path: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Run each size with each engine in a process of its own and print the figures."""
+    """Run each size with each store in a process of its own and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--engine", choices=("core", "engine"), help=argparse.SUPPRESS)
+    parser.add_argument("--store", choices=("objects", "columnar"), help=argparse.SUPPRESS)
     parser.add_argument("--inputs", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if any(p % TOPICS for p in args.partitions):
         parser.error(f"--partitions must be multiples of {TOPICS}")
-    if args.engine is not None:
-        print(json.dumps(run(args.engine, *args.inputs)))
+    if args.store is not None:
+        print(json.dumps(run(args.store, *args.inputs)))
         return
     for partitions in args.partitions:
         with tempfile.TemporaryDirectory(prefix="bench-columnar-") as directory:
@@ -183,18 +183,18 @@ def main() -> None:
 
 
 def compare(partitions: int, inputs: tuple[Path, Path]) -> dict[str, dict[str, Any]]:
-    """Each engine's figures, each from a process of its own."""
+    """Each store's figures, each from a process of its own."""
     results = {}
-    for engine in ("core", "engine"):
-        argv = [sys.executable, "-P", __file__, "--engine", engine, "--inputs", *map(str, inputs)]
+    for store in ("objects", "columnar"):
+        argv = [sys.executable, "-P", __file__, "--store", store, "--inputs", *map(str, inputs)]
         done = subprocess.run(argv, check=True, capture_output=True, text=True)
-        results[engine] = json.loads(done.stdout.splitlines()[-1])
+        results[store] = json.loads(done.stdout.splitlines()[-1])
     return results
 
 
 def report(partitions: int, results: dict[str, dict[str, Any]]) -> None:
     """Print one size's figures and ratios."""
-    core, fast = results["core"], results["engine"]
+    core, fast = results["objects"], results["columnar"]
     print(
         f"{partitions:,} partitions: load {core['n_load']:,} records, storm {core['n_storm']:,} records "
         f"(fence of broker 0)"
