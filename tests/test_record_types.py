@@ -357,6 +357,21 @@ def test_a_type_without_a_handler_in_every_store_is_refused_in_one_line() -> Non
         assert record_types.get("X_RECORD") is None  # nothing half-registered
 
 
+def test_a_partition_store_missing_a_method_cannot_be_made() -> None:
+    """`PartitionStore` is abstract: a third store that leaves out part of the interface fails at its first
+    instance, naming what it misses, not at the first record that needs it."""
+
+    class HalfStore(PartitionStore):  # no KIND: not a store the registry checks handlers for
+        def drain(self) -> Any:
+            return None
+
+    with pytest.raises(TypeError, match="abstract method") as refused:
+        HalfStore(MetadataImage())
+    assert "iter_partitions" in str(refused.value)
+    for store in (ObjectPartitions, ColumnarPartitions):
+        assert not store.__abstractmethods__
+
+
 def test_every_applied_builtin_type_has_its_handlers_and_a_schema() -> None:
     stores = {record_types.STORE_OBJECTS: ObjectPartitions, record_types.STORE_COLUMNAR: ColumnarPartitions}
     for entry in record_types.BUILTIN_TYPES:
