@@ -182,3 +182,24 @@ def test_stream_help_shows_its_options_in_panels() -> None:
     for name in ("produce", "bridge", "agent"):
         kafka = {o.rich_help_panel for o in _options(name) if o.name == "bootstrap_servers"}  # type: ignore[attr-defined]
         assert kafka == {"Kafka connection"}, (name, kafka)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_reads_as_a_unix_usage(name: str) -> None:
+    """A flag takes no value, so its row shows none; arguments read in capitals, optional ones in brackets."""
+    result = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    command = COMMAND.commands[name]  # type: ignore[attr-defined]
+    flags = {opt for p in command.params if getattr(p, "is_flag", False) for opt in p.opts if opt.startswith("--")}
+    flags.add("--help")  # typer adds it when it builds the help, not among the params
+    rows = [line for line in result.output.splitlines() if any(f" {flag} " in line for flag in flags)]
+    assert len(rows) >= len(flags), rows
+    for row in rows:
+        assert "<bool>" not in row and "BOOLEAN" not in row, row
+    usage = next(line for line in result.output.splitlines() if "Usage:" in line)
+    assert "{" not in usage, usage
+
+
+def test_restart_check_usage_names_its_arguments() -> None:
+    result = CliRunner().invoke(app, ["restart-check", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert "restart-check [OPTIONS] BROKER [FILE]" in result.output, result.output
