@@ -18,6 +18,8 @@ from elrwatch.state.status import STATUSES as STATUS_ORDER
 from elrwatch.store import StatusStore
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The statuses the page's overall line counts as "without a safe leader" (app.js `renderSummary`).
+CRITICAL_STATUSES = {"MANUAL_ELECTION_REQUIRED", "RECOVERING", "LEADERLESS_WAITING", "LEADERLESS_ELECTING"}
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -142,7 +144,10 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
 
     cards = page.inner_text("#cards")
     assert "Partitions" in cards and str(len(document["partitions"])) in cards
-    assert "CRITICAL" in page.inner_text("#overall")
+    overall = page.inner_text("#overall")
+    assert "CRITICAL" in overall
+    without = sum(p["status"] in CRITICAL_STATUSES for p in document["partitions"])
+    assert f"{without} partition{'' if without == 1 else 's'} without a safe leader" in overall, overall
 
     severity = {s: i for i, s in enumerate(STATUS_ORDER)}
     urgent = sorted(
@@ -160,6 +165,12 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
             assert command in row
         for m in p["missingReplicas"]:  # which replicas are missing, and why
             assert f"{m['brokerId']} ({m['cause'].replace('_', ' ')})" in row
+        cells = rows.nth(i).locator("td").all_inner_texts()
+        headers = page.locator("#risk-table thead th").all_inner_texts()
+        as_list = "[{}]".format
+        assert cells[headers.index("ELR")] == as_list(",".join(map(str, p["elr"])))
+        assert cells[headers.index("Last known ELR")] == as_list(",".join(map(str, p["lastKnownElr"])))
+    assert any(p["lastKnownElr"] for p in urgent)  # the scenario has one to show
     assert "--election-type unclean" in rows.nth(0).inner_text()
     assert "committed data may be lost" in rows.nth(0).inner_text()
 

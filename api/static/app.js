@@ -77,6 +77,9 @@ function statusBadge(status) {
 
 function list(ids) { return "[" + (ids || []).join(",") + "]"; }
 
+/** "1 partition", "2 partitions". */
+function plural(n, word) { return `${fmtInt(n)} ${word}${n === 1 ? "" : "s"}`; }
+
 function card(label, value, cls, sub) {
   return el("div", { class: "card " + (cls || "") },
     el("div", { class: "label", text: label }),
@@ -92,7 +95,7 @@ function renderSummary(s) {
   const overall = $("overall");
   if (severe + leaderless > 0) {
     overall.className = "overall overall-crit";
-    overall.textContent = `CRITICAL · ${fmtInt(severe + leaderless)} partitions without a safe leader`;
+    overall.textContent = `CRITICAL · ${plural(severe + leaderless, "partition")} without a safe leader`;
   } else if (s.underMinIsr > 0) {
     overall.className = "overall overall-warn";
     overall.textContent = `DEGRADED · ${fmtInt(s.underMinIsr)} under min ISR`;
@@ -101,7 +104,7 @@ function renderSummary(s) {
     overall.textContent = "OK · all partitions writable";
   }
   const cards = [
-    card("Partitions", fmtInt(s.partitions), "info", `${fmtInt(s.topics)} topics`),
+    card("Partitions", fmtInt(s.partitions), "info", plural(s.topics, "topic")),
     card("Need an operator", fmtInt(s.needingAction), s.needingAction ? "crit" : "ok"),
     card("Manual election", fmtInt(by.MANUAL_ELECTION_REQUIRED), by.MANUAL_ELECTION_REQUIRED ? "crit" : "ok"),
     card("Recovering", fmtInt(by.RECOVERING), by.RECOVERING ? "crit" : "ok", "after unclean election"),
@@ -171,6 +174,7 @@ function renderRisks(page) {
     el("td", { class: "mono", text: p.leader === -1 ? "none" : String(p.leader) }),
     el("td", { class: "mono", text: list(p.isr) }),
     el("td", { class: "mono", text: list(p.elr) }),
+    el("td", { class: "mono", text: list(p.lastKnownElr) }),
     el("td", { class: "missing", text: (p.missingReplicas || []).map((m) =>
       `${m.brokerId} (${m.cause.replaceAll("_", " ")})`).join(", ") || "–" }),
     el("td", { class: "outlook", text: text(p.outlook, "summary", "text", "description") || "–" }),
