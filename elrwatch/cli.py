@@ -378,7 +378,12 @@ def api(
         application = create_app(settings, store=status_store)
     except (OSError, ValueError) as exc:
         _fail(f"invalid API settings: {exc}")
-    typer.echo(f"elrwatch api: store {status_store.masked_url}, serving http://{host}:{port}/", err=True)
+    access = (
+        "a bearer token is required on every endpoint but /healthz"
+        if settings.token() is not None
+        else "no token required: anyone who reaches the port reads it (--api-token-file or ELRWATCH_API_TOKEN sets one)"
+    )
+    typer.echo(f"elrwatch api: store {status_store.masked_url}, serving http://{host}:{port}/; {access}", err=True)
     uvicorn.run(application, host=host, port=port, workers=1, log_level=log_level, access_log=False)
 
 

@@ -124,3 +124,12 @@ def test_api_up_to_serving_loads_no_numeric_stack(store_url: str) -> None:
     ((code, output, loaded),) = run_cli(["api", "--store", store_url, "--port", "18080"], prelude=NO_SERVER)
     assert code == 0 and "would serve on 18080" in output, output
     assert not set(loaded) & set(HEAVY), f"elrwatch api imported {loaded}"
+    assert "no token required" in output, output  # the start-up line says whether the API is open
+
+
+def test_api_says_it_requires_a_token_and_never_prints_it(store_url: str) -> None:
+    secret = "tok-3f9a-never-printed"
+    prelude = f"import os; os.environ['ELRWATCH_API_TOKEN'] = {secret!r}; {NO_SERVER}"
+    ((code, output, _),) = run_cli(["api", "--store", store_url, "--port", "18081"], prelude=prelude)
+    assert code == 0 and "a bearer token is required" in output, output
+    assert secret not in output

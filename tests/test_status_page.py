@@ -144,6 +144,7 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
 
     cards = page.inner_text("#cards")
     assert "Partitions" in cards and str(len(document["partitions"])) in cards
+    assert page.locator("#token-button").is_hidden()  # this API asks for no token
     overall = page.inner_text("#overall")
     assert "CRITICAL" in overall
     without = sum(p["status"] in CRITICAL_STATUSES for p in document["partitions"])
@@ -223,6 +224,7 @@ def test_status_page_asks_for_the_token(browser, secured_server: ApiServer) -> N
     page.goto(secured_server.url + "/")
     page.wait_for_selector("#token-form:not([hidden])", timeout=15_000)
     assert "bearer token" in page.inner_text("#error")
+    assert page.locator("#token-button").is_visible()
     page.fill("#token-input", TOKEN)
     page.click("#token-form button[type=submit]")
     page.wait_for_selector("body[data-loaded=true]", timeout=15_000)

@@ -268,7 +268,8 @@ async function refresh() {
     showError("");
     document.body.dataset.loaded = "true";
   } catch (error) {
-    if (error.status === 401) {
+    if (error.status === 401) {  // the Token button shows only where the API asks for one
+      $("token-button").hidden = false;
       $("token-form").hidden = false;
       showError("The API requires a bearer token: enter it above.");
     } else {
