@@ -3,7 +3,9 @@
 One poll reads (``ClusterReader``): DescribeFeatures (ApiVersions' finalized ``metadata.version`` and
 ``eligible.leader.replicas.version``), DescribeCluster v2 with fenced brokers, DescribeTopicPartitions for every
 topic (paged by cursor) and DescribeConfigs for ``min.insync.replicas`` and ``unclean.leader.election.enable`` of
-every topic and of the cluster default. `diff` compares it with the previous poll's `View` and returns the records
+every topic and of the cluster default, and, for a broker seen (re)started, DescribeConfigs of that broker with
+synonyms: its static layer (``server.properties``, source 4; source 5 = Kafka's default) of the same configs, which
+the metadata log never carries (published as STATIC_BROKER_CONFIG_RECORD). `diff` compares it with the previous poll's `View` and returns the records
 Kafka's controller would have written to get from one to the other, in elrwatch's envelope with offsets of the
 bridge's own and ``"source": "admin-poll"``.
 
@@ -54,6 +56,7 @@ from elrwatch.state.record_types import (
     REMOVE_TOPIC_RECORD,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
+    STATIC_BROKER_CONFIG_RECORD,
     TOPIC_RECORD,
     UNREGISTER_BROKER_RECORD,
     admin_derivable_names,
@@ -82,6 +85,12 @@ UNKNOWN_FENCED_BROKERS = "fencedBrokers"
 #: and DYNAMIC_DEFAULT_BROKER_CONFIG (3, the cluster-wide default; 4 is STATIC_BROKER_CONFIG, a node's file).
 CONFIG_SOURCE_TOPIC = 1
 CONFIG_SOURCE_CLUSTER_DEFAULT = 3
+#: STATIC_BROKER_CONFIG (4): the node's server.properties; DEFAULT_CONFIG (5): Kafka's built-in default.
+CONFIG_SOURCE_STATIC = 4
+
+
+class ConfigRefused(Exception):
+    """A DescribeConfigs the broker answered with an error (not a connection failure)."""
 
 
 class PollError(Exception):
@@ -138,6 +147,8 @@ class View:
     cluster_configs: dict[str, str] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
+    #: Broker id → its static configs (None: its file does not set the config), described once per (re)start.
+    static: dict[int, dict[str, str | None]] = field(default_factory=dict)
     #: What this cluster's APIs cannot show on top of POLLED_UNKNOWN (older clusters): part of the records' source.
     unknown: tuple[str, ...] = ()
 
@@ -154,6 +165,7 @@ class View:
             "brokers": {str(b): [v.fenced, v.rack, v.epoch] for b, v in self.brokers.items()},
             "clusterConfigs": self.cluster_configs,
             "topicConfigs": self.topic_configs,
+            "static": {str(b): c for b, c in self.static.items()},
             "topics": {
                 name: [
                     t.topic_id,
@@ -182,6 +194,7 @@ class View:
             cluster_configs=dict(doc["clusterConfigs"]),
             topic_configs={k: dict(v) for k, v in doc["topicConfigs"].items()},
             unknown=tuple(doc.get("unknown", ())),
+            static={int(b): dict(c) for b, c in (doc.get("static") or {}).items()},
         )
         view.brokers = {int(b): Broker(f, r, e) for b, (f, r, e) in doc["brokers"].items()}
         view.topics = {
@@ -220,6 +233,10 @@ class ClusterReader(Protocol):
 
     def configs(self, topics: list[str]) -> dict[tuple[int, str], tuple[int, dict[str, str]]]:
         """(resource type, name) → (error code, {key: value set on that resource}); name "" = cluster default."""
+        ...
+
+    def static_configs(self, broker_id: int) -> dict[str, str | None]:
+        """The broker's static layer of `CONFIG_KEYS` (None: its file does not set the config); raises on error."""
         ...
 
 
@@ -306,6 +323,36 @@ class KafkaClusterReader:
                 }
                 out[(result.resource_type, result.resource_name)] = (result.error_code, values)
         return out
+
+    def static_configs(self, broker_id: int) -> dict[str, str | None]:
+        from kafka.protocol.admin import DescribeConfigsRequest
+
+        admin = self.admin()
+        request = DescribeConfigsRequest(
+            resources=[(RESOURCE_BROKER, str(broker_id), list(CONFIG_KEYS))], include_synonyms=True, min_version=1
+        )
+
+        async def send() -> Any:  # a broker's own configs are described by that broker only
+            return await admin._manager.send(request, node_id=broker_id)
+
+        (result,) = admin._manager.run(send).results
+        if result.error_code:
+            raise ConfigRefused(f"error {result.error_code}: {result.error_message}")
+        return static_layer(result.configs)
+
+
+def static_layer(configs: Any) -> dict[str, str | None]:
+    """`CONFIG_KEYS` → the value of their STATIC_BROKER_CONFIG synonym (None: no static value: Kafka's default or
+    a dynamic layer alone sets it) in one DescribeConfigs answer with synonyms."""
+    out: dict[str, str | None] = {}
+    for entry in configs:
+        if entry.name in CONFIG_KEYS:
+            synonyms = [entry.synonyms] if not isinstance(entry.synonyms, list) else entry.synonyms
+            static = [s.value for s in synonyms if s.source == CONFIG_SOURCE_STATIC]
+            if not static and entry.config_source == CONFIG_SOURCE_STATIC:
+                static = [entry.value]
+            out[entry.name] = static[0] if static else None
+    return out
 
 
 def metadata_page(topics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -409,6 +456,7 @@ def poll_view(
         if name in old_topics:
             seen[name] = old_topics[name]
     view.topics = seen
+    _describe_static(reader, view, previous, on_error)
     try:
         configs = reader.configs(sorted(seen))
     except Exception as exc:
@@ -434,6 +482,30 @@ def poll_view(
         elif values:
             view.topic_configs[name] = values
     return view
+
+
+def _describe_static(
+    reader: ClusterReader, view: View, previous: View | None, on_error: Callable[[str, str], None]
+) -> None:
+    """The brokers' static configs: kept from the previous poll, described again for a live broker that is new or
+    came back (a static config changes only with a restart). A failed describe keeps what was known and is tried
+    again at the next poll: an answered error is a ``config_error``; no answer (a broker going down while still
+    listed) a ``broker_unreachable``."""
+    describe = getattr(reader, "static_configs", None)
+    known = dict(previous.static) if previous is not None else {}
+    before = previous.brokers if previous is not None else {}
+    for broker_id, broker in sorted(view.brokers.items()):
+        was = before.get(broker_id)
+        restarted = was is None or was.fenced
+        if describe is None or broker.fenced or (broker_id in known and not restarted):
+            continue
+        try:
+            known[broker_id] = describe(broker_id)
+        except ConfigRefused as exc:
+            on_error("config_error", f"DescribeConfigs of broker {broker_id}: {exc}")
+        except Exception as exc:
+            on_error("broker_unreachable", f"DescribeConfigs of broker {broker_id}: {type(exc).__name__}: {exc}")
+    view.static = known
 
 
 def _keep_down_brokers(view: View, previous: View | None) -> None:
@@ -540,6 +612,11 @@ def diff(old: View | None, new: View, next_offset: int, timestamp_ms: int | None
         elif name not in new.features and name in old.features:
             out.add(FEATURE_LEVEL_RECORD, 0, {"name": name, "featureLevel": 0})
     _config_events(out, RESOURCE_BROKER, "", old.cluster_configs, new.cluster_configs)
+    for node in sorted(new.static):
+        was = old.static.get(node, {})
+        for key, value in sorted(new.static[node].items()):
+            if key not in was or was[key] != value:
+                out.add(STATIC_BROKER_CONFIG_RECORD, 0, {"nodeId": node, "name": key, "value": value})
     later: list[tuple[str, int, dict[str, Any]]] = []
     for broker_id in sorted(new.brokers):
         broker, before = new.brokers[broker_id], old.brokers.get(broker_id)

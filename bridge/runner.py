@@ -35,6 +35,7 @@ import orjson
 
 from elrwatch.bridge.admin import ClusterReader, KafkaClusterReader, PollError, View, diff, poll_view
 from elrwatch.bridge.logtail import MetadataLogTail, TailRecord, TailState
+from elrwatch.bridge.static_config import PropertiesError, read_server_properties
 from elrwatch.kafkaio.clients import make_producer
 from elrwatch.kafkaio.config import kafka_python_config
 from elrwatch.kafkaio.produce import EventKeys
@@ -58,6 +59,7 @@ ERROR_REASONS = (
     "diverged_log",
     "log_gap",
     "log_unreadable",
+    "properties_unreadable",
     "publish_failed",
     "replica_log_unreadable",
 )
@@ -315,8 +317,19 @@ class AdminBridge(_Delivery):
 class LogBridge(_Delivery):
     """Follows a metadata log directory (`MetadataLogTail`) and publishes its records with their real offsets."""
 
-    def __init__(self, log_dir: str | os.PathLike, publisher: Publisher, state: StateFile, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        publisher: Publisher,
+        state: StateFile,
+        metrics: Metrics,
+        server_properties: str | os.PathLike | None = None,
+    ) -> None:
+        """``server_properties``: the node's file, whose static configs are published (STATIC_BROKER_CONFIG_RECORD)
+        at start and whenever they change (a static config applies from the node's next start)."""
         self.publisher, self.state, self.metrics = publisher, state, metrics
+        self.server_properties = server_properties
+        self._properties_seen: tuple[Any, ...] | None = None  # the file's (mtime, size) or its error, last read
         doc = state.load() or {}
         if doc and doc.get("source") != "metadata-log":
             raise ValueError(f"state file {state.path} belongs to a --source {doc.get('source')} bridge")
@@ -327,6 +340,8 @@ class LogBridge(_Delivery):
         # topic name -> id of every TOPIC_RECORD published: a restart resumes the log past them, and the publisher
         # still needs them to key a topic's config and ELR-clearing records with its partitions
         self.topic_ids: dict[str, str] = {str(k): str(v) for k, v in (doc.get("topics") or {}).items()}
+        #: The static configs published ({"nodeId": n, "values": {...}}), None: none yet.
+        self.static_published: dict[str, Any] | None = doc.get("static")
         learn = getattr(publisher, "learn_topic", None)
         if learn is not None:  # a restart: keep keying the known topics' configs
             for name, topic_id in self.topic_ids.items():
@@ -338,6 +353,7 @@ class LogBridge(_Delivery):
                 "source": "metadata-log",
                 "tail": self.tail.state.to_json(),
                 "topics": self.topic_ids,
+                "static": self.static_published,
                 "pending": [line.decode() for line in pending],
             }
         )
@@ -350,11 +366,36 @@ class LogBridge(_Delivery):
             self.metrics.error("log_unreadable", f"{self.tail.log_dir}: {exc}")
             return None
 
+    def _static_events(self) -> list[dict[str, Any]]:
+        """The node's static configs that differ from those published (all of them first); none when the file is
+        unreadable (an error counted and logged once per step, the last published values stay)."""
+        if self.server_properties is None:
+            return []
+        try:
+            stat = os.stat(self.server_properties)
+            seen: tuple[Any, ...] = (stat.st_mtime_ns, stat.st_size)
+        except OSError as exc:
+            seen = ("error", exc.strerror)
+        if seen == self._properties_seen:
+            return []  # unchanged since the last read (an error is reported once, until the file changes)
+        self._properties_seen = seen
+        try:
+            found = read_server_properties(self.server_properties)
+        except PropertiesError as exc:
+            self.metrics.error("properties_unreadable", str(exc))
+            return []
+        was = self.static_published
+        published = was["values"] if was is not None and was.get("nodeId") == found.node_id else None
+        events = found.events(published)
+        if events:
+            self.static_published = {"nodeId": found.node_id, "values": dict(found.values)}
+        return events
+
     def _publish_changes(self, records: list[TailRecord]) -> int:
-        """Publish ``records`` with their offsets."""
-        if not records:
+        """Publish the node's changed static configs, then ``records`` with their offsets."""
+        events = self._static_events()
+        if not records and not events:
             return 0
-        events = []
         for rec in records:
             extra: dict[str, Any] = {}
             if rec.from_snapshot:
@@ -447,11 +488,17 @@ def run_bridge(
     admin_options: dict[str, str] | None = None,
     log_dir: str | None = None,
     page_size: int = 2000,
+    server_properties: str | None = None,
 ) -> Metrics:
     """What ``elrwatch bridge`` runs: build the bridge for ``source`` and step it until SIGTERM/SIGINT or the
-    settings' duration. ``admin_options``: the Kafka settings of the cluster polled (default: the event topic's)."""
+    settings' duration. ``admin_options``: the Kafka settings of the cluster polled (default: the event topic's).
+    ``server_properties`` (metadata-log only): the node's file, its static configs published."""
     if source not in ("admin", "metadata-log"):
         raise ValueError(f"--source must be admin or metadata-log, not {source!r}")
+    if server_properties is not None:
+        if source != "metadata-log":
+            raise ValueError("--server-properties is for --source metadata-log (the admin bridge asks each broker)")
+        read_server_properties(server_properties)  # refuse a file that cannot be read or names no node, at once
     if source == "metadata-log":
         if not log_dir:
             raise ValueError("--source metadata-log needs --log-dir (a node's __cluster_metadata-0 directory)")
@@ -473,7 +520,7 @@ def run_bridge(
         reader = KafkaClusterReader(kafka_python_config(admin_options or settings.options))
         bridge = AdminBridge(reader, publisher, state, metrics, page_size=page_size)
     else:
-        bridge = LogBridge(log_dir, publisher, state, metrics)  # type: ignore[arg-type]
+        bridge = LogBridge(log_dir, publisher, state, metrics, server_properties)  # type: ignore[arg-type]
     log.warning(
         "elrwatch bridge: --source %s → topic %s (state file: %s)",
         source,

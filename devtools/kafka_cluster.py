@@ -1037,6 +1037,23 @@ class KafkaCluster:
         node = node or self.controller
         return sorted(Path(p) for p in glob.glob(str(node.metadata_dir / "*.checkpoint")))
 
+    def under_min_isr_partitions(self, topics: Iterable[str] | None = None) -> set[tuple[str, int]]:
+        """What Kafka's own ``kafka-topics.sh --describe --under-min-isr-partitions`` lists (TopicCommand of this
+        version; it counts a partition whose ISR is below the min ISR DescribeConfigs resolves, or that has no
+        leader), optionally of ``topics`` only."""
+        args = ["--bootstrap-server", self.answering_bootstrap, "--describe", "--under-min-isr-partitions"]
+        proc = subprocess.run(
+            self._java_cmd(self._tool_class("TopicCommand"), *args), capture_output=True, text=True, timeout=120
+        )
+        if proc.returncode != 0:
+            raise ClusterError(f"TopicCommand failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        wanted = set(topics) if topics is not None else None
+        found = set()
+        for match in re.finditer(r"Topic: (\S+)\s+Partition: (\d+)", proc.stdout):
+            if wanted is None or match.group(1) in wanted:
+                found.add((match.group(1), int(match.group(2))))
+        return found
+
     def dump_log_segments(self, files: Iterable[str | os.PathLike], *, skip_record_metadata: bool = False) -> str:
         """Kafka's own ``DumpLogSegments --cluster-metadata-decoder`` output for these files."""
         args = ["--cluster-metadata-decoder", "--files", ",".join(str(f) for f in files)]

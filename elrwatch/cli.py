@@ -75,7 +75,7 @@ InputFiles = Annotated[
 @app.command(rich_help_panel=FILES)
 def replay(
     files: InputFiles = None,
-    default_min_isr: DefaultMinIsr = 1,
+    default_min_isr: DefaultMinIsr = None,
     pretty: Annotated[bool, _opt("--pretty/--compact", "Indent the JSON output.", command="replay")] = True,
     advice: Annotated[
         bool, _opt("--advice/--no-advice", "Include each partition's outlook and recommendation.", command="replay")
@@ -123,7 +123,7 @@ def advise(
             command="advise",
         ),
     ] = None,
-    default_min_isr: DefaultMinIsr = 1,
+    default_min_isr: DefaultMinIsr = None,
 ) -> None:
     """Replay FILE and print one partition's outlook (what Kafka will do) and recommendation (what to do)."""
     import json
@@ -153,7 +153,7 @@ def whatif(
         bool, _whatif_opt("--unclean/--fenced", "Re-register them after an unclean shutdown instead of fencing.")
     ] = False,
     limit: Annotated[int, _whatif_opt("--limit", "At most this many partitions per list.", min=0)] = 1000,
-    default_min_isr: DefaultMinIsr = 1,
+    default_min_isr: DefaultMinIsr = None,
 ) -> None:
     """Replay FILE and take brokers down through the controller model: what would end under min ISR or leaderless.
 
@@ -277,7 +277,7 @@ def restart_check(
     limit: Annotated[
         int, _opt("--limit", "At most this many partitions per list.", command="restart-check", min=1, max=1000)
     ] = 100,
-    default_min_isr: DefaultMinIsr = 1,
+    default_min_isr: DefaultMinIsr = None,
 ) -> None:
     """Is it safe to stop BROKER now? From the status store, or by replaying FILE.
 
@@ -528,6 +528,14 @@ def bridge(
     page_size: Annotated[
         int, _bridge_opt("--page-size", "--source admin: partitions per DescribeTopicPartitions page.", min=1)
     ] = 2000,
+    server_properties: Annotated[
+        str | None,
+        _bridge_opt(
+            "--server-properties",
+            "--source metadata-log: the node's server.properties; its static min.insync.replicas and "
+            "unclean.leader.election.enable are published (the log lacks them when ELR is off).",
+        ),
+    ] = None,
     state_file: Annotated[
         str | None,
         _bridge_opt(
@@ -548,7 +556,13 @@ def bridge(
     admin_opts = kafka.with_servers(admin_bootstrap_servers).options(topic)
     settings = SidecarSettings(opts, topic, state_file, interval, metrics.port, metrics.host, duration)
     run = functools.partial(
-        run_bridge, settings, source=source, admin_options=admin_opts, log_dir=log_dir, page_size=page_size
+        run_bridge,
+        settings,
+        source=source,
+        admin_options=admin_opts,
+        log_dir=log_dir,
+        page_size=page_size,
+        server_properties=server_properties,
     )
     _run_sidecar("bridge", run, (ValueError, SourceError))
 

@@ -43,12 +43,15 @@ def command_option(command: str) -> Callable[..., Any]:
 
 
 DefaultMinIsr = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--default-min-isr",
         envvar="ELRWATCH_DEFAULT_MIN_ISR",
         min=1,
-        help="min.insync.replicas when neither the topic nor the cluster sets it (Kafka's default is 1).",
+        show_default=False,
+        help="Override the static min.insync.replicas (server.properties) of topics that neither their config nor "
+        "the dynamic cluster default sets. Not needed when the bridge reports the nodes' static configs; "
+        "[default: the static config the bridge reports, else Kafka's 1]",
     ),
 ]
 StoreUrl = Annotated[

@@ -76,12 +76,13 @@ class ClusterState:
 
     def __init__(
         self,
-        default_min_isr: int = 1,
+        default_min_isr: int | None = None,
         bucket: tuple[int, int] | None = None,
         track_changes: bool = True,
         store: str = RUNTIME_STORE,
     ) -> None:
-        """``bucket=(i, n)``: the state of bucket ``i`` of ``n`` (it holds the partitions that hash there). The
+        """``default_min_isr``: ``--default-min-isr`` (None: the nodes' static configs, else Kafka's 1; see
+        image/configs.py for the order). ``bucket=(i, n)``: the state of bucket ``i`` of ``n`` (it holds the partitions that hash there). The
         object store's ``track_changes=False`` skips the bookkeeping behind `drain_changes` (a replay that only reads
         the final state does not need it)."""
         if bucket is not None and not (bucket[1] >= 1 and 0 <= bucket[0] < bucket[1]):
@@ -299,9 +300,20 @@ class ClusterState:
         return self.image.features.metadata_version
 
     @property
-    def default_min_isr(self) -> int:
-        """min.insync.replicas when neither a topic nor the cluster default sets it."""
+    def default_min_isr(self) -> int | None:
+        """``--default-min-isr`` as given (None: not given)."""
         return self.image.configs.default_min_isr
+
+    @property
+    def fallback_min_isr(self) -> int:
+        """min.insync.replicas of a topic neither its config nor the dynamic cluster default sets: the override,
+        else the nodes' static configs, else Kafka's 1."""
+        return self.image.configs.fallback_min_isr()
+
+    @property
+    def static_configs(self) -> dict[int, dict[str, str]]:
+        """Node id → its static configs elrwatch reads (server.properties, STATIC_BROKER_CONFIG_RECORD)."""
+        return self.image.configs.static
 
     @property
     def topic_configs(self) -> dict[str, dict[str, str]]:

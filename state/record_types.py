@@ -89,6 +89,9 @@ CONFIG_RECORD: Final = "CONFIG_RECORD"
 FEATURE_LEVEL_RECORD: Final = "FEATURE_LEVEL_RECORD"
 #: elrwatch's own record: what KIP-966's GetReplicaLogInfo would return for one replica (docs/INPUT.md "Input: events").
 REPLICA_LOG_INFO_RECORD: Final = "REPLICA_LOG_INFO_RECORD"
+#: elrwatch's own record: a config of one node's static layer (its ``server.properties``, DescribeConfigs source
+#: STATIC_BROKER_CONFIG), which the metadata log never carries (docs/INPUT.md).
+STATIC_BROKER_CONFIG_RECORD: Final = "STATIC_BROKER_CONFIG_RECORD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +250,19 @@ REPLICA_LOG_INFO_SCHEMA: Final[dict[str, Any]] = {
     ],
 }
 
+#: elrwatch's own record spec: a node's static config (a null value: the node's file does not set it, Kafka's
+#: built-in default applies). The metadata-log bridge reads it from ``--server-properties``, the admin bridge from
+#: DescribeConfigs sources 4 (STATIC_BROKER_CONFIG) and 5 (DEFAULT_CONFIG).
+STATIC_BROKER_CONFIG_SCHEMA: Final[dict[str, Any]] = {
+    "name": "StaticBrokerConfigRecord",
+    "validVersions": "0",
+    "fields": [
+        {"name": "NodeId", "type": "int32", "versions": "0+"},
+        {"name": "Name", "type": "string", "versions": "0+"},
+        {"name": "Value", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+    ],
+}
+
 #: The types elrwatch ships with: those the core applies, then every other MetadataRecordType of Kafka trunk
 #: (well-formed records of those are counted and skipped).
 BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
@@ -299,6 +315,15 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         key=ProducerKey(KEY_TOPIC_NAME, "resourceName", when=("resourceType", RESOURCE_TOPIC)),
         admin_derived=True,
         schema_file="ConfigRecord.json",
+    ),
+    RecordType(
+        STATIC_BROKER_CONFIG_RECORD,
+        SCOPE_CLUSTER,  # a node's file, applied as the cluster's static layer
+        ROUTE_EVERY,
+        handler="configs.apply_static",
+        key=ProducerKey(KEY_BROKER, "nodeId"),
+        admin_derived=True,
+        schema=STATIC_BROKER_CONFIG_SCHEMA,
     ),
     RecordType(
         FEATURE_LEVEL_RECORD,

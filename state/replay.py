@@ -116,7 +116,7 @@ class Replayer:
 
     def __init__(
         self,
-        default_min_isr: int = 1,
+        default_min_isr: int | None = None,
         cluster: ClusterState | None = None,
         track_changes: bool = True,
         store: str = RUNTIME_STORE,
@@ -261,7 +261,7 @@ def _open_lines(path: str) -> tuple[str, Iterator[bytes], BinaryIO | None]:
 
 
 def replay_lines(
-    lines: Iterable[str | bytes], source: str = "input", default_min_isr: int = 1, store: str = RUNTIME_STORE
+    lines: Iterable[str | bytes], source: str = "input", default_min_isr: int | None = None, store: str = RUNTIME_STORE
 ) -> Replayer:
     """Replay lines into a fresh state (of ``store``) and return the replayer (state, counts, quarantine)."""
     replayer = Replayer(default_min_isr=default_min_isr, track_changes=False, store=store)
@@ -269,7 +269,7 @@ def replay_lines(
     return replayer
 
 
-def replay_file(path: str | Sequence[str], default_min_isr: int = 1, store: str = RUNTIME_STORE) -> Replayer:
+def replay_file(path: str | Sequence[str], default_min_isr: int | None = None, store: str = RUNTIME_STORE) -> Replayer:
     """Replay a file, or several in order as one input (e.g. a snapshot's dump, then its segments' dumps); '-'
     is stdin, into a fresh state of ``store``. Raises `ReplayInputError` when one cannot be read (before anything
     is replayed)."""
@@ -298,6 +298,8 @@ def _check_readable(path: str) -> None:
         raise ReplayInputError(f"cannot read {path}: is a directory")
 
 
-def replay_to_document(path: str | Sequence[str], default_min_isr: int = 1, advice: bool = True) -> dict[str, Any]:
+def replay_to_document(
+    path: str | Sequence[str], default_min_isr: int | None = None, advice: bool = True
+) -> dict[str, Any]:
     """Replay a file (or several, in order) and build its report document."""
     return replay_file(path, default_min_isr).document(advice=advice)

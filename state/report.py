@@ -298,7 +298,10 @@ def cluster_doc(cluster: ClusterState) -> dict[str, Any]:
         "metadataVersion": cluster.metadata_version_level,
         "features": dict(sorted(cluster.features.items())),
         "configs": dict(sorted(cluster.cluster_configs.items())),
-        "defaultMinIsr": cluster.default_min_isr,
+        # min ISR of a topic that neither its config nor the dynamic cluster default sets, and where it comes from
+        "defaultMinIsr": cluster.fallback_min_isr,
+        "defaultMinIsrSource": cluster.image.configs.min_isr_source(),
+        "staticConfigs": {str(node): dict(sorted(c.items())) for node, c in sorted(cluster.static_configs.items())},
         # "admin-poll": derived from the admin API by `elrwatch bridge --source admin`; "unknown" lists what that
         # mode cannot know (epochs, transitions between polls), so nothing downstream presents it as Kafka's.
         "derivedFrom": (polled_unknown(cluster.derived_from) or (None, []))[0],

@@ -117,4 +117,5 @@ SEMANTICS = {
     "CONFIG_RECORD": _config_semantics,
     "FEATURE_LEVEL_RECORD": lambda data: nonneg(data, "featureLevel"),
     "REPLICA_LOG_INFO_RECORD": lambda data: nonneg(data, "partitionId", "brokerId", "logEndOffset"),
+    "STATIC_BROKER_CONFIG_RECORD": lambda data: (nonneg(data, "nodeId"), _config_semantics(data)),
 }

@@ -81,7 +81,7 @@ def _load_bucket(
     bucket: int,
     buckets: int,
     row: tuple[str, bytes] | None,
-    default_min_isr: int,
+    default_min_isr: int | None,
     use_cache: bool,
     snapshots: SnapshotDir | None,
     cache: dict[int, tuple[str, BucketState]],

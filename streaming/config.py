@@ -36,7 +36,7 @@ class StateSettings:
     """What the state stage needs to apply a bucket's micro-batch."""
 
     buckets: int
-    default_min_isr: int = 1
+    default_min_isr: int | None = None
     use_cache: bool = True  # False: every batch rebuilds its buckets from the committed rows (tests of that path)
     state_mode: str = DEFAULT_STATE_MODE
     state_dir: str | None = None  # the bucket snapshots' directory (`snapshots.SnapshotDir`)
@@ -88,7 +88,7 @@ class JobConfig:
     max_records_per_batch: int | None = None
     starting_offsets: str = "earliest"
     available_now: bool = False
-    default_min_isr: int = 1
+    default_min_isr: int | None = None
     source_timeout_ms: int = 15000
     spark_master: str | None = None  # None: spark-submit's master when launched by it, else local[2]
     spark_conf: dict[str, str] = field(default_factory=dict)

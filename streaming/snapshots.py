@@ -153,7 +153,7 @@ class BucketState:
         self.caught_up = False  # loaded by catching up a stale cached state (see from_row)
 
     @classmethod
-    def new(cls, bucket: int, buckets: int, default_min_isr: int) -> BucketState:
+    def new(cls, bucket: int, buckets: int, default_min_isr: int | None) -> BucketState:
         """An empty bucket."""
         return cls(_empty_state(default_min_isr, bucket, buckets), PipelineCounts(), {})
 
@@ -297,7 +297,7 @@ class BucketState:
         )
 
 
-def _empty_state(default_min_isr: int, bucket: int, buckets: int) -> ClusterState:
+def _empty_state(default_min_isr: int | None, bucket: int, buckets: int) -> ClusterState:
     """The state of a bucket that names no snapshot yet."""
     return ClusterState(default_min_isr=default_min_isr, bucket=(bucket, buckets))
 

@@ -188,6 +188,15 @@ def cluster_min_isr(value: str | None) -> tuple[str, int, dict[str, Any]]:
     return config(4, "", "min.insync.replicas", value)
 
 
+def static_config(node: int, name: str, value: str | None) -> tuple[str, int, dict[str, Any]]:
+    """elrwatch's STATIC_BROKER_CONFIG_RECORD: a node's server.properties value (None: the file does not set it)."""
+    return "STATIC_BROKER_CONFIG_RECORD", 0, {"nodeId": node, "name": name, "value": value}
+
+
+def static_min_isr(node: int, value: str | None) -> tuple[str, int, dict[str, Any]]:
+    return static_config(node, "min.insync.replicas", value)
+
+
 def feature(name: str, level: int) -> tuple[str, int, dict[str, Any]]:
     return "FEATURE_LEVEL_RECORD", 0, {"name": name, "featureLevel": level}
 
@@ -363,6 +372,7 @@ def random_stream(seed: int, steps: int = 60, brokers: int = 5) -> list[str]:
                         topic_min_isr(name, value),
                         cluster_min_isr(value),
                         config(2, name, "unclean.leader.election.enable", rng.choice(["true", "false"])),
+                        static_min_isr(pid % brokers, value),
                     ]
                 )
             )

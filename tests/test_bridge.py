@@ -322,6 +322,11 @@ class FakeReader:
             "a": (TOPIC_A, [self.partition(i, leader=1 + i % 3) for i in range(3)]),
             "b": (TOPIC_B, [self.partition(0, leader=2)]),
         }
+        #: Each broker's server.properties (None: not set there); `static_described` counts DescribeConfigs calls.
+        self.static: dict[int, dict[str, str | None]] = {
+            b: {"min.insync.replicas": "2", "unclean.leader.election.enable": None} for b in (1, 2, 3)
+        }
+        self.static_described: list[int] = []
         self.fail: str | None = None
         self.page_errors: dict[str, int] = {}
         self.config_errors: dict[str, int] = {}
@@ -386,6 +391,11 @@ class FakeReader:
             topics[-1]["partitions"].append(dict(p))
         return {"topics": topics, "next_cursor": (rest[0][0], rest[0][1]["partition_index"]) if rest else None}
 
+    def static_configs(self, broker_id: int) -> dict[str, str | None]:
+        self._maybe_fail(f"static {broker_id}")
+        self.static_described.append(broker_id)
+        return dict(self.static[broker_id])
+
     def configs(self, topics: list[str]) -> dict[tuple[int, str], tuple[int, dict[str, str]]]:
         self._maybe_fail("configs")
         out = {(4, ""): (0, dict(self.cluster_config))}
@@ -415,6 +425,7 @@ def core_view(state: ClusterState) -> dict[Any, Any]:
     out["brokers"] = {b: s.fenced for b, s in state.brokers.items() if s.registered}
     out["configs"] = (dict(state.cluster_configs), {k: v for k, v in state.topic_configs.items() if v})
     out["features"] = dict(state.features)
+    out["static"] = {node: dict(c) for node, c in state.static_configs.items() if c}
     return out
 
 
@@ -433,6 +444,8 @@ def reader_view(reader: FakeReader) -> dict[Any, Any]:
     out["brokers"] = dict(reader.broker_fenced)
     out["configs"] = (dict(reader.cluster_config), {k: v for k, v in reader.topic_config.items() if v})
     out["features"] = dict(reader.feature_levels)
+    static = {b: {k: v for k, v in c.items() if v is not None} for b, c in reader.static.items()}
+    out["static"] = {b: c for b, c in static.items() if c}
     return out
 
 
@@ -729,6 +742,98 @@ def test_kafka_reader_keeps_only_configs_set_on_the_resource() -> None:
         (2, "b"): (0, {}),
     }
     assert len(sent) == 2  # batched
+
+
+def test_static_configs_are_described_once_per_start_and_resolve_min_isr() -> None:
+    """A broker's server.properties (DescribeConfigs of that broker, synonyms' source 4) is described when the
+    broker is first seen and when it comes back, published as STATIC_BROKER_CONFIG_RECORD, and resolves the min ISR
+    of topics without a config of their own (no --default-min-isr)."""
+    reader = FakeReader()
+    reader.cluster_config = {}
+    bridge, pub, metrics = admin_bridge(reader)
+    bridge.step()
+    assert sorted(reader.static_described) == [1, 2, 3]
+    state, quarantined, _ = replay(pub.lines)
+    assert not quarantined and core_view(state) == reader_view(reader)
+    topic_b = next(t for t in state.topics.values() if t.name == "b")
+    assert state.effective_min_isr(topic_b) == 2 and cluster_doc(state)["defaultMinIsrSource"].startswith("static")
+    bridge.step()
+    assert sorted(reader.static_described) == [1, 2, 3]  # not again while the brokers stay up
+    reader.broker_fenced[2] = True
+    bridge.step()
+    reader.broker_fenced[2] = False
+    reader.static[2] = {"min.insync.replicas": "3", "unclean.leader.election.enable": "true"}  # restarted with
+    reader.fail = "static 2"  # a failed describe keeps what was known and says so
+    bridge.step()
+    assert metrics.counts.get("broker_unreachable") == 1
+    reader.broker_fenced[2] = True
+    bridge.step()
+    reader.broker_fenced[2] = False
+    bridge.step()
+    assert reader.static_described.count(2) == 2
+    state, quarantined, _ = replay(pub.lines)
+    assert not quarantined and core_view(state) == reader_view(reader)
+    published = [orjson.loads(line) for line in pub.lines if b"STATIC_BROKER_CONFIG_RECORD" in line]
+    assert [e["data"] for e in published[-2:]] == [
+        {"nodeId": 2, "name": "min.insync.replicas", "value": "3"},
+        {"nodeId": 2, "name": "unclean.leader.election.enable", "value": "true"},
+    ]
+
+
+def test_log_bridge_publishes_the_nodes_static_configs(tmp_path: Path) -> None:
+    """--server-properties: the node's static configs go out before the log's records, again only when the file
+    changes them, not after a restart; an unreadable file is one counted error and the log keeps flowing."""
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    write_segment(log_dir, 0, make_batch(0, [v for _, v in real_values()[:3]]))
+    props = tmp_path / "server.properties"
+    props.write_text("process.roles=broker,controller\nnode.id=1\n# min.insync.replicas=3\nmin.insync.replicas : 2\n")
+    state_file = StateFile(tmp_path / "state.json")
+    metrics, pub = Metrics(), MemoryPublisher()
+    bridge = LogBridge(log_dir, pub, state_file, metrics, props)
+    assert bridge.step() == 5
+    first = [orjson.loads(line) for line in pub.lines]
+    assert [e["data"] for e in first[:2]] == [
+        {"nodeId": 1, "name": "min.insync.replicas", "value": "2"},
+        {"nodeId": 1, "name": "unclean.leader.election.enable", "value": None},
+    ]
+    assert "offset" not in first[0] and first[2]["offset"] == 0  # not a metadata-log record: no offset
+    assert bridge.step() == 0
+    props.write_text("node.id=1\nmin.insync.replicas=3\n")
+    assert bridge.step() == 1 and orjson.loads(pub.lines[-1])["data"]["value"] == "3"
+    assert LogBridge(log_dir, pub, state_file, metrics, props).step() == 0  # a restart: nothing new
+    props.unlink()
+    assert bridge.step() == 0 and bridge.step() == 0
+    assert metrics.counts == {"properties_unreadable": 1}
+    state, quarantined, _ = replay(pub.lines)
+    assert not quarantined and state.static_configs == {1: {"min.insync.replicas": "3"}}
+
+
+def test_server_properties_parse_like_java() -> None:
+    from elrwatch.bridge.static_config import PropertiesError, parse_server_properties
+
+    found = parse_server_properties("broker.id=4\nmin.insync.replicas \\\n   2\nunclean.leader.election.enable:true\n")
+    assert (found.node_id, found.values) == (4, {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"})
+    with pytest.raises(PropertiesError, match="neither node.id nor broker.id"):
+        parse_server_properties("min.insync.replicas=2\n", "a.properties")
+
+
+def test_static_layer_reads_the_static_synonym() -> None:
+    """With a dynamic value on top, the STATIC_BROKER_CONFIG synonym still gives the file's value; only Kafka's
+    default (5): None."""
+    from types import SimpleNamespace as NS
+
+    from elrwatch.bridge.admin import static_layer
+
+    def syn(value: str, source: int) -> NS:
+        return NS(name="x", value=value, source=source)
+
+    configs = [
+        NS(name="min.insync.replicas", value="3", config_source=3, synonyms=[syn("3", 3), syn("2", 4), syn("1", 5)]),
+        NS(name="unclean.leader.election.enable", value="false", config_source=5, synonyms=[syn("false", 5)]),
+        NS(name="log.retention.ms", value="1", config_source=4, synonyms=[syn("1", 4)]),
+    ]
+    assert static_layer(configs) == {"min.insync.replicas": "2", "unclean.leader.election.enable": None}
 
 
 class KeyingPublisher(MemoryPublisher):

@@ -400,6 +400,7 @@ def test_the_admin_bridge_derives_exactly_the_derivable_types() -> None:
         features={record_types.METADATA_VERSION: 21},
         cluster_configs={record_types.MIN_ISR: "2"},
         topic_configs={"t": {record_types.UNCLEAN_ENABLE: "true"}},
+        static={1: {record_types.MIN_ISR: "2", record_types.UNCLEAN_ENABLE: None}},
     )
     first = diff(None, new, 0, 1)
     later = View(

@@ -146,6 +146,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "UNFENCE_BROKER_RECORD": {"id": 1, "epoch": 101},
     "CONFIG_RECORD": {"resourceType": 2, "resourceName": "foo", "name": "min.insync.replicas", "value": "2"},
     "FEATURE_LEVEL_RECORD": {"name": "eligible.leader.replicas.version", "featureLevel": 1},
+    "STATIC_BROKER_CONFIG_RECORD": {"nodeId": 1, "name": "min.insync.replicas", "value": "2"},
 }
 
 

@@ -26,7 +26,7 @@ from elrwatch.state.image.topics import Topics
 class MetadataImage:
     """The shared areas of one cluster state (a bucket's, or a whole cluster's)."""
 
-    def __init__(self, default_min_isr: int = 1) -> None:
+    def __init__(self, default_min_isr: int | None = None) -> None:
         self.effects = Effects()
         self.positions = Positions()
         self.features = Features(self.effects)
