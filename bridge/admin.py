@@ -5,9 +5,9 @@ One poll reads (``ClusterReader``): DescribeFeatures (ApiVersions' finalized ``m
 topic (paged by cursor) and DescribeConfigs for ``min.insync.replicas`` and ``unclean.leader.election.enable`` of
 every topic and of the cluster default, and, for a broker seen (re)started, DescribeConfigs of that broker with
 synonyms: its static layer (``server.properties``, source 4; source 5 = Kafka's default) of the same configs, which
-the metadata log never carries (published as STATIC_BROKER_CONFIG_RECORD). `diff` compares it with the previous poll's `View` and returns the records
-Kafka's controller would have written to get from one to the other, in elrwatch's envelope with offsets of the
-bridge's own and ``"source": "admin-poll"``.
+the metadata log never carries (published as STATIC_BROKER_CONFIG_RECORD). `diff` compares it with the previous
+poll's `View` and returns the records Kafka's controller would have written to get from one to the other, in
+elrwatch's envelope with offsets of the bridge's own and ``"source": "admin-poll"``.
 
 What this mode cannot know (and the core reports as unknown, see ``POLLED_UNKNOWN`` in state/cluster.py):
 

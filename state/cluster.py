@@ -82,9 +82,9 @@ class ClusterState:
         store: str = RUNTIME_STORE,
     ) -> None:
         """``default_min_isr``: ``--default-min-isr`` (None: the nodes' static configs, else Kafka's 1; see
-        image/configs.py for the order). ``bucket=(i, n)``: the state of bucket ``i`` of ``n`` (it holds the partitions that hash there). The
-        object store's ``track_changes=False`` skips the bookkeeping behind `drain_changes` (a replay that only reads
-        the final state does not need it)."""
+        image/configs.py for the order). ``bucket=(i, n)``: the state of bucket ``i`` of ``n`` (it holds the
+        partitions that hash there). The object store's ``track_changes=False`` skips the bookkeeping behind
+        `drain_changes` (a replay that only reads the final state does not need it)."""
         if bucket is not None and not (bucket[1] >= 1 and 0 <= bucket[0] < bucket[1]):
             raise ValueError(f"invalid bucket {bucket}")
         self.image = MetadataImage(default_min_isr)

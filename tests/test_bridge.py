@@ -814,7 +814,7 @@ def test_server_properties_parse_like_java() -> None:
 
     found = parse_server_properties("broker.id=4\nmin.insync.replicas \\\n   2\nunclean.leader.election.enable:true\n")
     assert (found.node_id, found.values) == (4, {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"})
-    with pytest.raises(PropertiesError, match="neither node.id nor broker.id"):
+    with pytest.raises(PropertiesError, match=r"neither node\.id nor broker\.id"):
         parse_server_properties("min.insync.replicas=2\n", "a.properties")
 
 
