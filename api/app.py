@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from elrwatch.api.dependencies import SummaryCache
 from elrwatch.api.errors import install_error_handlers
+from elrwatch.api.heavy import HeavyQueries
 from elrwatch.api.middleware import BearerAuth, RequestMetrics
 from elrwatch.api.openapi import install_openapi
 from elrwatch.api.routers import ROUTERS
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
     app.state.store = store
     app.state.settings = settings
     app.state.summary_cache = SummaryCache()
+    app.state.heavy_queries = HeavyQueries(settings.heavy_query_slots, settings.heavy_query_timeout_seconds)
     app.state.registry = CollectorRegistry()
     if token is not None:
         app.add_middleware(BearerAuth, token=token)

@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from elrwatch.api.heavy import HeavyQueries
 from elrwatch.api.settings import Settings
 from elrwatch.store import StatusStore
 
@@ -47,10 +48,16 @@ async def get_registry(request: Request) -> CollectorRegistry:
     return request.app.state.registry
 
 
+async def get_heavy_queries(request: Request) -> HeavyQueries:
+    """The slots and time limit of heavy queries (api/heavy.py)."""
+    return request.app.state.heavy_queries
+
+
 StoreDep = Annotated[StatusStore, Depends(get_store)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SummaryCacheDep = Annotated[SummaryCache, Depends(get_summary_cache)]
 RegistryDep = Annotated[CollectorRegistry, Depends(get_registry)]
+HeavyQueriesDep = Annotated[HeavyQueries, Depends(get_heavy_queries)]
 
 
 async def read_store(store: StatusStore, fn: Callable[..., Any], *args: Any) -> Any:

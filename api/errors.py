@@ -31,26 +31,35 @@ def problem_responses(codes: Mapping[int, str]) -> dict[int | str, dict[str, Any
 class ApiError(Exception):
     """An error answered as a problem document."""
 
-    def __init__(self, status: int, title: str, detail: str | None = None) -> None:
+    def __init__(
+        self, status: int, title: str, detail: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(detail or title)
-        self.status, self.title, self.detail = status, title, detail
+        self.status, self.title, self.detail, self.headers = status, title, detail, headers
 
 
-def problem(status: int, title: str, detail: str | None = None, instance: str | None = None, **extra: Any) -> Response:
-    """An ``application/problem+json`` response."""
+def problem(
+    status: int,
+    title: str,
+    detail: str | None = None,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response:
+    """An ``application/problem+json`` response (``headers``: e.g. a 503's ``Retry-After``)."""
     body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
     if detail is not None:
         body["detail"] = detail
     if instance is not None:
         body["instance"] = instance
     body.update(extra)
-    headers = {"WWW-Authenticate": 'Bearer realm="elrwatch"'} if status == 401 else None
-    return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
+    headers = {**(headers or {}), **({"WWW-Authenticate": 'Bearer realm="elrwatch"'} if status == 401 else {})}
+    return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers or None)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return problem(exc.status, exc.title, exc.detail, request.url.path)
+    return problem(exc.status, exc.title, exc.detail, request.url.path, headers=exc.headers)
 
 
 async def _validation(request: Request, exc: Exception) -> Response:

@@ -30,6 +30,15 @@ class Settings(BaseSettings):
         description="/readyz fails when the store was this many micro-batches behind the job's gauges at its last "
         "write (the job writes the store behind its batches; 0 = no limit).",
     )
+    heavy_query_slots: int = Field(
+        2,
+        ge=1,
+        description="Queries whose cost grows with the store (the what-if) that may run at once; past it: 503 with "
+        "Retry-After.",
+    )
+    heavy_query_timeout_seconds: float = Field(
+        30.0, gt=0, description="A heavy query still running after this long ends with a 503 problem."
+    )
     summary_cache_seconds: float = Field(1.0, ge=0, description="How long /v1/summary may be served from cache.")
     page_refresh_seconds: int = Field(5, ge=1, le=3600, description="Status page refresh interval.")
 

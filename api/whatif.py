@@ -1,8 +1,9 @@
-"""What-if over the status store: rebuild the affected part of the cluster and ask ``elrwatch.state.whatif``.
+"""What-if over the status store: the partitions that can change (those with a replica on a broker going down),
+read from the store as registrations with their stored effective min ISR and their topic's controller context
+(``StatusStore.whatif_inputs``: no documents, no advice), taken down by ``elrwatch.state.whatif.what_if_over``.
 
-The store holds report documents, not the core's state, so the partitions that can change (those with a replica
-on a broker going down) plus partition 0 of their topics (it fixes the effective min ISR) are turned back into
-metadata records (the same envelope ``elrwatch replay`` reads) and replayed into a fresh ``ClusterState``.
+`document_lines` turns a report document back into metadata records (the envelope ``elrwatch replay`` reads):
+the tests' reference path rebuilds the same part of the cluster through the core with it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from elrwatch.api.heavy import NO_DEADLINE, Deadline
 from elrwatch.state.replay import replay_lines
-from elrwatch.state.whatif import what_if
+from elrwatch.state.whatif import what_if, what_if_over
 from elrwatch.store import StatusStore
 
 _ZERO_UUID = base64.urlsafe_b64encode(bytes(16)).decode().rstrip("=")
@@ -75,14 +77,26 @@ def affected_document(store: StatusStore, down: Sequence[int]) -> dict[str, Any]
     }
 
 
-def run_whatif(store: StatusStore, down: Sequence[int], *, unclean: bool, limit: int) -> dict[str, Any]:
-    """``what_if`` over the partitions that have a replica on a broker in ``down``."""
+def run_whatif(
+    store: StatusStore, down: Sequence[int], *, unclean: bool, limit: int, deadline: Deadline = NO_DEADLINE
+) -> dict[str, Any]:
+    """``what_if`` over the partitions that have a replica on a broker in ``down``; ``deadline`` stops it (the
+    API's time limit: `QueryTimeout`)."""
+    brokers, partitions = store.whatif_inputs(down, deadline.check)
+    result = what_if_over(partitions, brokers, down, unclean=unclean, limit=limit, check=deadline.check)
+    result["scope"] = "partitions with a replica on a broker that goes down (others cannot change)"
+    return result
+
+
+def replayed_whatif(store: StatusStore, down: Sequence[int], *, unclean: bool, limit: int) -> dict[str, Any]:
+    """The reference path (tests): the affected part of the store rebuilt through the core (`document_lines`,
+    replayed) and `what_if` on that state; partition 0 of each topic comes along (it fixes the effective min
+    ISR) and is counted when it is not itself affected."""
     doc = affected_document(store, down)
     default_min_isr = int((doc["cluster"] or {}).get("defaultMinIsr") or 1)
     replayer = replay_lines(document_lines(doc), "status-store", default_min_isr=default_min_isr)
     result = what_if(replayer.cluster, down, unclean=unclean, limit=limit)
     lost = sum(replayer.counts.quarantined_by_reason.values())
-    if lost:  # a stored document the core no longer accepts: say so rather than answer silently
+    if lost:
         result["rebuildQuarantinedRecords"] = lost
-    result["scope"] = "partitions with a replica on a broker that goes down (others cannot change)"
     return result

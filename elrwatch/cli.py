@@ -356,6 +356,21 @@ def api(
             min=0,
         ),
     ] = 10,
+    heavy_query_slots: Annotated[
+        int,
+        _opt(
+            "--heavy-query-slots",
+            "What-if queries (their cost grows with the store) that may run at once; one more gets 503 with "
+            "Retry-After.",
+            min=1,
+        ),
+    ] = 2,
+    heavy_query_timeout_seconds: Annotated[
+        float,
+        _opt(
+            "--heavy-query-timeout-seconds", "A what-if still running after this long ends with a 503 problem.", min=0.1
+        ),
+    ] = 30.0,
     log_level: Annotated[str, _opt("--log-level", "uvicorn log level.")] = "info",
 ) -> None:
     """Serve the REST API and the status page over a status store (uvicorn, one worker)."""
@@ -374,6 +389,8 @@ def api(
             port=port,
             ready_max_age_seconds=ready_max_age_seconds,
             ready_max_store_behind_batches=ready_max_store_behind_batches,
+            heavy_query_slots=heavy_query_slots,
+            heavy_query_timeout_seconds=heavy_query_timeout_seconds,
         )
         application = create_app(settings, store=status_store)
     except (OSError, ValueError) as exc:

@@ -181,6 +181,20 @@ def partition_from_stored(topic_id: str, partition_id: int, values: list[Any]) -
     return p
 
 
+def stored_registration_key(values: list[Any]) -> tuple[Any, ...]:
+    """`elrwatch.state.whatif.registration_key` of a decoded stored array, without building its PartitionState."""
+    return (
+        tuple(values[0]),
+        tuple(values[1]),
+        tuple(values[2]),
+        tuple(values[3]),
+        values[4],
+        values[7],
+        tuple(values[8]),
+        tuple(values[9]),
+    )
+
+
 @dataclass
 class StoreView:
     """What a store reader needs, besides a partition's own row, to rebuild its document and advice: the
@@ -223,6 +237,19 @@ class StoreView:
         """Registered, not fenced, not in controlled shutdown."""
         return broker_id in self._active
 
+    def topic_context(self, topic_name: str, effective_min_isr: int) -> TopicContext:
+        """The controller's view of a stored partition's topic (as the state that wrote it saw it)."""
+        return TopicContext(
+            min_isr=effective_min_isr,
+            elr_enabled=self.elr_enabled,
+            unclean_enabled=self.unclean_by_topic.get(topic_name, self.cluster_unclean),
+            metadata_version=mv.DEFAULT_LEVEL if self.metadata_version is None else self.metadata_version,
+        )
+
+    def partition(self, topic_id: str, partition_id: int, stored: str | bytes) -> PartitionState:
+        """A stored partition's registration (no document, no advice)."""
+        return partition_from_stored(topic_id, partition_id, orjson.loads(stored))
+
     def document(
         self,
         topic_name: str,
@@ -237,12 +264,7 @@ class StoreView:
         partition = partition_from_stored(topic_id, partition_id, values)
         doc = _document(topic_name, partition, effective_min_isr, self.is_active, values[_N_STORED], self.brokers)
         if advice:
-            ctx = TopicContext(
-                min_isr=effective_min_isr,
-                elr_enabled=self.elr_enabled,
-                unclean_enabled=self.unclean_by_topic.get(topic_name, self.cluster_unclean),
-                metadata_version=mv.DEFAULT_LEVEL if self.metadata_version is None else self.metadata_version,
-            )
+            ctx = self.topic_context(topic_name, effective_min_isr)
             raw_info = values[_N_STORED + 1]
             log_info = {int(b): info for b, info in raw_info.items()} if raw_info else None
             doc["outlook"], doc["recommendation"] = advice_of(

@@ -14,7 +14,7 @@ outcome is then classified:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from elrwatch.state import controller
@@ -34,10 +34,12 @@ def _classify(p: PartitionState, min_isr: int, active: frozenset[int]) -> tuple[
     return under, leaderless, unclean_needed
 
 
-def _entry(topic: str, p: PartitionState, before: PartitionState) -> dict[str, Any]:
+def _entry(topic: str, partition_id: int, p: PartitionState, before: PartitionState) -> dict[str, Any]:
+    """A partition's line of a list: ``p`` its registration after, ``before`` before (both may be those of another
+    partition with the same registration: the ids are given)."""
     return {
         "topic": topic,
-        "partitionId": p.partition_id,
+        "partitionId": partition_id,
         "replicas": list(p.replicas),
         "isr": list(p.isr),
         "elr": list(p.elr),
@@ -49,16 +51,69 @@ def _entry(topic: str, p: PartitionState, before: PartitionState) -> dict[str, A
 
 
 def what_if(
-    cluster: ClusterState, down: Iterable[int], *, unclean: bool = False, limit: int | None = None
+    cluster: ClusterState,
+    down: Iterable[int],
+    *,
+    unclean: bool = False,
+    limit: int | None = None,
+    check: Callable[[], None] | None = None,
+    share: bool = True,
 ) -> dict[str, Any]:
     """Take ``down`` brokers down (in order) on copies of the cluster's partitions; count and list the outcome.
 
-    ``limit`` caps each list (the counts are always complete). With no broker down nothing changes.
+    ``limit`` caps each list (the counts are always complete). With no broker down nothing changes. ``check`` is
+    called every few thousand partitions (the API's time limit raises from it). ``share=False`` takes every
+    partition through the controller model on its own (the reference the shared pass is tested against).
     """
+    contexts: dict[str, controller.TopicContext] = {}
+
+    def partitions() -> Iterator[Candidate]:
+        for topic, p in cluster.iter_partitions():
+            ctx = contexts.get(topic.topic_id)
+            if ctx is None:
+                ctx = contexts[topic.topic_id] = topic_context(cluster, topic)
+            yield topic.name, p.partition_id, registration_key(p), ctx, p
+
+    return what_if_over(partitions(), cluster.brokers, down, unclean=unclean, limit=limit, check=check, share=share)
+
+
+def registration_key(p: PartitionState) -> tuple[Any, ...]:
+    """What the controller's answer for a partition depends on besides its topic's context: equal keys (and
+    contexts), equal outcomes whatever its ids and epochs, so each distinct registration is taken down once."""
+    return (
+        p.replicas,
+        p.isr,
+        p.elr,
+        p.last_known_elr,
+        p.leader,
+        p.leader_recovery_state,
+        p.adding_replicas,
+        p.removing_replicas,
+    )
+
+
+#: One partition for `what_if_over`: topic name, partition id, its `registration_key`, its topic's controller
+#: context, and its PartitionState or a function that builds it (built only for a key not seen before).
+Candidate = tuple[str, int, tuple[Any, ...], controller.TopicContext, PartitionState | Callable[[], PartitionState]]
+
+
+def what_if_over(
+    partitions: Iterable[Candidate],
+    brokers_now: Mapping[int, BrokerState],
+    down: Iterable[int],
+    *,
+    unclean: bool = False,
+    limit: int | None = None,
+    check: Callable[[], None] | None = None,
+    share: bool = True,
+) -> dict[str, Any]:
+    """`what_if` over `Candidate` partitions and the brokers as they are now: the API gives the partitions a store
+    holds. Partitions with the same registration and context share one pass through the controller model
+    (`registration_key`), unless ``share=False``."""
     down_ids = list(dict.fromkeys(int(b) for b in down))
     brokers: dict[int, BrokerState] = {
         b: BrokerState(s.broker_id, s.epoch, s.incarnation_id, s.fenced, s.in_controlled_shutdown, s.registered)
-        for b, s in cluster.brokers.items()
+        for b, s in brokers_now.items()
     }
     unknown = [b for b in down_ids if b not in brokers]
     # Broker states after each step (the controller sees earlier brokers as already down).
@@ -72,20 +127,14 @@ def what_if(
             state.fenced = True
             if unclean:
                 state.in_controlled_shutdown = False
-    active_before = controller.active_brokers(cluster.brokers)
+    active_before = controller.active_brokers(brokers_now)
     active_after = controller.active_brokers(brokers)
-    counts_before = dict.fromkeys(CATEGORIES, 0)
-    counts_after = dict.fromkeys(CATEGORIES, 0)
-    lists: dict[str, list[dict[str, Any]]] = {name: [] for name in CATEGORIES}
-    changed = 0
-    moved = 0
-    partitions = 0
-    for topic, p in cluster.iter_partitions():
-        partitions += 1
-        ctx = topic_context(cluster, topic)
-        before_flags = _classify(p, ctx.min_isr, active_before)
-        for name, flag in zip(CATEGORIES, before_flags, strict=True):
-            counts_before[name] += flag
+
+    def take_down(
+        p: PartitionState, ctx: controller.TopicContext
+    ) -> tuple[PartitionState, PartitionState, tuple[bool, ...]]:
+        """The partition before and after the brokers go down, and its flags: before, after, changed, leader
+        moved."""
         after = p
         for broker_id, view in steps:
             if broker_id not in after.isr and not (unclean and broker_id in after.elr):
@@ -100,20 +149,44 @@ def what_if(
                     after = p.copy()
                 for record in decision.records:
                     merge_partition_change(after, record)
-        if after is not p:
-            changed += 1
-            if after.leader != p.leader and after.leader != NO_LEADER:
-                moved += 1
+        before_flags = _classify(p, ctx.min_isr, active_before)
         after_flags = _classify(after, ctx.min_isr, active_after)
-        for name, flag in zip(CATEGORIES, after_flags, strict=True):
+        moved = after is not p and after.leader != p.leader and after.leader != NO_LEADER
+        return p, after, (*before_flags, *after_flags, after is not p, moved)
+
+    outcomes: dict[tuple[Any, ...], tuple[PartitionState, PartitionState, tuple[bool, ...]]] = {}
+    counts_before = dict.fromkeys(CATEGORIES, 0)
+    counts_after = dict.fromkeys(CATEGORIES, 0)
+    lists: dict[str, list[dict[str, Any]]] = {name: [] for name in CATEGORIES}
+    changed = 0
+    moved = 0
+    count = 0
+    n = len(CATEGORIES)
+    for topic_name, partition_id, registration, ctx, state in partitions:
+        count += 1
+        if check is not None and not count & 0xFFF:
+            check()
+        key = (registration, ctx)
+        known = outcomes.get(key) if share else None
+        if known is None:
+            p = state if isinstance(state, PartitionState) else state()
+            known = take_down(p, ctx)
+            if share:
+                outcomes[key] = known
+        before, after, flags = known
+        changed += flags[-2]
+        moved += flags[-1]
+        for name, flag in zip(CATEGORIES, flags[:n], strict=True):
+            counts_before[name] += flag
+        for name, flag in zip(CATEGORIES, flags[n : 2 * n], strict=True):
             if flag:
                 counts_after[name] += 1
                 if limit is None or len(lists[name]) < limit:
-                    lists[name].append(_entry(topic.name, after, p))
+                    lists[name].append(_entry(topic_name, partition_id, after, before))
     result: dict[str, Any] = {
         "down": down_ids,
         "unclean": unclean,
-        "partitions": partitions,
+        "partitions": count,
         "changedPartitions": changed,
         "leadersMoved": moved,
         "counts": counts_after,

@@ -9,13 +9,14 @@ buckets' domain rows and documents in the report-document shape (DESIGN.md §5) 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,11 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.pool import StaticPool
 
 from elrwatch.state import insight
+from elrwatch.state.controller import TopicContext
 from elrwatch.state.gauges import BROKER_GAUGES, sample
-from elrwatch.state.report import StoreView
+from elrwatch.state.model import BrokerState
+from elrwatch.state.report import StoreView, partition_from_stored, stored_registration_key
+from elrwatch.state.whatif import Candidate
 from elrwatch.store.rows import (
     PARTITION_COLUMNS,
     broker_row,
@@ -672,8 +676,11 @@ class StatusStore:
             ).first()
             return None if row is None else self._store_view(conn, topic).document(*row)
 
-    def partitions_on_brokers(self, broker_ids: Sequence[int]) -> list[dict[str, Any]]:
-        """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition)."""
+    def partitions_on_brokers(
+        self, broker_ids: Sequence[int], check: Callable[[], None] | None = None
+    ) -> list[dict[str, Any]]:
+        """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition); ``check`` is
+        called every few thousand rows (a caller's time limit raises from it)."""
         p, r = partitions_t, partition_replicas_t
         keys = select(r.c.topic_id, r.c.partition_id).where(r.c.broker_id.in_(list(broker_ids))).distinct().subquery()
         stmt = (
@@ -683,7 +690,42 @@ class StatusStore:
         )
         with self._reading() as conn:
             store_view = self._store_view(conn)
-            return [store_view.document(*row) for row in conn.execute(stmt)]
+            out = []
+            for row in conn.execute(stmt):
+                out.append(store_view.document(*row))
+                if check is not None and not len(out) & 0xFFF:
+                    check()
+            return out
+
+    def whatif_inputs(
+        self, broker_ids: Sequence[int], check: Callable[[], None] | None = None
+    ) -> tuple[dict[int, BrokerState], list[Candidate]]:
+        """The brokers, and every partition with a replica on one of ``broker_ids`` as the what-if takes it
+        (`elrwatch.state.whatif.Candidate`: its registration key and topic context; its PartitionState built only
+        when asked: no documents, no advice). ``check`` is called every few thousand rows (a caller's time limit
+        raises from it)."""
+        p, r = partitions_t, partition_replicas_t
+        keys = select(r.c.topic_id, r.c.partition_id).where(r.c.broker_id.in_(list(broker_ids))).distinct().subquery()
+        stmt = (
+            select(p.c.topic, p.c.topic_id, p.c.partition_id, p.c.effective_min_isr, p.c.state)
+            .join(keys, and_(p.c.topic_id == keys.c.topic_id, p.c.partition_id == keys.c.partition_id))
+            .order_by(p.c.topic, p.c.partition_id)
+        )
+        out: list[Candidate] = []
+        with self._reading() as conn:
+            store_view = self._store_view(conn)
+            contexts: dict[tuple[str, int], TopicContext] = {}
+            for topic, topic_id, partition_id, stored_min_isr, stored in conn.execute(stmt):
+                ctx = contexts.get((topic, stored_min_isr))
+                if ctx is None:
+                    min_isr = 1 if stored_min_isr is None else stored_min_isr  # unknown (no replicas): Kafka's least
+                    ctx = contexts[(topic, stored_min_isr)] = store_view.topic_context(topic, min_isr)
+                values = loads(stored)
+                build = functools.partial(partition_from_stored, topic_id, partition_id, values)
+                out.append((topic, partition_id, stored_registration_key(values), ctx, build))
+                if check is not None and not len(out) & 0xFFF:
+                    check()
+            return dict(store_view.brokers), out
 
     def topic_exists(self, topic: str) -> bool:
         """True when the store knows the topic (from its topic record or any partition)."""

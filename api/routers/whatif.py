@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from elrwatch.api.dependencies import StoreDep
+from elrwatch.api.dependencies import HeavyQueriesDep, StoreDep
 from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import WhatIf
 from elrwatch.api.params import INT32_MAX
@@ -19,9 +19,16 @@ router = APIRouter(tags=["partitions"], responses=problem_responses(STORE_UNAVAI
     "/v1/whatif",
     response_model=WhatIf,
     summary="What if these brokers go down now?",
+    responses=problem_responses(
+        {
+            503: "The status store is unavailable, every heavy-query slot is taken (with `Retry-After`), or the "
+            "query reached its time limit"
+        }
+    ),
 )
 def whatif(
     store: StoreDep,
+    heavy: HeavyQueriesDep,
     down: Annotated[
         str, Query(pattern=r"^\d{1,10}(,\d{1,10}){0,63}$", description="Broker ids, e.g. `1,2`.", examples=["1,2"])
     ],
@@ -36,8 +43,10 @@ def whatif(
 ) -> Any:
     """Which partitions would go under min ISR, leaderless, or need an unclean election if the brokers in
     ``down`` failed now, one after another (``elrwatch.state.whatif`` through the controller model, over the
-    partitions with a replica on those brokers)."""
+    partitions with a replica on those brokers). A heavy query: at most ``--heavy-query-slots`` run at once (503
+    with ``Retry-After`` past it) and each stops at ``--heavy-query-timeout-seconds`` (503)."""
     brokers_down = list(dict.fromkeys(int(b) for b in down.split(",")))
     if any(b > INT32_MAX for b in brokers_down):
         raise ApiError(422, "Invalid request", "broker ids must be 32-bit integers")
-    return run_whatif(store, brokers_down, unclean=unclean, limit=limit)
+    with heavy.slot("what-if") as deadline:
+        return run_whatif(store, brokers_down, unclean=unclean, limit=limit, deadline=deadline)
