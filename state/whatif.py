@@ -34,7 +34,7 @@ def _classify(p: PartitionState, min_isr: int, active: frozenset[int]) -> tuple[
     return under, leaderless, unclean_needed
 
 
-def _entry(topic: str, partition_id: int, p: PartitionState, before: PartitionState) -> dict[str, Any]:
+def entry(topic: str, partition_id: int, p: PartitionState, before: PartitionState) -> dict[str, Any]:
     """A partition's line of a list: ``p`` its registration after, ``before`` before (both may be those of another
     partition with the same registration: the ids are given)."""
     return {
@@ -97,6 +97,112 @@ def registration_key(p: PartitionState) -> tuple[Any, ...]:
 Candidate = tuple[str, int, tuple[Any, ...], controller.TopicContext, PartitionState | Callable[[], PartitionState]]
 
 
+#: One partition's outcome (`Outage.take_down`): its registration before and after, and its flags: the
+#: `CATEGORIES` before, the same after, changed, leader moved.
+Outcome = tuple[PartitionState, PartitionState, tuple[bool, ...]]
+#: Where each flag sits in an `Outcome`'s flags.
+BEFORE = slice(0, len(CATEGORIES))
+AFTER = slice(len(CATEGORIES), 2 * len(CATEGORIES))
+CHANGED = 2 * len(CATEGORIES)
+MOVED = CHANGED + 1
+
+
+class Outage:
+    """Brokers going down, in order, fenced or (``unclean``) re-registered after an unclean shutdown: what it does
+    to one partition through the controller model (`take_down`), and to a registration shared by many partitions
+    (`outcome`: computed once per registration and topic context)."""
+
+    def __init__(self, brokers_now: Mapping[int, BrokerState], down: Iterable[int], unclean: bool) -> None:
+        self.down = list(dict.fromkeys(int(b) for b in down))
+        self.unclean = unclean
+        brokers: dict[int, BrokerState] = {
+            b: BrokerState(s.broker_id, s.epoch, s.incarnation_id, s.fenced, s.in_controlled_shutdown, s.registered)
+            for b, s in brokers_now.items()
+        }
+        self.unknown = [b for b in self.down if b not in brokers]
+        # Broker states before each step (the controller sees earlier brokers as already down).
+        self.steps: list[tuple[int, dict[int, BrokerState]]] = []
+        for broker_id in self.down:
+            self.steps.append((broker_id, {b: BrokerState(s.broker_id, s.epoch, s.incarnation_id, s.fenced,
+                                                          s.in_controlled_shutdown, s.registered)
+                                           for b, s in brokers.items()}))  # fmt: skip
+            state = brokers.get(broker_id)
+            if state is not None:
+                state.fenced = True
+                if unclean:
+                    state.in_controlled_shutdown = False
+        self.active_before = controller.active_brokers(brokers_now)
+        self.active_after = controller.active_brokers(brokers)
+        self._outcomes: dict[tuple[Any, ...], Outcome] = {}
+
+    def take_down(self, p: PartitionState, ctx: controller.TopicContext) -> Outcome:
+        """The partition before and after the brokers go down, and its flags."""
+        after = p
+        for broker_id, view in self.steps:
+            if broker_id not in after.isr and not (self.unclean and broker_id in after.elr):
+                continue
+            decision = (
+                controller.register(after, broker_id, False, view, ctx)
+                if self.unclean
+                else controller.fence(after, broker_id, view, ctx)
+            )
+            if decision.records:
+                if after is p:
+                    after = p.copy()
+                for record in decision.records:
+                    merge_partition_change(after, record)
+        before_flags = _classify(p, ctx.min_isr, self.active_before)
+        after_flags = _classify(after, ctx.min_isr, self.active_after)
+        moved = after is not p and after.leader != p.leader and after.leader != NO_LEADER
+        return p, after, (*before_flags, *after_flags, after is not p, moved)
+
+    def outcome(
+        self,
+        registration: tuple[Any, ...],
+        ctx: controller.TopicContext,
+        state: PartitionState | Callable[[], PartitionState],
+    ) -> Outcome:
+        """`take_down` of a registration (`registration_key`) in a context, once: ``state`` (or what it builds) is
+        the first partition seen with it."""
+        key = (registration, ctx)
+        known = self._outcomes.get(key)
+        if known is None:
+            known = self._outcomes[key] = self.take_down(state if isinstance(state, PartitionState) else state(), ctx)
+        return known
+
+    @property
+    def distinct(self) -> int:
+        """How many registration and context pairs went through the controller model."""
+        return len(self._outcomes)
+
+    def result(
+        self,
+        partitions: int,
+        changed: int,
+        moved: int,
+        counts_before: dict[str, int],
+        counts_after: dict[str, int],
+        lists: dict[str, list[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """The what-if's answer from its tallies."""
+        result: dict[str, Any] = {
+            "down": self.down,
+            "unclean": self.unclean,
+            "partitions": partitions,
+            "changedPartitions": changed,
+            "leadersMoved": moved,
+            "counts": counts_after,
+            "countsBefore": counts_before,
+            "newlyAffected": {name: counts_after[name] - counts_before[name] for name in CATEGORIES},
+        }
+        if self.unknown:
+            result["unknownBrokers"] = self.unknown
+        for name in CATEGORIES:
+            result[name] = lists[name]
+            result[f"{name}Truncated"] = counts_after[name] > len(lists[name])
+        return result
+
+
 def what_if_over(
     partitions: Iterable[Candidate],
     brokers_now: Mapping[int, BrokerState],
@@ -110,92 +216,28 @@ def what_if_over(
     """`what_if` over `Candidate` partitions and the brokers as they are now: the API gives the partitions a store
     holds. Partitions with the same registration and context share one pass through the controller model
     (`registration_key`), unless ``share=False``."""
-    down_ids = list(dict.fromkeys(int(b) for b in down))
-    brokers: dict[int, BrokerState] = {
-        b: BrokerState(s.broker_id, s.epoch, s.incarnation_id, s.fenced, s.in_controlled_shutdown, s.registered)
-        for b, s in brokers_now.items()
-    }
-    unknown = [b for b in down_ids if b not in brokers]
-    # Broker states after each step (the controller sees earlier brokers as already down).
-    steps: list[tuple[int, dict[int, BrokerState]]] = []
-    for broker_id in down_ids:
-        steps.append((broker_id, {b: BrokerState(s.broker_id, s.epoch, s.incarnation_id, s.fenced,
-                                                 s.in_controlled_shutdown, s.registered)
-                                  for b, s in brokers.items()}))  # fmt: skip
-        state = brokers.get(broker_id)
-        if state is not None:
-            state.fenced = True
-            if unclean:
-                state.in_controlled_shutdown = False
-    active_before = controller.active_brokers(brokers_now)
-    active_after = controller.active_brokers(brokers)
-
-    def take_down(
-        p: PartitionState, ctx: controller.TopicContext
-    ) -> tuple[PartitionState, PartitionState, tuple[bool, ...]]:
-        """The partition before and after the brokers go down, and its flags: before, after, changed, leader
-        moved."""
-        after = p
-        for broker_id, view in steps:
-            if broker_id not in after.isr and not (unclean and broker_id in after.elr):
-                continue
-            decision = (
-                controller.register(after, broker_id, False, view, ctx)
-                if unclean
-                else controller.fence(after, broker_id, view, ctx)
-            )
-            if decision.records:
-                if after is p:
-                    after = p.copy()
-                for record in decision.records:
-                    merge_partition_change(after, record)
-        before_flags = _classify(p, ctx.min_isr, active_before)
-        after_flags = _classify(after, ctx.min_isr, active_after)
-        moved = after is not p and after.leader != p.leader and after.leader != NO_LEADER
-        return p, after, (*before_flags, *after_flags, after is not p, moved)
-
-    outcomes: dict[tuple[Any, ...], tuple[PartitionState, PartitionState, tuple[bool, ...]]] = {}
+    outage = Outage(brokers_now, down, unclean)
     counts_before = dict.fromkeys(CATEGORIES, 0)
     counts_after = dict.fromkeys(CATEGORIES, 0)
     lists: dict[str, list[dict[str, Any]]] = {name: [] for name in CATEGORIES}
     changed = 0
     moved = 0
     count = 0
-    n = len(CATEGORIES)
     for topic_name, partition_id, registration, ctx, state in partitions:
         count += 1
         if check is not None and not count & 0xFFF:
             check()
-        key = (registration, ctx)
-        known = outcomes.get(key) if share else None
-        if known is None:
-            p = state if isinstance(state, PartitionState) else state()
-            known = take_down(p, ctx)
-            if share:
-                outcomes[key] = known
-        before, after, flags = known
-        changed += flags[-2]
-        moved += flags[-1]
-        for name, flag in zip(CATEGORIES, flags[:n], strict=True):
+        if share:
+            before, after, flags = outage.outcome(registration, ctx, state)
+        else:
+            before, after, flags = outage.take_down(state if isinstance(state, PartitionState) else state(), ctx)
+        changed += flags[CHANGED]
+        moved += flags[MOVED]
+        for name, flag in zip(CATEGORIES, flags[BEFORE], strict=True):
             counts_before[name] += flag
-        for name, flag in zip(CATEGORIES, flags[n : 2 * n], strict=True):
+        for name, flag in zip(CATEGORIES, flags[AFTER], strict=True):
             if flag:
                 counts_after[name] += 1
                 if limit is None or len(lists[name]) < limit:
-                    lists[name].append(_entry(topic_name, partition_id, after, before))
-    result: dict[str, Any] = {
-        "down": down_ids,
-        "unclean": unclean,
-        "partitions": count,
-        "changedPartitions": changed,
-        "leadersMoved": moved,
-        "counts": counts_after,
-        "countsBefore": counts_before,
-        "newlyAffected": {name: counts_after[name] - counts_before[name] for name in CATEGORIES},
-    }
-    if unknown:
-        result["unknownBrokers"] = unknown
-    for name in CATEGORIES:
-        result[name] = lists[name]
-        result[f"{name}Truncated"] = counts_after[name] > len(lists[name])
-    return result
+                    lists[name].append(entry(topic_name, partition_id, after, before))
+    return outage.result(count, changed, moved, counts_before, counts_after, lists)
