@@ -28,6 +28,7 @@ from elrwatch.api.openapi import install_openapi
 from elrwatch.api.routers import ROUTERS
 from elrwatch.api.routers.page import STATIC
 from elrwatch.api.settings import Settings
+from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.store import StatusStore
 
 log = logging.getLogger("elrwatch.api")
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
     app.state.settings = settings
     app.state.summary_cache = SummaryCache()
     app.state.heavy_queries = HeavyQueries(settings.heavy_query_slots, settings.heavy_query_timeout_seconds)
+    app.state.whatif_index = WhatIfIndex(store)
     app.state.registry = CollectorRegistry()
     if token is not None:
         app.add_middleware(BearerAuth, token=token)

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from elrwatch.api.heavy import HeavyQueries
 from elrwatch.api.settings import Settings
+from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.store import StatusStore
 
 
@@ -48,6 +49,11 @@ async def get_registry(request: Request) -> CollectorRegistry:
     return request.app.state.registry
 
 
+async def get_whatif_index(request: Request) -> WhatIfIndex:
+    """The what-if's in-memory columns of the store (api/whatif_index.py)."""
+    return request.app.state.whatif_index
+
+
 async def get_heavy_queries(request: Request) -> HeavyQueries:
     """The slots and time limit of heavy queries (api/heavy.py)."""
     return request.app.state.heavy_queries
@@ -58,6 +64,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SummaryCacheDep = Annotated[SummaryCache, Depends(get_summary_cache)]
 RegistryDep = Annotated[CollectorRegistry, Depends(get_registry)]
 HeavyQueriesDep = Annotated[HeavyQueries, Depends(get_heavy_queries)]
+WhatIfIndexDep = Annotated[WhatIfIndex, Depends(get_whatif_index)]
 
 
 async def read_store(store: StatusStore, fn: Callable[..., Any], *args: Any) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from elrwatch.api.heavy import NO_DEADLINE, Deadline
+from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.whatif import what_if, what_if_over
 from elrwatch.store import StatusStore
@@ -78,10 +79,21 @@ def affected_document(store: StatusStore, down: Sequence[int]) -> dict[str, Any]
 
 
 def run_whatif(
-    store: StatusStore, down: Sequence[int], *, unclean: bool, limit: int, deadline: Deadline = NO_DEADLINE
+    store: StatusStore,
+    down: Sequence[int],
+    *,
+    unclean: bool,
+    limit: int,
+    deadline: Deadline = NO_DEADLINE,
+    index: WhatIfIndex | None = None,
 ) -> dict[str, Any]:
-    """``what_if`` over the partitions that have a replica on a broker in ``down``; ``deadline`` stops it (the
-    API's time limit: `QueryTimeout`)."""
+    """``what_if`` over the partitions that have a replica on a broker in ``down``: from ``index`` once it has
+    read the store (api/whatif_index.py), else from the store's rows; ``deadline`` stops it (the API's time limit:
+    `QueryTimeout`)."""
+    if index is not None and index.ready.is_set():
+        result = index.run(list(down), unclean=unclean, limit=limit, deadline=deadline)
+        result["scope"] = "partitions with a replica on a broker that goes down (others cannot change)"
+        return result
     brokers, partitions = store.whatif_inputs(down, deadline.check)
     result = what_if_over(partitions, brokers, down, unclean=unclean, limit=limit, check=deadline.check)
     result["scope"] = "partitions with a replica on a broker that goes down (others cannot change)"

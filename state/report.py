@@ -239,10 +239,18 @@ class StoreView:
 
     def topic_context(self, topic_name: str, effective_min_isr: int) -> TopicContext:
         """The controller's view of a stored partition's topic (as the state that wrote it saw it)."""
+        return self.context(effective_min_isr, self.unclean_of(topic_name))
+
+    def unclean_of(self, topic_name: str) -> bool:
+        """The topic's resolved unclean.leader.election.enable."""
+        return self.unclean_by_topic.get(topic_name, self.cluster_unclean)
+
+    def context(self, effective_min_isr: int, unclean: bool) -> TopicContext:
+        """The controller's view of a topic with this min ISR and unclean setting, in this cluster."""
         return TopicContext(
             min_isr=effective_min_isr,
             elr_enabled=self.elr_enabled,
-            unclean_enabled=self.unclean_by_topic.get(topic_name, self.cluster_unclean),
+            unclean_enabled=unclean,
             metadata_version=mv.DEFAULT_LEVEL if self.metadata_version is None else self.metadata_version,
         )
 

@@ -66,7 +66,11 @@ partitions_t = Table(
     Column("status_since_ms", BigInteger, nullable=True),
     Column("state", Text, nullable=False),
     Column("replica_brokers", Text, nullable=False),  # JSON list: the brokers of its partition_replicas rows
+    # the batch that last wrote the row (null: before this column existed): readers that keep partitions in
+    # memory (the API's what-if index) read only the rows written since they last looked
+    Column("written_batch", BigInteger, nullable=True),
     Index("ix_partitions_topic_partition", "topic", "partition_id", unique=True),
+    Index("ix_partitions_written_batch", "written_batch"),
     Index("ix_partitions_status", "status", "topic", "partition_id"),
 )
 # Partial indexes: only the partitions under min ISR / leaderless / needing an operator are in them, so the
@@ -179,6 +183,9 @@ COUNTS = "counts"
 STORE_BEHIND = "store_behind"  # how far the store was behind the job's gauges when written (streaming/store_writer.py)
 QUARANTINE_SUMMARY = "quarantined"
 GENERATION = "generation"  # changes with every write: readers' cached StoreView is valid while it is the same
+#: Changes when partitions are removed or the whole content replaced: an in-memory copy of the partitions read
+#: incrementally (``written_batch``) is then read again whole.
+PARTITION_SET = "partition_set"
 SCHEMA_VERSION = "schema_version"
 ALL_TOPICS = "\x00all"  # in a cached StoreView's loaded topics: every topic's settings are loaded
 

@@ -70,6 +70,7 @@ from elrwatch.store.schema import (
     LAST_EVENT_TIME_MS,
     LEADERLESS_TRUE,
     NEEDS_ACTION_TRUE,
+    PARTITION_SET,
     QUARANTINE_SUMMARY,
     SCHEMA_VERSION,
     SQLITE_REPLICA_TRIGGERS,
@@ -219,6 +220,13 @@ class StatusStore:
                         f"{STORE_SCHEMA} (compact partition rows): point --store at a new database and start "
                         "the job with a new --checkpoint (the store is rebuilt from the event topic)"
                     )
+            if partitions_t.name in existing:  # a store from before written_batch: the column added in place
+                columns = {c["name"] for c in inspect(conn).get_columns(partitions_t.name)}
+                if "written_batch" not in columns:
+                    conn.exec_driver_sql(f"ALTER TABLE {partitions_t.name} ADD COLUMN written_batch BIGINT")
+                    conn.exec_driver_sql(
+                        f"CREATE INDEX IF NOT EXISTS ix_partitions_written_batch ON {partitions_t.name} (written_batch)"
+                    )
             metadata.create_all(conn, checkfirst=True)
             if conn.dialect.name == "sqlite":
                 for trigger in SQLITE_REPLICA_TRIGGERS:
@@ -328,10 +336,11 @@ class StatusStore:
                 return False
             if removed_keys:
                 self._delete_partitions(conn, removed_keys)
+                self._meta_put(conn, PARTITION_SET, uuid.uuid4().hex)
             rows = itertools.chain(
                 (partition_store_row(d) for d in partition_docs), (partition_sql_row(r) for r in partition_rows)
             )
-            self._write_partitions(conn, rows)
+            self._write_partitions(conn, rows, batch_id)
             if violations is not None:
                 for chunk in chunks(violation_row(v) for v in violations):
                     conn.execute(insert(violations_t), chunk)
@@ -364,16 +373,21 @@ class StatusStore:
         self._request_checkpoint()
         return True
 
-    def _write_partitions(self, conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
-        """Insert or replace partition rows (``rows.partition_sql_row``), chunk by chunk, with their replica rows
-        (SQLite: in place, its triggers keep the replica rows; PostgreSQL: delete + insert)."""
+    def _write_partitions(self, conn: Connection, rows: Iterable[Sequence[Any]], batch_id: int | None) -> None:
+        """Insert or replace partition rows (``rows.partition_sql_row``) written by ``batch_id``, chunk by chunk,
+        with their replica rows (SQLite: in place, its triggers keep the replica rows; PostgreSQL: delete +
+        insert)."""
         n = len(PARTITION_COLUMNS)
         for chunk in chunks(rows):
             if conn.dialect.name == "sqlite":
-                upsert_partition_rows_sqlite(conn, chunk)
+                upsert_partition_rows_sqlite(conn, chunk, batch_id)
                 continue
             self._delete_partitions(conn, [(r[0], r[1]) for r in chunk])
-            bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in chunk])
+            bulk_insert(
+                conn,
+                partitions_t,
+                [{**dict(zip(PARTITION_COLUMNS, r[:n], strict=True)), "written_batch": batch_id} for r in chunk],
+            )
             replicas = [
                 {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]} for r in chunk for b in r[n]
             ]
@@ -450,7 +464,11 @@ class StatusStore:
             for chunk in chunks(doc.get("partitions", ())):
                 rows = [partition_store_row(d) for d in chunk]
                 n = len(PARTITION_COLUMNS)
-                bulk_insert(conn, partitions_t, [dict(zip(PARTITION_COLUMNS, r[:n], strict=True)) for r in rows])
+                bulk_insert(
+                    conn,
+                    partitions_t,
+                    [{**dict(zip(PARTITION_COLUMNS, r[:n], strict=True)), "written_batch": batch_id} for r in rows],
+                )
                 if conn.dialect.name != "sqlite":  # SQLite: the insert trigger adds them
                     replicas = [
                         {"broker_id": b, "topic": r[2], "partition_id": r[1], "topic_id": r[0]}
@@ -492,6 +510,7 @@ class StatusStore:
             self._meta_put(conn, LAST_BATCH_ID, None if batch_id is None else int(batch_id))
             self._meta_put(conn, UPDATED_AT_MS, int(time.time() * 1000))
             self._meta_put(conn, GENERATION, uuid.uuid4().hex)
+            self._meta_put(conn, PARTITION_SET, uuid.uuid4().hex)
             self._meta_put(conn, SCHEMA_VERSION, STORE_SCHEMA)
         self._request_checkpoint()
         if self.is_sqlite:
@@ -726,6 +745,34 @@ class StatusStore:
                 if check is not None and not len(out) & 0xFFF:
                     check()
             return dict(store_view.brokers), out
+
+    def scan_registrations(
+        self,
+        consume: Callable[[list[tuple[str, str, int, int | None, tuple[Any, ...]]]], None],
+        since: tuple[str | None, int | None] | None = None,
+        reset: Callable[[], None] = lambda: None,
+        chunk: int = 20_000,
+    ) -> tuple[tuple[str | None, int | None], bool, StoreView]:
+        """Give ``consume`` the partition rows as (topic, topic ID, partition ID, stored effective min ISR,
+        `stored_registration_key`), chunk by chunk, all read in one snapshot: with ``since`` (what an earlier scan
+        returned) only those written after it, else, or when partitions were removed or the content replaced
+        since, every row (``reset`` is called first). Returns the position to pass next time, whether every row
+        was read, and the StoreView (brokers, every topic's settings, cluster) of the same snapshot."""
+        p = partitions_t
+        columns = select(p.c.topic, p.c.topic_id, p.c.partition_id, p.c.effective_min_isr, p.c.state)
+        with self._reading() as conn:
+            position = (self._meta_get(conn, PARTITION_SET), self._meta_get(conn, LAST_BATCH_ID))
+            whole = since is None or since[0] != position[0] or since[1] is None
+            stmt = columns if whole else columns.where(p.c.written_batch > since[1])  # type: ignore[index]
+            if whole:
+                reset()
+            result = conn.execute(stmt)
+            while True:
+                rows = result.fetchmany(chunk)
+                if not rows:
+                    break
+                consume([(t, tid, pid, m, stored_registration_key(loads(st))) for t, tid, pid, m, st in rows])
+            return position, whole, self._store_view(conn)  # with every topic's settings
 
     def topic_exists(self, topic: str) -> bool:
         """True when the store knows the topic (from its topic record or any partition)."""

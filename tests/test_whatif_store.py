@@ -12,9 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_events import base_cluster, cluster_min_isr, envelope, line, partition, random_stream, topic, topic_min_isr
+from core_events import (
+    base_cluster,
+    cluster_min_isr,
+    config,
+    envelope,
+    line,
+    partition,
+    random_stream,
+    topic,
+    topic_min_isr,
+)
 
 from elrwatch.api.whatif import run_whatif
+from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.simulator import SCENARIOS, simulate
 from elrwatch.state.whatif import CATEGORIES, what_if
@@ -39,6 +50,8 @@ def _shared_replicas(seed: int, elr: bool) -> list[str]:
     for t in range(3):
         topic_id = f"AAAAAAAAAAAAAAAAAAAAA{'QgwA'[t]}"
         records += [topic(f"t{t}", topic_id), *([topic_min_isr(f"t{t}", "3")] if t == 2 else [])]
+        if t == 1:  # unclean election on: the last ISR member's fence elects another live replica
+            records.append(config(2, "t1", "unclean.leader.election.enable", "true"))
         for pid in range(60):
             replicas = rng.choice([(0, 1, 2), (1, 2, 3), (2, 3, 4), (0, 2, 4)])
             isr = [r for r in replicas if rng.random() < 0.6]
@@ -73,13 +86,47 @@ def _on(entries: list[dict[str, Any]], keys: set[tuple[str, int]]) -> list[dict[
     return [e for e in entries if (e["topic"], e["partitionId"]) in keys]
 
 
+def _compare(api: dict[str, Any], core: dict[str, Any], affected: set[tuple[str, int]], where: str) -> None:
+    assert api["partitions"] == len(affected), where
+    assert api["newlyAffected"] == core["newlyAffected"], where
+    assert api.get("unknownBrokers", []) == core.get("unknownBrokers", []), where
+    for name in CATEGORIES:
+        assert api[name] == _on(core[name], affected), f"{where}: {name}"
+
+
+def _write_as_batch(store: StatusStore, old: dict[str, Any], new: dict[str, Any], batch_id: int) -> None:
+    """Take the store from document ``old`` to ``new`` as the job's writer would: the changed partitions written,
+    the missing ones removed, brokers, topics and cluster replaced."""
+    before = {(p["topicId"], p["partitionId"]): p for p in old["partitions"]}
+    after = {(p["topicId"], p["partitionId"]): p for p in new["partitions"]}
+    store.write_batch(
+        batch_id,
+        partitions=[p for key, p in after.items() if before.get(key) != p],
+        removed=[key for key in before if key not in after],
+        brokers=new["brokers"],
+        topics=new["topics"],
+        removed_topics=[
+            t["topicId"] for t in old["topics"] if t["topicId"] not in {u["topicId"] for u in new["topics"]}
+        ],
+        meta={"cluster": new["cluster"]},
+    )
+
+
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_the_apis_whatif_equals_the_cores_on_every_partition(source: str, tmp_path: Path) -> None:
-    replayer = replay_lines(SOURCES[source](), source)
+    """The store read directly and through the index (built on half the stream, then following the store as a
+    batch writes the rest: incremental, or whole again after removals) equal the unshared core path."""
+    lines = SOURCES[source]()
+    half = replay_lines(lines[: len(lines) // 2], source)
+    replayer = replay_lines(lines, source)
     cluster = replayer.cluster
     store = StatusStore(f"sqlite:///{tmp_path}/whatif.db")
     try:
-        store.load_document(replayer.document(advice=False), batch_id=1)
+        first = half.document(advice=False)
+        store.load_document(first, batch_id=1)
+        index = WhatIfIndex(store)
+        index.refresh()
+        _write_as_batch(store, first, replayer.document(advice=False), 2)
         brokers = sorted({r for _, p in cluster.iter_partitions() for r in p.replicas} | set(cluster.brokers))
         assert brokers, source
         rng = random.Random(source)
@@ -87,19 +134,35 @@ def test_the_apis_whatif_equals_the_cores_on_every_partition(source: str, tmp_pa
         for down in _broker_sets(brokers, rng):
             for unclean in (False, True):
                 core = what_if(cluster, down, unclean=unclean, share=False)
-                api = run_whatif(store, down, unclean=unclean, limit=100_000)
                 affected = {
                     (t.name, p.partition_id) for t, p in cluster.iter_partitions() if set(down) & set(p.replicas)
                 }
                 where = f"{source} down={down} unclean={unclean}"
-                assert api["partitions"] == len(affected), where
-                assert api["newlyAffected"] == core["newlyAffected"], where
-                assert api.get("unknownBrokers", []) == core.get("unknownBrokers", []), where
-                for name in CATEGORIES:
-                    assert api[name] == _on(core[name], affected), f"{where}: {name}"
+                _compare(run_whatif(store, down, unclean=unclean, limit=100_000), core, affected, where)
+                _compare(index.run(down, unclean=unclean, limit=100_000), core, affected, f"{where} (index)")
                 compared += len(affected)
         assert compared > 0, source
         if source.startswith("shared"):
             assert not replayer.quarantined, replayer.quarantined[:3]
+    finally:
+        store.dispose()
+
+
+def test_the_index_reads_only_what_a_batch_wrote_and_everything_after_removals(tmp_path: Path) -> None:
+    lines = _shared_replicas(3, True)
+    store = StatusStore(f"sqlite:///{tmp_path}/whatif.db")
+    try:
+        doc = replay_lines(lines, "shared").document(advice=False)
+        store.load_document(doc, batch_id=1)
+        index = WhatIfIndex(store)
+        assert index.refresh() == len(doc["partitions"]) and index.refresh() == 0
+        changed = {**doc["partitions"][5], "isr": doc["partitions"][5]["replicas"][:1]}
+        store.write_batch(2, partitions=[changed])
+        assert index.refresh() == 1
+        store.write_batch(3, removed=[(changed["topicId"], changed["partitionId"])])
+        assert index.refresh() == len(doc["partitions"]) - 1  # a removal: read whole again
+        assert index.run([0], unclean=False, limit=10)["partitions"] == sum(
+            0 in p["replicas"] for p in doc["partitions"] if p is not doc["partitions"][5]
+        )
     finally:
         store.dispose()

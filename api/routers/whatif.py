@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from elrwatch.api.dependencies import HeavyQueriesDep, StoreDep
+from elrwatch.api.dependencies import HeavyQueriesDep, StoreDep, WhatIfIndexDep
 from elrwatch.api.errors import STORE_UNAVAILABLE, ApiError, problem_responses
 from elrwatch.api.models import WhatIf
 from elrwatch.api.params import INT32_MAX
@@ -29,6 +29,7 @@ router = APIRouter(tags=["partitions"], responses=problem_responses(STORE_UNAVAI
 def whatif(
     store: StoreDep,
     heavy: HeavyQueriesDep,
+    index: WhatIfIndexDep,
     down: Annotated[
         str, Query(pattern=r"^\d{1,10}(,\d{1,10}){0,63}$", description="Broker ids, e.g. `1,2`.", examples=["1,2"])
     ],
@@ -49,4 +50,6 @@ def whatif(
     if any(b > INT32_MAX for b in brokers_down):
         raise ApiError(422, "Invalid request", "broker ids must be 32-bit integers")
     with heavy.slot("what-if") as deadline:
-        return run_whatif(store, brokers_down, unclean=unclean, limit=limit, deadline=deadline)
+        if not index.ready.is_set() and index.store.ping():
+            index.build_in_background()  # this query reads the store directly; later ones the columns
+        return run_whatif(store, brokers_down, unclean=unclean, limit=limit, deadline=deadline, index=index)
