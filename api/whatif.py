@@ -90,11 +90,13 @@ def run_whatif(
     """``what_if`` over the partitions that have a replica on a broker in ``down``: from ``index`` once it has
     read the store (api/whatif_index.py), else from the store's rows; ``deadline`` stops it (the API's time limit:
     `QueryTimeout`)."""
+    deadline.check()
     if index is not None and index.ready.is_set():
         result = index.run(list(down), unclean=unclean, limit=limit, deadline=deadline)
         result["scope"] = "partitions with a replica on a broker that goes down (others cannot change)"
         return result
     brokers, partitions = store.whatif_inputs(down, deadline.check)
+    deadline.check()
     result = what_if_over(partitions, brokers, down, unclean=unclean, limit=limit, check=deadline.check)
     result["scope"] = "partitions with a replica on a broker that goes down (others cannot change)"
     return result

@@ -401,6 +401,11 @@ def api(
         else "no token required: anyone who reaches the port reads it (--api-token-file or ELRWATCH_API_TOKEN sets one)"
     )
     typer.echo(f"elrwatch api: store {status_store.masked_url}, serving http://{host}:{port}/; {access}", err=True)
+    import sys
+
+    # A what-if thread holds the GIL in Python loops: the event loop serving lookups gets it back within 1 ms
+    # (Python's default, 5 ms, queues a lookup behind each slice of a heavy query)
+    sys.setswitchinterval(0.001)
     uvicorn.run(application, host=host, port=port, workers=1, log_level=log_level, access_log=False)
 
 
