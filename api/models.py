@@ -309,7 +309,7 @@ class Summary(BaseModel):
             "atMinIsr": 40,
             "offline": 0,
             "needingAction": 12,
-            "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0},
+            "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0, "unregistered": 0},
             "elrEnabled": True,
             "quarantined": {"count": 2, "byReason": {"invalid_json": 2}},
             "freshness": {
