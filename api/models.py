@@ -217,8 +217,12 @@ class Broker(BaseModel):
         extra="allow",
     )
     brokerId: int
-    epoch: int | None = None
-    incarnationId: str | None = None
+    epoch: int | None = Field(
+        None,
+        description="The registration's broker epoch; null when the source does not know it (a registration derived "
+        "by `elrwatch bridge --source admin`: the admin API shows no epochs).",
+    )
+    incarnationId: str | None = Field(None, description="The registration's incarnation id; null when not known.")
     fenced: bool = False
     inControlledShutdown: bool = False
     registered: bool = True
@@ -309,7 +313,7 @@ class Summary(BaseModel):
             "atMinIsr": 40,
             "offline": 0,
             "needingAction": 12,
-            "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0},
+            "brokersByState": {"active": 5, "fenced": 1, "controlled_shutdown": 0, "unregistered": 0},
             "elrEnabled": True,
             "quarantined": {"count": 2, "byReason": {"invalid_json": 2}},
             "freshness": {

@@ -11,9 +11,11 @@ elrwatch's envelope with offsets of the bridge's own and ``"source": "admin-poll
 
 What this mode cannot know (and the core reports as unknown, see ``POLLED_UNKNOWN`` in state/cluster.py):
 
-* **broker epochs**: a derived REGISTER_BROKER_RECORD uses its own offset as the broker epoch (Kafka's rule for
-  real epochs), and every later record about that broker repeats it, so the core's broker-epoch checks pass; a
-  broker restarted between two polls keeps its derived epoch;
+* **broker epochs and incarnation ids**: a derived REGISTER_BROKER_RECORD uses its own offset as the broker epoch
+  (Kafka's rule for real epochs), and every later record about that broker repeats it, so the core's broker-epoch
+  checks pass; a broker restarted between two polls keeps its derived epoch. Its incarnation id is Kafka's zero
+  UUID, which Kafka never assigns: the core reads it as "epoch and incarnation unknown"
+  (``BrokerState.epoch_known``) and its documents and the API show both as null;
 * **partition epochs**: counted by the bridge as the core counts them (one per derived change record);
 * **transitions between two polls**: only the net change is published (an ISR shrink and re-expansion within one
   interval is invisible); a leader epoch that moved by more than one election is published as a PARTITION_RECORD
@@ -44,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from elrwatch.state.model import UNKNOWN_INCARNATION_ID
 from elrwatch.state.record_types import (
     BROKER_REGISTRATION_CHANGE_RECORD,
     CONFIG_NAMES,
@@ -72,7 +75,8 @@ FEATURES = FEATURE_NAMES
 DERIVED_TYPES = admin_derivable_names()
 #: DirectoryId.UNASSIGNED: the log directory of a derived partition's replicas is not known.
 UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"
-ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
+#: The incarnation id of a derived registration: the core's mark of an unknown epoch and incarnation.
+ZERO_UUID = UNKNOWN_INCARNATION_ID
 UNKNOWN_TOPIC_OR_PARTITION = 3
 #: Partition errors of a Metadata answer whose leader, replicas and ISR are still complete: LEADER_NOT_AVAILABLE (a
 #: leaderless partition) and REPLICA_NOT_AVAILABLE (a replica offline, Metadata v0 only).

@@ -16,10 +16,12 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
+from elrwatch.help_layout import HelpCommand
 from elrwatch.kafkaio.config import KafkaSettings, SourceError
 from elrwatch.options import (
     JOB_OPTIONS,
@@ -46,7 +48,16 @@ LIVE = "Monitoring a cluster"
 STORE_PANEL = "Reading the status store"
 FILES = "Event files (offline)"
 
-app = typer.Typer(
+
+class _Typer(typer.Typer):
+    """typer.Typer whose commands' ``--help`` crops no option name (:class:`HelpCommand`)."""
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Callable[..., Any]:
+        """typer's ``command`` decorator, with :class:`HelpCommand` as the default command class."""
+        return super().command(*args, cls=cls or HelpCommand, **kwargs)
+
+
+app = _Typer(
     name="elrwatch",
     help="Real-time ISR / ELR safety monitor for Apache Kafka (KRaft) partitions.",
     no_args_is_help=True,

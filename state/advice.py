@@ -339,7 +339,7 @@ def longest_log_choice(
         if info is None:
             missing.append(f"no log info from broker {broker_id}")
         else:
-            expected = None if registration is None else registration.epoch
+            expected = registration.epoch if registration is not None and registration.epoch_known else "unknown"
             missing.append(
                 f"stale log info from broker {broker_id} (brokerEpoch {info.get('brokerEpoch')}, registered {expected})"
             )

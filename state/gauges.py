@@ -23,7 +23,10 @@ from elrwatch.state.records import QUARANTINE_REASONS
 from elrwatch.state.status import STATUSES
 
 ELECTABLE_LABELS = ("0", "1", "2", "3+")
-BROKER_STATES = ("active", "fenced", "controlled_shutdown")
+#: The states of a registration (BrokerState.state_name), then ``unregistered``: a broker some partition names as a
+#: replica without a registration (down on a ZooKeeper-mode cluster, unregistered, or never seen by the source).
+REGISTRATION_STATES = ("active", "fenced", "controlled_shutdown")
+BROKER_STATES = (*REGISTRATION_STATES, "unregistered")
 
 #: A sample's key: (metric name, ((label, value), ...) sorted by label).
 GaugeKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -141,7 +144,18 @@ _CORE = (
         ("cause",),
         insight.CAUSES,
     ),
-    Metric("elrwatch_brokers", "Registered brokers by state.", ("state",), BROKER_STATES),
+    Metric(
+        "elrwatch_brokers",
+        "Brokers by state: registered ones by their registration's state; unregistered: brokers some partition "
+        "names as a replica without a registration (down on a ZooKeeper-mode cluster, or never seen).",
+        ("state",),
+        BROKER_STATES,
+    ),
+    Metric(
+        "elrwatch_unregistered_broker_partitions",
+        "Partitions whose replicas name a broker that has no registration, by broker (only such brokers).",
+        ("broker",),
+    ),
     Metric("elrwatch_elr_enabled", "1 when eligible.leader.replicas.version >= 1."),
     Metric("elrwatch_events_total", "Input events read, by record type.", ("type",), kind="counter"),
     Metric(
@@ -266,10 +280,12 @@ def counted_partition_gauges(
     insight_counts: Mapping[Any, int],
     counters: Mapping[str, int],
     candidate_known: int,
+    unregistered_replicas: Mapping[int, int],
 ) -> Gauges:
     """The partition gauges from what a store counted: partitions per flag bit (``flags``), with 0, 1, 2 and 3+
-    live electable replicas, per status, per violation kind, the insight counters, the election counters and the
-    leaderless partitions whose best replica is known (`candidate_known_partitions`)."""
+    live electable replicas, per status, per violation kind, the insight counters, the election counters, the
+    leaderless partitions whose best replica is known (`candidate_known_partitions`) and, by broker without a
+    registration, the partitions naming it as a replica (``unregistered_replicas``, `unregistered_brokers`)."""
     out: Gauges = {
         key("elrwatch_global_under_min_isr_partitions"): flags.get(status.F_UNDER_MIN_ISR, 0),
         key("elrwatch_at_min_isr_partitions"): flags.get(status.F_AT_MIN_ISR, 0),
@@ -292,7 +308,20 @@ def counted_partition_gauges(
     out[key("elrwatch_elr_elections_total")] = counters.get("elr_elections", 0)
     out[key("elrwatch_unclean_elections_total")] = counters.get("unclean_elections", 0)
     out[key("elrwatch_last_known_leader_elections_total")] = counters.get("last_known_leader_elections", 0)
+    for broker_id in sorted(unregistered_replicas):
+        if unregistered_replicas[broker_id]:
+            out[key(UNREGISTERED_BROKER_PARTITIONS, broker=str(broker_id))] = unregistered_replicas[broker_id]
     return out
+
+
+UNREGISTERED_BROKER_PARTITIONS = "elrwatch_unregistered_broker_partitions"
+
+
+def unregistered_brokers(image: Any, named: Iterable[int]) -> list[int]:
+    """Of the broker ids ``named`` (by some partition), those without a registration: never registered in the
+    source, or unregistered (the ``unregistered`` state of ``elrwatch_brokers``)."""
+    brokers = image.brokers.by_id
+    return sorted(b for b in named if b not in brokers or not brokers[b].registered)
 
 
 #: The per-topic insight gauges by counter kind (state/insight.py).
@@ -333,9 +362,10 @@ def insight_gauges(image: Any, counts: Mapping[Any, int]) -> Gauges:
 
 
 def shared_gauges(cluster: Any) -> Gauges:
-    """Gauges of state every bucket holds in full (brokers, topics, features): take them from one bucket."""
+    """Gauges of state every bucket holds in full (brokers, topics, features): take them from one bucket. (The
+    unregistered brokers are counted from the partitions: `with_unregistered_brokers`.)"""
     states = Counter(broker.state_name for broker in cluster.brokers.values())
-    out: Gauges = {key("elrwatch_brokers", state=state): states[state] for state in BROKER_STATES}
+    out: Gauges = {key("elrwatch_brokers", state=state): states[state] for state in REGISTRATION_STATES}
     out[key("elrwatch_elr_enabled")] = 1 if cluster.elr_enabled else 0
     out[key("elrwatch_topic_count")] = len(cluster.topics)
     return out
@@ -412,9 +442,17 @@ def sum_gauges(parts: Iterable[Mapping[GaugeKey, float]]) -> Gauges:
     return dict(total)
 
 
+def with_unregistered_brokers(cluster_gauges: Gauges) -> Gauges:
+    """``cluster_gauges`` (the partition gauges summed over buckets, and the shared ones) with
+    ``elrwatch_brokers{state="unregistered"}``: the brokers with partitions in ``elrwatch_unregistered_broker_
+    partitions`` (a broker named in several buckets counts once)."""
+    named = sum(1 for (name, _), value in cluster_gauges.items() if name == UNREGISTERED_BROKER_PARTITIONS and value)
+    return {**cluster_gauges, key("elrwatch_brokers", state="unregistered"): named}
+
+
 def all_gauges(cluster: Any, counts: PipelineCounts | None = None) -> dict[str, float]:
     """Every gauge of a single (unbucketed) cluster state by sample name, sorted (a report's ``gauges``)."""
-    out = {**partition_gauges(cluster), **shared_gauges(cluster)}
+    out = with_unregistered_brokers({**partition_gauges(cluster), **shared_gauges(cluster)})
     if counts is not None:
         out.update(pipeline_gauges(counts))
     return as_samples(out)

@@ -149,6 +149,12 @@ exec(  # generated from PARTITION_FIELDS, so it can never drift from them
 _set_slot_values: Callable[[PartitionState, tuple], None] = _namespace["_set_slot_values"]  # type: ignore[assignment]
 
 
+#: The incarnation id of a registration whose epoch and incarnation the source does not know: Kafka's
+#: ``Uuid.ZERO_UUID``, which Kafka never assigns (``Uuid.randomUuid`` skips its reserved ids). `elrwatch bridge
+#: --source admin` derives registrations with it (the admin API shows neither), and a document read back with a
+#: null epoch gets it.
+UNKNOWN_INCARNATION_ID: Final = "AAAAAAAAAAAAAAAAAAAAAA"
+
 #: BrokerState's fields in order (its pickled form).
 BROKER_FIELDS: Final = (
     "broker_id",
@@ -188,6 +194,12 @@ class BrokerState:
     def active(self) -> bool:
         """Registered, not fenced, not in controlled shutdown: may be elected leader (elr-semantics §5)."""
         return self.registered and not self.fenced and not self.in_controlled_shutdown
+
+    @property
+    def epoch_known(self) -> bool:
+        """Whether ``epoch`` and ``incarnation_id`` are Kafka's: False for a registration derived without them
+        (`UNKNOWN_INCARNATION_ID`), whose epoch is the deriving bridge's own number."""
+        return self.incarnation_id != UNKNOWN_INCARNATION_ID
 
     @property
     def state_name(self) -> str:

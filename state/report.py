@@ -28,6 +28,7 @@ from elrwatch.state.model import (
     LRS_RECOVERED,
     NO_LEADER,
     PARTITION_FIELDS,
+    UNKNOWN_INCARNATION_ID,
     BrokerState,
     PartitionState,
     TopicState,
@@ -282,11 +283,13 @@ class StoreView:
 
 
 def broker_doc(broker: BrokerState) -> dict[str, Any]:
-    """One broker registration."""
+    """One broker registration; ``epoch`` and ``incarnationId`` null where the source does not know them
+    (`BrokerState.epoch_known`)."""
+    known = broker.epoch_known
     return {
         "brokerId": broker.broker_id,
-        "epoch": broker.epoch,
-        "incarnationId": broker.incarnation_id,
+        "epoch": broker.epoch if known else None,
+        "incarnationId": broker.incarnation_id if known else None,
         "fenced": broker.fenced,
         "inControlledShutdown": broker.in_controlled_shutdown,
         "registered": broker.registered,
@@ -296,11 +299,12 @@ def broker_doc(broker: BrokerState) -> dict[str, Any]:
 
 
 def broker_from_doc(doc: Mapping[str, Any]) -> BrokerState:
-    """The BrokerState of a broker document (``broker_doc``'s inverse)."""
+    """The BrokerState of a broker document (``broker_doc``'s inverse; a null epoch reads as unknown)."""
+    epoch = doc.get("epoch", -1)
     return BrokerState(
         broker_id=int(doc["brokerId"]),
-        epoch=doc.get("epoch", -1),
-        incarnation_id=doc.get("incarnationId"),
+        epoch=-1 if epoch is None else epoch,
+        incarnation_id=UNKNOWN_INCARNATION_ID if epoch is None else doc.get("incarnationId"),
         fenced=bool(doc.get("fenced", True)),
         in_controlled_shutdown=bool(doc.get("inControlledShutdown", False)),
         registered=bool(doc.get("registered", True)),

@@ -23,6 +23,7 @@ from elrwatch.state.gauges import (
     key,
     pipeline_gauges,
     sum_gauges,
+    with_unregistered_brokers,
 )
 from elrwatch.state.report import counts_doc
 from elrwatch.streaming.memory import gc_paused, trim_after_big_batch
@@ -124,8 +125,7 @@ class Aggregator:
 
     def gauges(self) -> Gauges:
         """The cluster's gauges: partition gauges summed over buckets, shared ones from bucket 0, pipeline."""
-        out = sum_gauges(self.bucket_gauges.values())
-        out.update(self.shared)
+        out = with_unregistered_brokers({**sum_gauges(self.bucket_gauges.values()), **self.shared})
         out.update(pipeline_gauges(self.counts()))
         return dict(sorted(out.items()))
 

@@ -21,6 +21,7 @@ from elrwatch.bridge.logtail import MetadataLogTail
 from elrwatch.bridge.runner import AdminBridge, LogBridge, MemoryPublisher, Metrics, StateFile
 from elrwatch.state import records
 from elrwatch.state.cluster import ClusterState
+from elrwatch.state.gauges import all_gauges
 from elrwatch.state.outcome import Outcome
 from elrwatch.state.report import cluster_doc
 
@@ -655,8 +656,17 @@ def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: 
         with TestClient(create_app(Settings(store=str(store.url)), store=store)) as client:
             summary = client.get("/v1/summary").json()
         assert summary["derivedFrom"] == "admin-poll" and "partitionEpoch" in summary["unknownFacts"]
+        # the epochs and incarnation ids the admin API does not show are null, not the bridge's own numbers
+        assert document["brokers"] and all(
+            (b["epoch"], b["incarnationId"]) == (None, None) for b in document["brokers"]
+        ), document["brokers"]
+        with TestClient(create_app(Settings(store=str(store.url)), store=store)) as client:
+            brokers = client.get("/v1/brokers").json()
+        assert brokers and all((b["epoch"], b["incarnationId"]) == (None, None) for b in brokers), brokers
     finally:
         store.dispose()
+    state, _, _ = replay(pub.lines)
+    assert state.brokers and not any(b.epoch_known for b in state.brokers.values())
     exact = replay_lines(
         [
             orjson.dumps(d.envelope()).decode()
@@ -666,6 +676,8 @@ def test_polled_data_says_what_it_cannot_know_in_report_store_and_api(tmp_path: 
     )
     doc = exact.document(advice=False)
     assert doc["cluster"]["derivedFrom"] is None and doc["cluster"]["unknown"] == []
+    assert doc["brokers"] and all(isinstance(b["epoch"], int) and b["incarnationId"] for b in doc["brokers"])
+    assert all(b.epoch_known for b in exact.cluster.brokers.values())
 
 
 def test_tail_resumes_from_a_snapshot_when_its_segments_were_deleted(tmp_path: Path) -> None:
@@ -932,6 +944,11 @@ def test_old_cluster_a_broker_that_leaves_is_fenced_in_kraft_and_unregistered_in
     registered = {b: s.fenced for b, s in state.brokers.items() if s.registered}
     assert registered == ({1: False, 2: False, 3: True} if kraft else {1: False, 2: False})
     assert list(state.partition(state.topic_by_name("a").topic_id, 0).isr) == [1, 2]
+    # the down broker still counts: fenced (KRaft), or unregistered but named by the partitions' replicas
+    brokers = {k: v for k, v in all_gauges(state).items() if k.startswith("elrwatch_brokers{")}
+    assert brokers['elrwatch_brokers{state="active"}'] == 2
+    assert brokers['elrwatch_brokers{state="fenced"}'] == (1 if kraft else 0)
+    assert brokers['elrwatch_brokers{state="unregistered"}'] == (0 if kraft else 1)
     doc = cluster_doc(state)
     assert doc["derivedFrom"] == "admin-poll"
     assert doc["unknown"][-1] == "fencedBrokers" and "partitionEpoch" in doc["unknown"]

@@ -203,3 +203,30 @@ def test_help_reads_as_a_unix_usage(name: str) -> None:
 def test_restart_check_usage_names_its_arguments() -> None:
     result = CliRunner().invoke(app, ["restart-check", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert "restart-check [OPTIONS] BROKER [FILE]" in result.output, result.output
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_crops_no_option_name(name: str, width: int) -> None:
+    """At a normal terminal width every option's names stand whole in its row, and nothing is cut off with "…"
+    (an environment variable longer than the help column folds onto the next line instead)."""
+    result = CliRunner().invoke(
+        app, [name, "--help"], env={"COLUMNS": str(width), "NO_COLOR": "1"}, terminal_width=width
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= width, result.output
+    command = COMMAND.commands[name]  # type: ignore[attr-defined]
+    params = [p for p in command.params if not getattr(p, "hidden", False)]
+    for param in params:
+        for opt in (*param.opts, *param.secondary_opts):
+            if opt.startswith("-"):
+                assert any(f" {opt} " in f"{line} " for line in lines), f"{name} --help crops {opt}:\n{result.output}"
+    ellipses_in_help_texts = sum((getattr(p, "help", None) or "").count("…") for p in params)
+    assert result.output.count("…") == ellipses_in_help_texts, f"{name} --help crops a cell:\n{result.output}"
+
+
+def test_the_top_level_help_crops_nothing() -> None:
+    """`elrwatch --help` lists every command whole at 80 columns."""
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80", "NO_COLOR": "1"}, terminal_width=80)
+    assert result.exit_code == 0 and "…" not in result.output and "restart-check" in result.output, result.output

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from elrwatch.state import insight, routing
 from elrwatch.state.cluster import STORES, ClusterState
-from elrwatch.state.gauges import as_samples, partition_gauges, sum_gauges
+from elrwatch.state.gauges import all_gauges, as_samples, partition_gauges, shared_gauges, sum_gauges
+from elrwatch.state.gauges import with_unregistered_brokers as with_unregistered
 from elrwatch.state.partitions.columnar import ColumnarPartitions
 from elrwatch.state.partitions.columnar import output as columnar_output
 from elrwatch.state.partitions.columnar import snapshot as columnar_snapshot
@@ -317,7 +318,12 @@ def test_bucketed_states_count_only_their_partitions_and_sum_to_the_whole(seed: 
             if isinstance(b.partitions, ObjectPartitions):
                 assert (b.partitions.insight, b.partitions.insight_counts) == (parts, counts)
             assert _counts(b) == counts
-        keys = ("elrwatch_broker_", "elrwatch_topic_", "elrwatch_under_min_isr_partitions_by_cause")
+        keys = (
+            "elrwatch_broker_",
+            "elrwatch_topic_",
+            "elrwatch_under_min_isr_partitions_by_cause",
+            "elrwatch_unregistered_broker_partitions",
+        )
         summed = {
             k: v for k, v in as_samples(sum_gauges(partition_gauges(b) for b in buckets)).items() if k.startswith(keys)
         }
@@ -337,3 +343,57 @@ def test_a_columnar_snapshot_keeps_no_counters_and_a_loaded_state_counts_them_fr
     restored = columnar_snapshot.from_bytes(data)
     assert _counts(restored) == _counts(cluster) == _counts(reference) == insight.recount(restored)[1]
     assert _gauges(restored, "elrwatch_") == _gauges(reference, "elrwatch_")
+
+
+# --- brokers without a registration -----------------------------------------------------------------------------
+
+
+def _zookeeper_like_cluster() -> list[tuple[str, int, dict[str, Any]]]:
+    """Broker 1 went down and was unregistered (what the admin bridge publishes for a ZooKeeper-mode cluster),
+    broker 3 was never registered, broker 4 was unregistered and is named by no partition (decommissioned)."""
+    other = "AAAAAAAAAAAAAAAAAAAAAg"
+    return [
+        *base_cluster(brokers=(0, 1, 2, 4)),
+        topic("orders"),
+        *(partition(partition_id=i, replicas=(0, 1, 2), isr=(0, 2)) for i in range(3)),
+        topic("payments", other),
+        partition(other, 0, replicas=(2, 3), isr=(2,)),
+        partition(other, 1, replicas=(1, 3), isr=(1,), leader=-1),
+        unregister(1),
+        unregister(4),
+    ]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_brokers_named_by_replicas_without_a_registration_count_as_unregistered(store: str) -> None:
+    cluster = ClusterState(store=store)
+    for rec in _records([line(envelope(*r)) for r in _zookeeper_like_cluster()]):
+        cluster.apply(rec)
+    gauges = all_gauges(cluster)
+    assert {k: v for k, v in gauges.items() if k.startswith("elrwatch_brokers{")} == {
+        'elrwatch_brokers{state="active"}': 2,
+        'elrwatch_brokers{state="fenced"}': 0,
+        'elrwatch_brokers{state="controlled_shutdown"}': 0,
+        'elrwatch_brokers{state="unregistered"}': 2,  # 1 and 3; not 4, which no partition names
+    }
+    assert {k: v for k, v in gauges.items() if k.startswith("elrwatch_unregistered_broker_partitions")} == {
+        'elrwatch_unregistered_broker_partitions{broker="1"}': 4,
+        'elrwatch_unregistered_broker_partitions{broker="3"}': 2,
+    }
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_broker_named_in_several_buckets_counts_once(store: str) -> None:
+    n = 3
+    whole = ClusterState(store=store)
+    buckets = [ClusterState(bucket=(i, n), store=store) for i in range(n)]
+    for rec in _records([line(envelope(*r)) for r in _zookeeper_like_cluster()]):
+        whole.apply(rec)
+        target = routing.targets(rec.type, rec.data, n)
+        for i in range(n) if target == routing.ALL_BUCKETS else [target]:
+            buckets[i].apply(rec)
+    holding_broker_1 = [b for b in buckets if any(1 in p.replicas for _, p in b.iter_partitions())]
+    assert len(holding_broker_1) >= 2  # the case at hand: summing the buckets' brokers would count broker 1 twice
+    summed = with_unregistered({**sum_gauges(partition_gauges(b) for b in buckets), **shared_gauges(buckets[0])})
+    assert as_samples(summed) == {k: v for k, v in all_gauges(whole).items() if k in as_samples(summed)}
+    assert as_samples(summed)['elrwatch_brokers{state="unregistered"}'] == 2

@@ -160,10 +160,13 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
     for i, p in enumerate(urgent):  # most severe first, each with Kafka's outlook and the recommendation
         row = rows.nth(i).inner_text()
         assert p["status"].replace("_", " ") in row and f"{p['topic']}-{p['partitionId']}" in row
-        assert p["outlook"]["summary"] in row
-        assert p["recommendation"]["summary"] in row
+        # the outlook and the recommendation show once for the rows that share them (cells spanning the group)
+        group = page.locator(f"#risk-table tbody tr[data-group='{rows.nth(i).get_attribute('data-group')}']")
+        group_text = "\n".join(group.all_inner_texts())
+        assert p["outlook"]["summary"] in group_text
+        assert p["recommendation"]["summary"] in group_text
         for command in p["recommendation"]["commands"]:
-            assert command in row
+            assert command in group_text
         for m in p["missingReplicas"]:  # which replicas are missing, and why
             assert f"{m['brokerId']} ({m['cause'].replace('_', ' ')})" in row
         cells = rows.nth(i).locator("td").all_inner_texts()
@@ -235,3 +238,199 @@ def test_status_page_asks_for_the_token(browser, secured_server: ApiServer) -> N
 
 def test_chromium_is_debian_s() -> None:
     assert shutil.which("chromium") == CHROMIUM or Path(CHROMIUM).exists()
+
+
+# --- a wide incident: long topic names, rows sharing Kafka's outlook, brokers down in every way -------------------
+
+LONG_TOPICS = (
+    "com.example.payments.settlement.ledger-events-v2-eu-west-1",
+    "orders",
+    "com.example.inventory.stock-level-changes-compacted",
+)
+#: The outlook of a partition that keeps leader 0 with brokers 1 and 2 in controlled shutdown (state/advice.py).
+SHARED_OUTLOOK_START = "keeps leader 0; acks=all writes fail"
+
+
+def wide_incident_lines() -> list[str]:
+    """5 brokers (broker 4's registration derived by the admin bridge: epoch unknown), 3 topics of 4 partitions
+    over replicas (0, 1, 2) or (3, 1, 2), min ISR 2; brokers 1 and 2 in controlled shutdown, so 12 partitions are
+    under min ISR with "1 (controlled shutdown), 2 (controlled shutdown)" missing and one of two outlooks; broker 5,
+    never registered, holds a replica of orders-4 and the only one of orders-5 (leaderless)."""
+    from core_events import (
+        broker_change,
+        change,
+        cluster_min_isr,
+        elr_feature,
+        envelope,
+        feature,
+        line,
+        partition,
+        register,
+        topic,
+        uuid_of,
+    )
+
+    from elrwatch.state.model import UNKNOWN_INCARNATION_ID
+
+    def topic_id(index: int) -> str:
+        return uuid_of(0x7000 + index)
+
+    derived = register(4, epoch=1_795_868_477_268_000, rack="rack-1")
+    derived[2]["incarnationId"] = UNKNOWN_INCARNATION_ID
+    records = [feature("metadata.version", 26), elr_feature(True), cluster_min_isr("2")]
+    records += [register(b, rack=f"rack-{b % 3}") for b in range(4)] + [derived]
+    for t, name in enumerate(LONG_TOPICS):
+        records.append(topic(name, topic_id(t)))
+        for pid in range(4):
+            replicas = (0, 1, 2) if pid % 2 == 0 else (3, 1, 2)
+            records.append(partition(topic_id(t), pid, replicas=replicas, elr=[], last_known_elr=[]))
+    records.append(partition(topic_id(1), 4, replicas=(5, 3, 0), isr=(3, 0), elr=[], last_known_elr=[]))
+    records.append(partition(topic_id(1), 5, replicas=(5,), isr=(5,), leader=-1, elr=[], last_known_elr=[]))
+    records += [broker_change(1, in_controlled_shutdown=1), broker_change(2, in_controlled_shutdown=1)]
+    for t in range(len(LONG_TOPICS)):
+        for pid in range(4):
+            leader = 0 if pid % 2 == 0 else 3
+            records.append(change(topic_id(t), pid, isr=[leader], leader=leader, eligibleLeaderReplicas=[1, 2]))
+    t0 = int(time.time() * 1000) - 3_600_000
+    return [line(envelope(*r, offset=100 + i, timestamp=t0 + i * 1000)) for i, r in enumerate(records)]
+
+
+@pytest.fixture(scope="module")
+def wide_document() -> dict:
+    from elrwatch.state.replay import replay_lines
+
+    return replay_lines(wide_incident_lines(), "wide.jsonl").document(advice=True)
+
+
+@pytest.fixture(scope="module")
+def wide_server(tmp_path_factory: pytest.TempPathFactory, wide_document: dict) -> Iterator[ApiServer]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('wide')}/store.db"
+    store = StatusStore(url)
+    store.load_document(wide_document, batch_id=1)
+    store.dispose()
+    yield from _server(url)
+
+
+def _loaded(browser, server: ApiServer, width: int) -> object:
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.goto(server.url + "/")
+    page.wait_for_selector("body[data-loaded=true]", timeout=15_000)
+    return page
+
+
+#: What overflows or is clipped: the page wider than the window, a table scrolling inside its frame, a cell or a
+#: part of one (a copy button, a command) outside the window, its frame or its cell.
+OVERFLOW_PROBLEMS = """() => {
+  const width = window.innerWidth, problems = [];
+  const root = document.documentElement;
+  if (root.scrollWidth > width) problems.push(`page scrollWidth ${root.scrollWidth} > viewport ${width}`);
+  const name = (node) => `${node.tagName.toLowerCase()}.${node.className} "${node.textContent.trim().slice(0, 50)}"`;
+  for (const wrap of document.querySelectorAll(".table-wrap")) {
+    if (wrap.offsetParent === null) continue;
+    const frame = wrap.getBoundingClientRect();
+    if (wrap.scrollWidth > wrap.clientWidth) {
+      problems.push(`#${wrap.querySelector("table").id} scrolls: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+    }
+    for (const cell of wrap.querySelectorAll("th, td")) {
+      const box = cell.getBoundingClientRect();
+      if (box.left < frame.left - 0.5 || box.right > Math.min(frame.right, width) + 0.5) {
+        problems.push(`cell outside its table's frame: ${name(cell)}`);
+      }
+      if (cell.scrollWidth > cell.clientWidth + 1) problems.push(`cell content wider than the cell: ${name(cell)}`);
+      for (const part of cell.querySelectorAll("*")) {
+        const r = part.getBoundingClientRect();
+        if (r.width && (r.left < box.left - 0.5 || r.right > box.right + 0.5)) {
+          problems.push(`${name(part)} sticks out of its cell ${name(cell)}`);
+        }
+      }
+    }
+  }
+  for (const button of document.querySelectorAll(".cmds button")) {
+    const r = button.getBoundingClientRect();
+    if (r.left < 0 || r.right > width || r.width === 0) problems.push(`copy button off-screen at ${r.left}-${r.right}`);
+  }
+  return problems;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_page_fits_the_window(browser, wide_server: ApiServer, wide_document: dict, width: int) -> None:
+    """No horizontal overflow and nothing clipped, long rows included; a screenshot at each width."""
+    page = _loaded(browser, wide_server, width)
+    severity = {s: i for i, s in enumerate(STATUS_ORDER)}
+    urgent = [p for p in wide_document["partitions"] if severity[p["status"]] <= severity["UNDER_MIN_ISR"]]
+    assert page.locator("#risk-table tbody tr").count() == len(urgent) == 13
+    assert page.locator(".cmds button").count() > 0
+    assert "1 (controlled shutdown)" in page.inner_text("#risk-table")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"status-page-{width}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    problems = page.evaluate(OVERFLOW_PROBLEMS)
+    assert problems == [], "\n".join(problems)
+    page.close()
+
+
+def test_the_overflow_check_catches_a_cell_wider_than_the_page(browser, wide_server: ApiServer) -> None:
+    """The check above fails where it should: a row made wider than the window is reported."""
+    page = _loaded(browser, wide_server, 1280)
+    page.evaluate(
+        """() => { const code = document.querySelector('.cmds code');
+        code.style.whiteSpace = 'pre'; code.style.overflowWrap = 'normal'; code.textContent = 'x'.repeat(400); }"""
+    )
+    assert page.evaluate(OVERFLOW_PROBLEMS)
+    page.close()
+
+
+def test_a_shared_outlook_shows_once_for_its_partitions(browser, wide_server: ApiServer, wide_document: dict) -> None:
+    page = _loaded(browser, wide_server, 1280)
+    shared = [p for p in wide_document["partitions"] if p["outlook"]["summary"].startswith(SHARED_OUTLOOK_START)]
+    assert len(shared) == 6  # partitions 0 and 2 of each topic
+    sentence = shared[0]["outlook"]["summary"]
+    assert all(p["outlook"]["summary"] == sentence for p in shared)
+    table = page.inner_text("#risk-table")
+    assert table.count(sentence) == 1, table
+    group = page.locator("#risk-table td.outlook", has_text=sentence)
+    assert group.get_attribute("rowspan") == "6"
+    assert "6 partitions:" in group.inner_text()
+    rows = page.locator(f"#risk-table tbody tr[data-group='{group.get_attribute('data-group')}']")
+    assert sorted(rows.locator("td.partition").all_inner_texts()) == sorted(
+        f"{p['topic']}-{p['partitionId']}" for p in shared
+    )
+    # the recommendation shows once for the partitions of one topic in the group, whose commands are the same
+    for name in LONG_TOPICS:
+        command = f"--topic {name} --under-min-isr-partitions"
+        assert sum(command in c for c in rows.locator("td.advice").all_inner_texts()) == 1, name
+    page.close()
+
+
+def test_counts_read_in_the_singular_and_the_plural(
+    browser, server: ApiServer, wide_server: ApiServer, wide_document: dict
+) -> None:
+    """No "1 partitions" anywhere on the page; "1 partition" where there is one."""
+    import re
+
+    for srv in (server, wide_server):
+        page = _loaded(browser, srv, 1440)
+        body = page.inner_text("body")
+        assert re.findall(r"(?<![\d.,/])1 [a-z]+s\b", body) == [], body  # "/": acks=0/1 writes
+        if srv is wide_server:
+            assert "1 partition without a safe leader" in page.inner_text("#overall")
+        page.close()
+
+
+def test_brokers_card_counts_brokers_down_and_unknown_values(
+    browser, wide_server: ApiServer, wide_document: dict
+) -> None:
+    """Brokers named by partitions without a registration count as down; an epoch the source does not know shows as
+    unknown, not the admin bridge's own number."""
+    page = _loaded(browser, wide_server, 1280)
+    card = page.locator(".card", has_text="Brokers").inner_text()
+    assert "3 / 6" in card and "active · 2 shutting down · 1 down (unregistered)" in card, card
+    row = page.locator("#broker-table tbody tr[data-broker='4']").locator("td").all_inner_texts()
+    headers = page.locator("#broker-table thead th").all_inner_texts()
+    assert row[headers.index("Epoch")] == "unknown" and row[headers.index("Incarnation")] == "unknown", row
+    assert "1795868477268000" not in page.inner_text("body")
+    known = page.locator("#broker-table tbody tr[data-broker='0']").locator("td").all_inner_texts()
+    assert known[headers.index("Epoch")] == "100"
+    page.close()

@@ -87,6 +87,17 @@ function card(label, value, cls, sub) {
     sub ? el("div", { class: "sub", text: sub }) : null);
 }
 
+/** The Brokers card: active of all brokers, and the others by state ("2 / 3 active · 1 down (unregistered)"). */
+function brokersCard(brokers) {
+  const count = (state) => Number(brokers[state] || 0);
+  const total = Object.values(brokers).reduce((a, b) => a + Number(b || 0), 0);
+  const others = [
+    ["fenced", "fenced"], ["controlled_shutdown", "shutting down"], ["unregistered", "down (unregistered)"],
+  ].filter(([state]) => count(state) > 0).map(([state, words]) => `${fmtInt(count(state))} ${words}`);
+  const cls = count("fenced") || count("unregistered") ? "warn" : "ok";
+  return card("Brokers", `${fmtInt(count("active"))} / ${fmtInt(total)}`, cls, ["active", ...others].join(" · "));
+}
+
 function renderSummary(s) {
   const by = s.partitionsByStatus || {};
   const severe = (by.MANUAL_ELECTION_REQUIRED || 0) + (by.RECOVERING || 0);
@@ -111,9 +122,7 @@ function renderSummary(s) {
     card("Offline (leaderless)", fmtInt(s.offline), s.offline ? "high" : "ok"),
     card("Under min ISR", fmtInt(s.underMinIsr), s.underMinIsr ? "warn" : "ok", "acks=all writes fail"),
     card("At min ISR", fmtInt(s.atMinIsr), s.atMinIsr ? "info" : "ok", "one failure from under"),
-    card("Brokers", `${fmtInt(brokers.active || 0)} / ${fmtInt(Object.values(brokers).reduce((a, b) => a + b, 0))}`,
-      (brokers.fenced || 0) > 0 ? "warn" : "ok",
-      `active · ${fmtInt(brokers.fenced || 0)} fenced · ${fmtInt(brokers.controlled_shutdown || 0)} shutting down`),
+    brokersCard(brokers),
     card("ELR (KIP-966)", s.elrEnabled === null || s.elrEnabled === undefined ? "?" : (s.elrEnabled ? "on" : "off"),
       s.elrEnabled ? "ok" : "warn"),
     card("Quarantined records", fmtInt((s.quarantined || {}).count || 0), (s.quarantined || {}).count ? "warn" : "ok"),
@@ -165,20 +174,71 @@ function adviceCell(rec) {
   return cell;
 }
 
+/** A name as text nodes with a line-break opportunity after each ".", "-" and "_" (long topic names wrap there). */
+function breakable(name) {
+  const parts = [];
+  for (const piece of name.split(/(?<=[.\-_])/)) parts.push(piece, el("wbr"));
+  return parts.slice(0, -1);
+}
+
+function outlookText(p) { return text(p.outlook, "summary", "text", "description") || "–"; }
+
+/** The at-risk partitions in groups that share a status and Kafka's outlook, each group where its first partition
+ * is in the API's order (most severe first), its partitions in that order. */
+function outlookGroups(items) {
+  const groups = new Map();
+  for (const p of items) {
+    const key = `${p.status}\u0000${outlookText(p)}`;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(p);
+  }
+  return [...groups.values()];
+}
+
+/** Identical recommendations (same text, risk and commands) compare equal by this key. */
+function adviceKey(rec) { return JSON.stringify(rec || null); }
+
+function missingCell(p) {
+  const cell = el("td", { class: "missing" });
+  const missing = p.missingReplicas || [];
+  if (!missing.length) cell.append("–");
+  for (const m of missing) cell.append(el("div", { text: `${m.brokerId} (${m.cause.replaceAll("_", " ")})` }));
+  return cell;
+}
+
+/** One row per partition; the outlook once per group (a cell spanning its rows, with the partition count), the
+ * recommendation once per run of partitions of the group that share it. */
 function renderRisks(page) {
-  const rows = page.items.map((p) => el("tr", {},
-    el("td", {}, statusBadge(p.status)),
-    el("td", { class: "mono" }, el("a", { href: `/v1/partitions/${encodeURIComponent(p.topic)}/${p.partitionId}`,
-      text: `${p.topic}-${p.partitionId}` })),
-    el("td", { class: "mono", text: sinceMs(p.statusSinceMs) }),
-    el("td", { class: "mono", text: p.leader === -1 ? "none" : String(p.leader) }),
-    el("td", { class: "mono", text: list(p.isr) }),
-    el("td", { class: "mono", text: list(p.elr) }),
-    el("td", { class: "mono", text: list(p.lastKnownElr) }),
-    el("td", { class: "missing", text: (p.missingReplicas || []).map((m) =>
-      `${m.brokerId} (${m.cause.replaceAll("_", " ")})`).join(", ") || "–" }),
-    el("td", { class: "outlook", text: text(p.outlook, "summary", "text", "description") || "–" }),
-    adviceCell(p.recommendation)));
+  const rows = [];
+  outlookGroups(page.items).forEach((group, g) => {
+    group.forEach((p, i) => {
+      const row = el("tr", { "data-group": String(g), class: i === 0 ? "group-start" : "" },
+        el("td", {}, statusBadge(p.status)),
+        el("td", { class: "partition" }, el("a", {
+          href: `/v1/partitions/${encodeURIComponent(p.topic)}/${p.partitionId}` }, ...breakable(`${p.topic}-${p.partitionId}`))),
+        el("td", { class: "mono", text: sinceMs(p.statusSinceMs) }),
+        el("td", { class: "mono", text: p.leader === -1 ? "none" : String(p.leader) }),
+        el("td", { class: "mono", text: list(p.isr) }),
+        el("td", { class: "mono", text: list(p.elr) }),
+        el("td", { class: "mono", text: list(p.lastKnownElr) }),
+        missingCell(p));
+      if (i === 0) {
+        const outlook = el("td", { class: "outlook", rowspan: String(group.length), "data-group": String(g) });
+        if (group.length > 1) outlook.append(el("div", { class: "group-note", text: `${plural(group.length, "partition")}:` }));
+        outlook.append(el("div", { text: outlookText(p) }));
+        row.append(outlook);
+      }
+      const key = adviceKey(p.recommendation);
+      if (i === 0 || adviceKey(group[i - 1].recommendation) !== key) {
+        let run = 1;
+        while (i + run < group.length && adviceKey(group[i + run].recommendation) === key) run++;
+        const advice = adviceCell(p.recommendation);
+        advice.setAttribute("rowspan", String(run));
+        row.append(advice);
+      }
+      rows.push(row);
+    });
+  });
   $("risk-table").tBodies[0].replaceChildren(...rows);
   $("risk-table").parentElement.hidden = rows.length === 0;
   $("risk-empty").hidden = rows.length !== 0;
@@ -187,6 +247,12 @@ function renderRisks(page) {
 
 function countCell(n, cls) {
   return el("td", { class: "mono num" + (n ? " " + cls : ""), text: fmtInt(n) });
+}
+
+/** A cell with ``value``, or "unknown" where the API has none (values the source does not know, never invented). */
+function unknownOr(value, cls, why) {
+  if (value === null || value === undefined) return el("td", { class: cls + " unknown", title: why, text: "unknown" });
+  return el("td", { class: cls, text: String(value) });
 }
 
 function renderBrokers(brokers) {
@@ -201,9 +267,9 @@ function renderBrokers(brokers) {
     el("td", { class: "mono num" + (b.restartOfflinePartitions ? " crit" : ""),
       title: "partitions that stopping this broker now leaves without an electable leader",
       text: fmtInt(b.restartOfflinePartitions) }),
-    el("td", { class: "mono", text: b.epoch === null || b.epoch === undefined ? "–" : String(b.epoch) }),
+    unknownOr(b.epoch, "mono", "the source does not show this broker's epoch (admin bridge)"),
     el("td", { text: b.rack || "–" }),
-    el("td", { class: "mono muted", text: b.incarnationId || "–" })));
+    unknownOr(b.incarnationId, "mono incarnation muted", "the source does not show this broker's incarnation id")));
   $("broker-table").tBodies[0].replaceChildren(...rows);
   $("broker-count").textContent = `(${rows.length})`;
 }

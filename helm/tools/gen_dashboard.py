@@ -185,12 +185,18 @@ timeseries("Leader elections observed", [
 
 # ---------------------------------------------------------------------------------------------- brokers
 row("Brokers")
-for state, colors in ([("active", [(None, "red"), (1, "green")]), ("fenced", OK_RED),
-                       ("controlled_shutdown", OK_ORANGE)]):
+for state, colors, description in (
+    ("active", [(None, "red"), (1, "green")], "Registered brokers that are active."),
+    ("fenced", OK_RED, "Registered brokers that are fenced."),
+    ("controlled_shutdown", OK_ORANGE, "Registered brokers in controlled shutdown."),
+    ("unregistered", OK_RED, "Brokers some partition names as a replica that have no registration (down on a "
+                             "ZooKeeper-mode cluster, or never seen)."),
+):
     stat(f"Brokers {state.replace('_', ' ')}", [(f'max(elrwatch_brokers{{{SEL},state="{state}"}})', "")],
-         4, 7, f"Registered brokers in state {state} (same in every bucket: max, not sum).", colors)
+         3, 7, description, colors)
 timeseries("Brokers by state", [(f"max by (state) (elrwatch_brokers{{{SEL}}})", "{{state}}")], 12, 7,
-           "Registered brokers: active, fenced, in controlled shutdown.", stack=True)
+           "Brokers: active, fenced, in controlled shutdown, and unregistered ones that partitions still name.",
+           stack=True)
 
 # ---------------------------------------------------------------------------------------------- who and what
 row("Brokers and topics: which broker is missing, is a restart safe, which topics")
@@ -218,6 +224,9 @@ timeseries("Missing and restart-blocking partitions by broker", [
     (f"max by (broker) (elrwatch_broker_isr_missing_partitions{{{SEL}}})", "missing: broker {{broker}}"),
     (f"max by (broker) (elrwatch_broker_restart_blocking_partitions{{{SEL}}})", "blocking: broker {{broker}}"),
 ], 12, 8, "Per broker over time: partitions it is missing from, and partitions its restart would block.")
+per_broker("Unregistered brokers by partitions", "elrwatch_unregistered_broker_partitions",
+           "Per broker without a registration: partitions whose replicas name it (a broker that is down on a "
+           "ZooKeeper-mode cluster, or that the source never saw).", OK_RED)
 
 # ---------------------------------------------------------------------------------------------- pipeline
 row("Pipeline health")

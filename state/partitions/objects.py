@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from elrwatch.state import insight
-from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges
+from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges, unregistered_brokers
 from elrwatch.state.image import Effects, MetadataImage
 from elrwatch.state.image.topics import stamp
 from elrwatch.state.merge import clear_elr, merge_partition_change, partition_from_record
@@ -152,7 +152,13 @@ class ObjectPartitions(PartitionStore):
             insight_counts=self.insight_counts,
             counters=self.counters,
             candidate_known=candidate_known_partitions(self.image, self.log_info, self.partition),
+            unregistered_replicas=self.unregistered_replica_counts(),
         )
+
+    def unregistered_replica_counts(self) -> dict[int, int]:
+        """Broker id → the partitions here whose replicas name it, for each broker without a registration."""
+        index = self.index_brokers()
+        return {b: sum(1 for p in index[b] if b in p.replicas) for b in unregistered_brokers(self.image, index)}
 
     def _min_isr(self, topic: TopicState) -> int:
         cached = self._min_isr_cache.get(topic.topic_id)

@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 
 from elrwatch.state import insight
-from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges
+from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges, unregistered_brokers
 from elrwatch.state.model import NO_LEADER, BrokerState
 from elrwatch.state.partitions.columnar.derive import active_dense
 from elrwatch.state.partitions.columnar.elections import LEADER_CHANGES
@@ -330,7 +330,19 @@ def partition_gauges(state: ColumnarView, counts: Counter[Any] | None = None) ->
         insight_counts=insight_counts(state) if counts is None else counts,
         counters=state.counters,
         candidate_known=candidate_known_partitions(state.image, state.log_info, state.partition),
+        unregistered_replicas=unregistered_replica_counts(state, live),
     )
+
+
+def unregistered_replica_counts(state: ColumnarView, live: slice | np.ndarray) -> dict[int, int]:
+    """Broker id → the ``live`` partitions whose replicas name it, for each broker without a registration."""
+    tuples = state.tuples
+    brokers = unregistered_brokers(state.image, tuples.broker_index)
+    if not brokers:
+        return {}
+    _, members = tuples.arrays()
+    replicas = members[state.table.cols["replicas"][: state.table.size][live]]
+    return {b: int(np.count_nonzero((replicas == tuples.broker_index[b]).any(axis=1))) for b in brokers}
 
 
 # --- topic documents --------------------------------------------------------------------------------------------
