@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -28,7 +29,6 @@ from elrwatch.api.openapi import install_openapi
 from elrwatch.api.routers import ROUTERS
 from elrwatch.api.routers.page import STATIC
 from elrwatch.api.settings import Settings
-from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.store import StatusStore
 
 log = logging.getLogger("elrwatch.api")
@@ -60,7 +60,8 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
     app.state.settings = settings
     app.state.summary_cache = SummaryCache()
     app.state.heavy_queries = HeavyQueries(settings.heavy_query_slots, settings.heavy_query_timeout_seconds)
-    app.state.whatif_index = WhatIfIndex(store)
+    app.state.whatif_index = None  # made by the first what-if (it loads numpy: `dependencies.get_whatif_index`)
+    app.state.whatif_index_lock = threading.Lock()
     app.state.registry = CollectorRegistry()
     if token is not None:
         app.add_middleware(BearerAuth, token=token)

@@ -17,7 +17,6 @@ from starlette.concurrency import run_in_threadpool
 
 from elrwatch.api.heavy import HeavyQueries
 from elrwatch.api.settings import Settings
-from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.store import StatusStore
 
 
@@ -49,9 +48,17 @@ async def get_registry(request: Request) -> CollectorRegistry:
     return request.app.state.registry
 
 
-async def get_whatif_index(request: Request) -> WhatIfIndex:
-    """The what-if's in-memory columns of the store (api/whatif_index.py)."""
-    return request.app.state.whatif_index
+async def get_whatif_index(request: Request) -> Any:
+    """The what-if's in-memory columns of the store (api/whatif_index.py's WhatIfIndex), made at the first what-if:
+    numpy loads only then, not when the API starts."""
+    state = request.app.state
+    if state.whatif_index is None:
+        with state.whatif_index_lock:
+            if state.whatif_index is None:
+                from elrwatch.api.whatif_index import WhatIfIndex
+
+                state.whatif_index = WhatIfIndex(state.store)
+    return state.whatif_index
 
 
 async def get_heavy_queries(request: Request) -> HeavyQueries:
@@ -64,7 +71,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SummaryCacheDep = Annotated[SummaryCache, Depends(get_summary_cache)]
 RegistryDep = Annotated[CollectorRegistry, Depends(get_registry)]
 HeavyQueriesDep = Annotated[HeavyQueries, Depends(get_heavy_queries)]
-WhatIfIndexDep = Annotated[WhatIfIndex, Depends(get_whatif_index)]
+WhatIfIndexDep = Annotated[Any, Depends(get_whatif_index)]  # a WhatIfIndex
 
 
 async def read_store(store: StatusStore, fn: Callable[..., Any], *args: Any) -> Any:

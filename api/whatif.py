@@ -11,13 +11,15 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elrwatch.api.heavy import NO_DEADLINE, Deadline
-from elrwatch.api.whatif_index import WhatIfIndex
 from elrwatch.state.replay import replay_lines
 from elrwatch.state.whatif import what_if, what_if_over
 from elrwatch.store import StatusStore
+
+if TYPE_CHECKING:
+    from elrwatch.api.whatif_index import WhatIfIndex
 
 _ZERO_UUID = base64.urlsafe_b64encode(bytes(16)).decode().rstrip("=")
 _DIR_UUID = base64.urlsafe_b64encode(bytes(15) + b"\x01").decode().rstrip("=")
