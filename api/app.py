@@ -58,6 +58,7 @@ def create_app(settings: Settings | None = None, store: StatusStore | None = Non
     app = FastAPI(title="elrwatch API", version="0.1.0", description=DESCRIPTION, docs_url="/docs", redoc_url=None)
     app.state.store = store
     app.state.settings = settings
+    app.state.token_required = token is not None  # /healthz and the page say so (never the token)
     app.state.summary_cache = SummaryCache()
     app.state.heavy_queries = HeavyQueries(settings.heavy_query_slots, settings.heavy_query_timeout_seconds)
     app.state.whatif_index = None  # made by the first what-if (it loads numpy: `dependencies.get_whatif_index`)

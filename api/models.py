@@ -400,6 +400,7 @@ class Health(BaseModel):
 
     status: str
     detail: str | None = None
+    tokenRequired: bool | None = Field(None, description="/healthz: whether the other endpoints ask for a token.")
     updatedAgeSeconds: float | None = None
     storeBehindBatches: int | None = None
 

@@ -23,13 +23,14 @@ def topic_id_of(t: int) -> str:
     return f"T{t:021d}"
 
 
-def generate_partitions(n: int, seed: int = 7) -> Iterator[dict[str, Any]]:
-    """``n`` partition documents (DESIGN §5 shape), sorted by (topic, partition); ~0.5 % not healthy."""
+def generate_partitions(n: int, seed: int = 7, brokers: int = BROKERS) -> Iterator[dict[str, Any]]:
+    """``n`` partition documents (DESIGN §5 shape) over ``brokers`` brokers, sorted by (topic, partition); ~0.5 %
+    not healthy."""
     rng = random.Random(seed)
     weights = [0.0002, 0.0002, 0.0003, 0.0003, 0.001, 0.002, 0.001]
     for i in range(n):
         t, p = divmod(i, PARTITIONS_PER_TOPIC)
-        replicas = [(i + k) % BROKERS for k in range(3)]
+        replicas = [(i + k) % brokers for k in range(3)]
         roll, status, acc = rng.random(), "HEALTHY", 0.0
         for name, w in zip(STATUS_ORDER, weights, strict=False):
             acc += w
@@ -83,11 +84,11 @@ def generate_partitions(n: int, seed: int = 7) -> Iterator[dict[str, Any]]:
         }
 
 
-def generate_document(n: int) -> dict[str, Any]:
+def generate_document(n: int, brokers: int = BROKERS) -> dict[str, Any]:
     """A report document with ``n`` partitions (a generator: consumed once by ``load_document``)."""
     topics = (n + PARTITIONS_PER_TOPIC - 1) // PARTITIONS_PER_TOPIC
     counts = {s: 0 for s in STATUS_ORDER}
-    for doc in generate_partitions(n):  # a first cheap pass for the gauges
+    for doc in generate_partitions(n, brokers=brokers):  # a first cheap pass for the gauges
         counts[doc["status"]] += 1
     gauges: dict[str, float] = {f'elrwatch_partitions{{status="{s}"}}': c for s, c in counts.items()}
     gauges.update(
@@ -95,13 +96,13 @@ def generate_document(n: int) -> dict[str, Any]:
             "elrwatch_partition_count": n,
             "elrwatch_topic_count": topics,
             "elrwatch_elr_enabled": 1,
-            'elrwatch_brokers{state="active"}': BROKERS,
+            'elrwatch_brokers{state="active"}': brokers,
             'elrwatch_brokers{state="fenced"}': 0,
             "elrwatch_last_event_timestamp_seconds": T0 / 1000,
         }
     )
     return {
-        "partitions": generate_partitions(n),
+        "partitions": generate_partitions(n, brokers=brokers),
         "brokers": [
             {
                 "brokerId": b,
@@ -113,7 +114,7 @@ def generate_document(n: int) -> dict[str, Any]:
                 "rack": None,
                 "state": "active",
             }
-            for b in range(BROKERS)
+            for b in range(brokers)
         ],
         "topics": [
             {

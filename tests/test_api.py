@@ -426,7 +426,8 @@ def test_whatif_matches_the_core_on_the_replayed_cluster(client: TestClient, unc
 
 
 def test_health_ready_and_metrics(client: TestClient, store: StatusStore) -> None:
-    assert client.get("/healthz").json()["status"] == "ok"
+    health = client.get("/healthz").json()
+    assert (health["status"], health["tokenRequired"]) == ("ok", False)
     assert client.get("/readyz").status_code == 200
     client.get("/v1/partitions/orders/0")
     text = client.get("/metrics").text
@@ -472,7 +473,9 @@ def test_bearer_token_protects_everything_but_healthz(store: StatusStore, tmp_pa
             assert r.headers["www-authenticate"].startswith("Bearer")
             assert c.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
             assert c.get(url, headers={"Authorization": "Bearer t0ken-from-file"}).status_code == 200
-        assert c.get("/healthz").status_code == 200
+        health = c.get("/healthz")
+        assert health.status_code == 200 and health.json()["tokenRequired"] is True  # says so, never the token
+        assert "t0ken" not in health.text
         assert c.get("/").status_code == 200  # the page shell holds no data; it asks for the token
         spec = c.get("/openapi.json", headers={"Authorization": "Bearer t0ken-from-file"}).json()
         assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"

@@ -145,6 +145,8 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
     cards = page.inner_text("#cards")
     assert "Partitions" in cards and str(len(document["partitions"])) in cards
     assert page.locator("#token-button").is_hidden()  # this API asks for no token
+    page.wait_for_function("!document.getElementById('access').textContent.includes('checking')")
+    assert "open, no token required" in page.inner_text("#access")  # and the page says so
     overall = page.inner_text("#overall")
     assert "CRITICAL" in overall
     without = sum(p["status"] in CRITICAL_STATUSES for p in document["partitions"])
@@ -228,6 +230,8 @@ def test_status_page_asks_for_the_token(browser, secured_server: ApiServer) -> N
     page.wait_for_selector("#token-form:not([hidden])", timeout=15_000)
     assert "bearer token" in page.inner_text("#error")
     assert page.locator("#token-button").is_visible()
+    page.wait_for_function("!document.getElementById('access').textContent.includes('checking')")
+    assert "bearer token is required" in page.inner_text("#access")
     page.fill("#token-input", TOKEN)
     page.click("#token-form button[type=submit]")
     page.wait_for_selector("body[data-loaded=true]", timeout=15_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -17,9 +17,10 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness")
-def healthz() -> dict[str, Any]:
-    """The process is up (no store access, no auth)."""
-    return {"status": "ok"}
+def healthz(request: Request) -> dict[str, Any]:
+    """The process is up (no store access, no auth); ``tokenRequired``: whether every other endpoint asks for a
+    bearer token (the status page says so)."""
+    return {"status": "ok", "tokenRequired": bool(request.app.state.token_required)}
 
 
 @router.get(

@@ -346,8 +346,22 @@ async function refresh() {
   }
 }
 
+async function showAccess() {  // /healthz needs no token: it says whether the other endpoints do
+  try {
+    const response = await fetch("/healthz", { cache: "no-store" });
+    const health = await response.json();
+    $("access").textContent = health.tokenRequired
+      ? "access: a bearer token is required (Token button)"
+      : "access: open, no token required (anyone who reaches this port reads it)";
+    if (health.tokenRequired) $("token-button").hidden = false;
+  } catch (error) {
+    $("access").textContent = "access: unknown (/healthz did not answer)";
+  }
+}
+
 function setup() {
   $("refresh-every").textContent = String(REFRESH_MS / 1000);
+  showAccess();
   $("token-button").addEventListener("click", () => { $("token-form").hidden = !$("token-form").hidden; });
   $("token-form").addEventListener("submit", (event) => {
     event.preventDefault();
