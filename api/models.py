@@ -335,6 +335,14 @@ class Summary(BaseModel):
     needingAction: int
     brokersByState: dict[str, int]
     elrEnabled: bool | None = None
+    defaultMinIsr: int | None = Field(
+        None, description="min.insync.replicas of a topic without its own config or a dynamic cluster default."
+    )
+    defaultMinIsrSource: str | None = Field(
+        None,
+        description='Where defaultMinIsr comes from: "dynamic cluster default", "--default-min-isr", '
+        '"static config (server.properties)" or "Kafka\'s default".',
+    )
     derivedFrom: str | None = Field(None, description='"admin-poll": derived by `elrwatch bridge --source admin`.')
     unknownFacts: list[str] = Field([], description="What the data's source cannot know (e.g. partition epochs).")
     quarantined: dict[str, Any]

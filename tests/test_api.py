@@ -386,6 +386,11 @@ def test_summary_has_gauges_counters_and_freshness(client: TestClient, document:
     assert body["underMinIsr"] == sum(p["underMinIsr"] for p in document["partitions"])
     assert body["offline"] == sum(p["leaderless"] for p in document["partitions"])
     assert body["brokersByState"]["fenced"] == sum(b["state"] == "fenced" for b in document["brokers"])
+    cluster = document["cluster"]  # where the min ISR of topics without their own config comes from
+    assert (body["defaultMinIsr"], body["defaultMinIsrSource"]) == (
+        cluster["defaultMinIsr"],
+        cluster["defaultMinIsrSource"],
+    )
     fresh = body["freshness"]
     newest = max(p["lastTimestampMs"] for p in document["partitions"])
     assert fresh["lastEventTimeMs"] >= newest

@@ -50,6 +50,8 @@ def build_summary(store: StatusStore) -> dict[str, Any]:
         "needingAction": sum(by_status[s] for s in NEEDS_ATTENTION),
         "brokersByState": {k: _int(v) for k, v in by_label(gauges, "elrwatch_brokers").items()},
         "elrEnabled": None if elr is None else bool(elr),
+        "defaultMinIsr": raw["cluster"].get("defaultMinIsr"),
+        "defaultMinIsrSource": raw["cluster"].get("defaultMinIsrSource"),
         "derivedFrom": raw["cluster"].get("derivedFrom"),
         "unknownFacts": raw["cluster"].get("unknown") or [],
         "quarantined": raw["quarantined"],

@@ -125,6 +125,8 @@ function renderSummary(s) {
     brokersCard(brokers),
     card("ELR (KIP-966)", s.elrEnabled === null || s.elrEnabled === undefined ? "?" : (s.elrEnabled ? "on" : "off"),
       s.elrEnabled ? "ok" : "warn"),
+    ...(s.defaultMinIsr ? [card("Default min ISR", fmtInt(s.defaultMinIsr), "info",
+      s.defaultMinIsrSource || "")] : []),
     card("Quarantined records", fmtInt((s.quarantined || {}).count || 0), (s.quarantined || {}).count ? "warn" : "ok"),
     ...(s.derivedFrom ? [card("Data source", s.derivedFrom, "warn",
       `not known in this mode: ${(s.unknownFacts || []).join(", ")}`)] : []),
