@@ -94,15 +94,15 @@ class Plan:
             out.append(f"Kafka's own unclean election would elect {self.kafka_pick} (first live replica{loses})")
         moved = self.order != self.replicas
         out += [
-            f"step 1/4 reorder: replicas {list(self.replicas)} → {list(self.order)} (same set, candidate first)"
+            f"  1/4 reorder: replicas {list(self.replicas)} → {list(self.order)} (same set, candidate first)"
             if moved
-            else f"step 1/4 reorder: none needed ({self.candidate} is already first in {list(self.replicas)})",
-            f"step 2/4 elect: electLeaders(UNCLEAN) for {self.name}",
-            f"step 3/4 verify: wait for leader {self.candidate}, compare the end offset with "
+            else f"  1/4 reorder: none needed ({self.candidate} is already first in {list(self.replicas)})",
+            f"  2/4 elect: electLeaders(UNCLEAN) for {self.name}",
+            f"  3/4 verify: wait for leader {self.candidate}, compare the end offset with "
             + (f"{self.candidate_log_end_offset}" if self.candidate_log_end_offset is not None else "(not reported)"),
-            f"step 4/4 restore: replicas → {list(self.replicas)}"
+            f"  4/4 restore: replicas → {list(self.replicas)}"
             if moved
-            else "step 4/4 restore: none needed (the order is unchanged)",
+            else "  4/4 restore: none needed (the order is unchanged)",
         ]
         return out
 
@@ -206,11 +206,11 @@ def plan_of(
     alive: Collection[int],
     *,
     candidate: int | None = None,
-    accept_unknown_log: bool = False,
 ) -> Plan:
     """The plan for the partition ``doc`` (its status-store document, with its recommendation), given the replica
-    order Kafka reports now and the live brokers; `Refused` when its candidate's log info is not reported (unless
-    ``candidate`` is given with ``accept_unknown_log``) or there is no candidate."""
+    order Kafka reports now and the live brokers (``candidate``: the operator's choice instead of the
+    recommendation's); `Refused` when there is no candidate or it is not a replica. Whether the candidate's log is
+    reported is `check_log_reported`'s."""
     name = f"{doc['topic']}-{doc['partitionId']}"
     rec = doc.get("recommendation") or {}
     if candidate is None:
@@ -226,11 +226,6 @@ def plan_of(
     if candidate not in replicas:
         raise Refused(f"refused: {candidate} is not a replica of {name} (replicas {list(replicas)})")
     chosen = _log_of(rec, candidate)
-    if chosen is None and not accept_unknown_log:
-        raise Refused(
-            f"refused: no current log info from candidate {candidate} (its agent has not reported since its broker "
-            f"registered): give --candidate {candidate} --accept-unknown-log to elect it anyway"
-        )
     losses = []
     log_info = rec.get("logInfo") or {}
     absent = {e["broker"]: e for e in log_info.get("notReported") or ()}
@@ -240,9 +235,7 @@ def plan_of(
             continue
         other = _log_of(rec, broker)
         if chosen is not None and other is not None:
-            losses.append(
-                Loss(broker, max(0, _rank(other)[1] - _rank(chosen)[1]), _rank(other)[0] == _rank(chosen)[0])
-            )
+            losses.append(Loss(broker, max(0, _rank(other)[1] - _rank(chosen)[1]), _rank(other)[0] == _rank(chosen)[0]))
         elif chosen is None:
             losses.append(Loss(broker, None, False, "the candidate's log is not reported"))
         else:
@@ -250,9 +243,7 @@ def plan_of(
             losses.append(Loss(broker, None, False, f"{state}, not reported"))
     kafka_pick = next((b for b in replicas if b in alive), None)
     pick_log = None if kafka_pick is None else _log_of(rec, kafka_pick)
-    pick_loses = (
-        None if chosen is None or pick_log is None else max(0, _rank(chosen)[1] - _rank(pick_log)[1])
-    )
+    pick_loses = None if chosen is None or pick_log is None else max(0, _rank(chosen)[1] - _rank(pick_log)[1])
     return Plan(
         topic=str(doc["topic"]),
         topic_id=str(doc["topicId"]),
@@ -267,6 +258,15 @@ def plan_of(
         kafka_pick=kafka_pick,
         kafka_pick_loses=pick_loses,
     )
+
+
+def check_log_reported(plan: Plan, accept_unknown_log: bool) -> None:
+    """Refuse a candidate whose log info is not reported, unless the operator accepts an unknown log."""
+    if plan.candidate_log_end_offset is None and not accept_unknown_log:
+        raise Refused(
+            f"refused: no current log info from candidate {plan.candidate} (its agent has not reported since its "
+            f"broker registered): give --candidate {plan.candidate} --accept-unknown-log to elect it anyway"
+        )
 
 
 # --- what the partition's document shows ------------------------------------------------------------------------
@@ -330,6 +330,7 @@ __all__ = [
     "Refused",
     "check_alive",
     "check_kafka_view",
+    "check_log_reported",
     "check_store_age",
     "operator_recovery_doc",
     "plan_of",

@@ -164,6 +164,9 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         assert p["recommendation"]["summary"] in row
         for command in p["recommendation"]["commands"]:
             assert command in row
+        if p["recommendation"]["action"] == "unclean_recovery":  # the plan and the elrwatch recover command to copy
+            assert f"Plan: elect {p['recommendation']['candidate']}" in row
+            assert p["recommendation"]["recoverCommand"] in row
         for m in p["missingReplicas"]:  # which replicas are missing, and why
             assert f"{m['brokerId']} ({m['cause'].replace('_', ' ')})" in row
         cells = rows.nth(i).locator("td").all_inner_texts()
@@ -173,6 +176,7 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         assert cells[headers.index("Last known ELR")] == as_list(",".join(map(str, p["lastKnownElr"])))
     assert any(p["lastKnownElr"] for p in urgent)  # the scenario has one to show
     assert "--election-type unclean" in rows.nth(0).inner_text()
+    assert "elrwatch recover ledger 0 --execute" in rows.nth(0).inner_text()
     assert "committed data may be lost" in rows.nth(0).inner_text()
 
     broker_rows = page.locator("#broker-table tbody tr")
