@@ -691,6 +691,7 @@ INPUT_TESTS = (
     test_simulator_random_faults,
     test_random_faulty_streams,
     test_corner_cases,
+    test_operator_recovery_steps,
 )
 
 

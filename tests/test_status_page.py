@@ -209,9 +209,18 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         if p["topic"] == "audit-log"
     ]
     assert store.write_batch(4, partitions=healthy)
-    store.dispose()
     page.wait_for_function(
         f"document.querySelectorAll('#risk-table tbody tr').length === {len(urgent) - 1}", timeout=15_000
+    )
+    # an operator's `elrwatch recover` run shows on its partition's row
+    from test_api import LEDGER_RECOVERED, recovered_ledger_row, scenario_lines
+
+    assert store.write_batch(5, partition_rows=[recovered_ledger_row(scenario_lines())])
+    store.dispose()
+    page.wait_for_function(
+        "[...document.querySelectorAll('#risk-table tbody tr .recovered')].some((e) => e.textContent === "
+        f"{LEDGER_RECOVERED!r})",
+        timeout=15_000,
     )
     assert external == [], f"the page must work offline, it fetched {external}"
 
