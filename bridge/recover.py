@@ -70,10 +70,15 @@ class KafkaPartitionAdmin:
         self.admin = admin
 
     def describe(self, topic: str, partition_id: int) -> Described:
-        from elrwatch.bridge.admin import kafka_uuid
+        """DescribeTopicPartitions where the brokers have it (KRaft 3.8+), else Metadata (no ELR then)."""
+        from elrwatch.bridge.admin import API_DESCRIBE_TOPIC_PARTITIONS, kafka_uuid
 
-        page = self.admin.describe_topic_partitions([topic])
-        for found in page["topics"]:
+        versions = self.admin._manager.broker_version_data.api_versions  # the raw table (see bridge/admin.py)
+        if any(int(key) == API_DESCRIBE_TOPIC_PARTITIONS for key in versions):
+            topics = self.admin.describe_topic_partitions([topic])["topics"]
+        else:
+            topics = self.admin.describe_topics([topic])
+        for found in topics:
             if found.get("name") != topic:
                 continue
             if found.get("error_code", 0):

@@ -255,3 +255,36 @@ def test_cli_usage_errors(args: list[str], expected: str) -> None:
 
     result = CliRunner().invoke(app, ["recover", "t", "0", *args], env={"ELRWATCH_BOOTSTRAP_SERVERS": ""})
     assert result.exit_code == 2 and expected in result.output, result.output
+
+
+def test_cli_connects_to_the_cluster_with_the_shared_tls_and_sasl_options(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`recover`'s admin client takes the Kafka connection options every command shares, on
+    --admin-bootstrap-servers."""
+    from elrwatch.cli import app
+    from elrwatch.kafkaio import clients
+    from elrwatch.kafkaio.config import SourceError
+
+    seen: list[dict[str, str]] = []
+
+    def make_admin(options: dict[str, str], **settings: Any) -> Any:
+        seen.append(dict(options))
+        raise SourceError("cannot reach a:9093 (stopped by the test)")
+
+    monkeypatch.setattr(clients, "make_admin", make_admin)
+    password = tmp_path / "sasl"
+    password.write_text("s3cret\n")
+    args = ["recover", "div", "0", "--bootstrap-servers", "ev:9093", "--admin-bootstrap-servers", "a:9093"]
+    args += ["--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN", "--sasl-username", "ops"]
+    args += ["--sasl-password-file", str(password), "--ssl-cafile", "/etc/kafka/ca.pem"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "stopped by the test" in result.output, result.output
+    assert seen == [
+        {
+            "bootstrap.servers": "a:9093",
+            "security.protocol": "SASL_SSL",
+            "ssl.cafile": "/etc/kafka/ca.pem",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "ops",
+            "sasl.password.file": str(password),
+        }
+    ]
