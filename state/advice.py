@@ -10,10 +10,11 @@
   no ELR (Aggressive: unclean recovery now; Balanced: once every LastKnownElr member is back; None: manual).
   Unclean recovery picks, among live replicas whose REPLICA_LOG_INFO_RECORD is current (its ``brokerEpoch``
   matches the registration), the highest last written leader epoch, then the longest log; what is missing is
-  said. Commands never name a fenced or non-replica broker: ``kafka-leader-election.sh`` with a
+  said. Commands are only ones Kafka accepts where they are shown: ``kafka-leader-election.sh`` with a
   ``--path-to-json-file`` document, a same-set replica reorder through ``kafka-reassign-partitions.sh`` when the
-  chosen replica would not be Kafka's own unclean pick, and ``kafka-transactions.sh find-hanging`` after a
-  RECOVERING election (KAFKA-7408).
+  chosen replica would not be Kafka's own unclean pick and every replica is live (the tool refuses a fenced broker's
+  id: then ``elrwatch recover … --execute``, which reorders and elects through the Admin API), and
+  ``kafka-transactions.sh find-hanging`` after a RECOVERING election (KAFKA-7408).
 
 Both are JSON-able dicts; :func:`partition_advice` is the hook the report calls for every partition.
 """
