@@ -157,7 +157,11 @@ def stored_from_doc(doc: Mapping[str, Any]) -> bytes:
     """The stored form of a partition document (a report document loaded into a store: tests, benchmarks).
     A document does not carry the replicas' log info: the rebuilt recommendation then has none."""
     values = [doc.get(key, default) for key, default in _STORED_DOC_KEYS]
-    return orjson.dumps((*values, list(doc.get("violations") or ()), None))
+    stored = (*values, list(doc.get("violations") or ()), None)
+    recovered = doc.get("operatorRecovery")
+    if recovered:  # the operator's recovery steps, as stored_partition keeps them
+        stored = (*stored, recovered["steps"])
+    return orjson.dumps(stored)
 
 
 def partition_from_stored(topic_id: str, partition_id: int, values: list[Any]) -> PartitionState:

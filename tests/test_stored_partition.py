@@ -91,3 +91,14 @@ def test_the_stored_form_keeps_the_operator_recovery_steps(store: str) -> None:
     assert [p["partitionId"] for p in recovered] == [0, 1, 2]
     assert recovered[0]["operatorRecovery"]["summary"].startswith("recovered by operator: elected 2")
     assert rebuilt == expected
+    store_view = report.StoreView.from_docs([], {}, [])
+    for partition in recovered:  # a report document loaded into a store keeps them too (stored_from_doc)
+        again = store_view.document(
+            partition["topic"],
+            partition["topicId"],
+            partition["partitionId"],
+            1,
+            report.stored_from_doc(partition),
+            advice=False,
+        )
+        assert again["operatorRecovery"] == partition["operatorRecovery"]
