@@ -227,7 +227,7 @@ class Recovery:
             try:
                 self._set_order(plan, plan.replicas)
             except Exception as exc:
-                return self._fail(plan, recovery.STEP_RESTORE, exc, moved, elected=True)
+                return self._fail(plan, recovery.STEP_RESTORE, exc, moved)
             self._step(
                 plan,
                 recovery.STEP_RESTORE,
@@ -289,13 +289,15 @@ class Recovery:
             return None
 
     def _wait(self, condition: Callable[[], Any], what: str) -> Any:
+        """``condition()``'s first value other than None or False (an end offset may be 0), asked again until
+        ``timeout_s``; StepFailed naming ``what`` then."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 value = condition()
             except Exception:  # a broker answering with stale metadata or a dropped connection: asked again
                 value = None
-            if value:
+            if value is not None and value is not False:
                 return value
             if time.monotonic() >= deadline:
                 raise StepFailed(f"{what} within {self.timeout_s:g} s")
@@ -321,7 +323,7 @@ class Recovery:
         except Exception as exc:
             self.echo(f"warning: the {step} step's record was not published to the event topic: {_reason(exc)}")
 
-    def _fail(self, plan: Plan, step: str, exc: Exception, moved: bool, elected: bool = False) -> int:
+    def _fail(self, plan: Plan, step: str, exc: Exception, moved: bool) -> int:
         """A failed step: its line, its record, the original order back when it can, the state left."""
         number = recovery.STEPS.index(step) + 1
         self._step(plan, step, f"step {number}/4 {step}: failed: {_reason(exc)}", outcome=FAILED)
