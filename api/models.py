@@ -178,6 +178,11 @@ class History(BaseModel):
     topic: str
     partitionId: int
     transitions: list[Transition]
+    operatorRecovery: dict[str, Any] | None = Field(
+        None,
+        description="What an operator's `elrwatch recover` did: a summary line (\"recovered by operator: elected 2, "
+        'lost ≈ 0 records on 1") and its steps, oldest first; null when no operator recovered the partition.',
+    )
 
 
 class Topic(BaseModel):
@@ -369,6 +374,9 @@ class RecommendationItem(BaseModel):
     missingReplicas: list[MissingReplica] = []
     outlook: dict[str, Any] | None = None
     recommendation: dict[str, Any] | None = None
+    operatorRecovery: dict[str, Any] | None = Field(
+        None, description="What an operator's `elrwatch recover` did: its summary line and steps (none: absent)."
+    )
 
 
 class RecommendationPage(BaseModel):

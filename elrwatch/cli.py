@@ -42,6 +42,7 @@ from elrwatch.streaming.config import JobConfig, MetricsEndpoint, StoreSettings
 #: The options of one command each (env vars ELRWATCH_<COMMAND>_<OPTION>).
 _whatif_opt, _sim_opt = command_option("whatif"), command_option("simulate")
 _bridge_opt, _agent_opt = command_option("bridge"), command_option("agent")
+_recover_opt = command_option("recover")
 
 #: The panels of `elrwatch --help`.
 LIVE = "Monitoring a cluster"
@@ -645,6 +646,142 @@ def agent(
     settings = SidecarSettings(opts, topic, state_file, interval, metrics.port, metrics.host, duration)
     run = functools.partial(run_agent, settings, log_dirs=dirs, metadata_log_dir=metadata_log_dir, max_rate=max_rate)
     _run_sidecar("agent", run, (AgentError, ValueError, SourceError))
+
+
+def _broker_list(text: str | None) -> list[int] | None:
+    """``--restore-order 1,2,3``: broker ids."""
+    if text is None:
+        return None
+    try:
+        order = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        _fail(f"--restore-order takes broker ids like 1,2,3, got {text!r}")
+    if not order or len(set(order)) != len(order):
+        _fail(f"--restore-order takes distinct broker ids like 1,2,3, got {text!r}")
+    return order
+
+
+@app.command(rich_help_panel=LIVE)
+@grouped
+def recover(
+    topic_name: Annotated[str, typer.Argument(metavar="TOPIC", help="The leaderless partition's topic.")],
+    partition: Annotated[int, typer.Argument(metavar="PARTITION", help="Its partition id.", min=0)],
+    execute: Annotated[
+        bool, _recover_opt("--execute", "Carry the plan out (without it: print the plan, change nothing).")
+    ] = False,
+    candidate: Annotated[
+        int | None,
+        _recover_opt("--candidate", "Elect this replica instead of the recommendation's candidate.", min=0),
+    ] = None,
+    accept_unknown_log: Annotated[
+        bool,
+        _recover_opt(
+            "--accept-unknown-log", "With --candidate: elect it even though its log end offset is not reported."
+        ),
+    ] = False,
+    max_store_age: Annotated[
+        float,
+        _recover_opt(
+            "--max-store-age", "Refuse when the status store was last written longer ago than this (seconds).", min=0
+        ),
+    ] = 300.0,
+    timeout: Annotated[
+        float, _recover_opt("--timeout", "Seconds to wait for Kafka to report each step's result.", min=1)
+    ] = 60.0,
+    restore_order: Annotated[
+        str | None,
+        _recover_opt(
+            "--restore-order",
+            "Only put this replica order back (e.g. 1,2,3), after a run that could not: same replica set.",
+        ),
+    ] = None,
+    kafka: KafkaSettings = KAFKA,
+    topic: Annotated[
+        str | None, _opt("--topic", "Kafka topic of the metadata events: each step is published there.")
+    ] = None,
+    admin_bootstrap_servers: Annotated[
+        str | None,
+        _recover_opt(
+            "--admin-bootstrap-servers",
+            "The cluster of the partition (default: --bootstrap-servers; same TLS/SASL).",
+        ),
+    ] = None,
+    store: StoreSettings = STORE,
+) -> None:
+    """Recover a leaderless partition uncleanly, electing the replica with the longest log.
+
+    Prints the plan (the candidate and why, the records each other replica loses, the steps); with --execute
+    carries it out through the Admin API, even with a replica's broker down: the candidate first in the replica
+    order, an unclean election, a check that Kafka elected it with its reported log end offset, the original order
+    back. Refuses, naming the reason, a partition that has a leader or a non-empty ISR or ELR, a candidate that is
+    not alive, a status store older than --max-store-age and a candidate whose log is not reported. Each step is
+    published to the event topic. Exit code 0: recovered (or the plan printed), 1: refused, 2: error."""
+    from elrwatch.bridge.recover import ERROR, KafkaPartitionAdmin, Recovery, store_view
+    from elrwatch.kafkaio import clients
+
+    order = _broker_list(restore_order)
+    if accept_unknown_log and candidate is None:
+        _fail("--accept-unknown-log needs --candidate N: the replica to elect with an unknown log")
+    if execute and not topic and order is None:
+        _fail("--execute needs --topic (and --bootstrap-servers): each step is published to the event topic")
+    admin_kafka = kafka.with_servers(admin_bootstrap_servers)
+    if not admin_kafka.bootstrap_servers:
+        _fail("--bootstrap-servers (or --admin-bootstrap-servers) is required")
+    publisher = None
+    try:
+        admin = clients.make_admin(admin_kafka.options())
+    except SourceError as exc:
+        _fail(str(exc))
+    try:
+        if execute and topic:
+            from elrwatch.bridge.runner import KafkaPublisher
+
+            try:
+                publisher = KafkaPublisher(_kafka_options(kafka, topic), topic)
+            except SourceError as exc:
+                _fail(str(exc))
+        run = Recovery(
+            KafkaPartitionAdmin(admin),
+            echo=typer.echo,
+            publish=None if publisher is None else _publish_to(publisher),
+            timeout_s=timeout,
+        )
+        if order is not None:
+            raise typer.Exit(run.restore_order(topic_name, partition, order))
+        status_store = _open_store(store.url, store.password_file)
+        try:
+            view = store_view(status_store, topic_name, partition)
+        except Exception as exc:
+            typer.echo(f"error: cannot read status store {status_store.masked_url}: {type(exc).__name__}")
+            raise typer.Exit(ERROR) from None
+        finally:
+            status_store.dispose()
+        code = run.run(
+            topic_name,
+            partition,
+            view,
+            max_store_age_s=max_store_age,
+            execute=execute,
+            candidate=candidate,
+            accept_unknown_log=accept_unknown_log,
+        )
+        raise typer.Exit(code)
+    finally:
+        if publisher is not None:
+            publisher.close()
+        admin.close()
+
+
+def _publish_to(publisher: Any) -> Callable[[dict[str, Any]], None]:
+    """Publish one envelope (with the wall time) to the event topic."""
+    import time
+
+    import orjson
+
+    def publish(envelope: dict[str, Any]) -> None:
+        publisher.publish([orjson.dumps({**envelope, "timestamp": int(time.time() * 1000)})])
+
+    return publish
 
 
 def main() -> None:

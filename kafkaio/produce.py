@@ -2,8 +2,8 @@
 
 Keys (Kafka's default partitioner hashes the key, so one key always lands in one partition, in order), each type's
 from its registry entry (state/record_types.py, ``message_key``):
-* TOPIC_RECORD, PARTITION_RECORD, PARTITION_CHANGE_RECORD, REPLICA_LOG_INFO_RECORD, REMOVE_TOPIC_RECORD:
-  ``topic:<topicId>`` (a partition record can never overtake the creation of its topic);
+* TOPIC_RECORD, PARTITION_RECORD, PARTITION_CHANGE_RECORD, REPLICA_LOG_INFO_RECORD, OPERATOR_RECOVERY_RECORD,
+  REMOVE_TOPIC_RECORD: ``topic:<topicId>`` (a partition record can never overtake the creation of its topic);
 * a topic's CONFIG_RECORD and CLEAR_ELR_RECORD, which name the topic instead of giving its id: the same
   ``topic:<topicId>`` once a TOPIC_RECORD told the name's id (:class:`EventKeys`, which `produce` and the bridge use;
   the stateless :func:`key_of` and an unknown name key them by type name);

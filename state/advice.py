@@ -10,10 +10,11 @@
   no ELR (Aggressive: unclean recovery now; Balanced: once every LastKnownElr member is back; None: manual).
   Unclean recovery picks, among live replicas whose REPLICA_LOG_INFO_RECORD is current (its ``brokerEpoch``
   matches the registration), the highest last written leader epoch, then the longest log; what is missing is
-  said. Commands never name a fenced or non-replica broker: ``kafka-leader-election.sh`` with a
+  said. Commands are only ones Kafka accepts where they are shown: ``kafka-leader-election.sh`` with a
   ``--path-to-json-file`` document, a same-set replica reorder through ``kafka-reassign-partitions.sh`` when the
-  chosen replica would not be Kafka's own unclean pick, and ``kafka-transactions.sh find-hanging`` after a
-  RECOVERING election (KAFKA-7408).
+  chosen replica would not be Kafka's own unclean pick and every replica is live (the tool refuses a fenced broker's
+  id: then ``elrwatch recover … --execute``, which reorders and elects through the Admin API), and
+  ``kafka-transactions.sh find-hanging`` after a RECOVERING election (KAFKA-7408).
 
 Both are JSON-able dicts; :func:`partition_advice` is the hook the report calls for every partition.
 """
@@ -29,6 +30,7 @@ from elrwatch.state import metadata_version as mv
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.merge import merge_partition_change
 from elrwatch.state.model import LRS_RECOVERING, NO_LEADER, BrokerState, PartitionState, TopicState
+from elrwatch.state.recovery import recover_command
 
 AGGRESSIVE = "Aggressive"
 BALANCED = "Balanced"
@@ -410,9 +412,13 @@ def _unclean_plan(
     ctx: controller.TopicContext,
     is_active: Callable[[int], bool],
     brokers: Mapping[int, BrokerState],
-) -> tuple[list[str], tuple[int, ...] | None, int]:
+) -> tuple[list[str], tuple[int, ...] | None, int, list[int]]:
     """Commands that make ``chosen`` win an UNCLEAN election, the reorder they use (None if Kafka picks it
-    anyway or a reorder is impossible) and the broker that will actually be elected."""
+    anyway or a reorder is impossible), the broker that will actually be elected and the replicas of the reorder
+    that are not live. ``kafka-reassign-partitions.sh`` refuses a reorder naming a fenced broker ("Unknown broker
+    id": its verifyBrokerIds checks the ids against DescribeCluster's nodes, which omit fenced brokers) while the
+    controller accepts it through the Admin API: then the commands are ``elrwatch recover … --execute``, which
+    reorders, elects and puts the order back through the Admin API."""
     live = _Live(is_active)
     pick = controller.elect_leader(p, live, ctx, election=controller.UNCLEAN)
     commands: list[str] = []
@@ -425,13 +431,18 @@ def _unclean_plan(
         reordered = p.copy()
         reordered.replicas = reorder
         if controller.elect_leader(reordered, live, ctx, election=controller.UNCLEAN).leader == chosen:
-            commands += _reorder_commands(topic, p.partition_id, reorder)
             elected = chosen
         else:  # something Kafka prefers (a live ISR/ELR member or the last known leader) wins anyway
             reorder = None
-    commands += _election_commands(topic, p.partition_id, "unclean")
+    not_live = [] if reorder is None else [r for r in reorder if not is_active(r)]
+    if not_live:
+        commands.append(recover_command(topic, p.partition_id))
+    else:
+        if reorder is not None:
+            commands += _reorder_commands(topic, p.partition_id, reorder)
+        commands += _election_commands(topic, p.partition_id, "unclean")
     commands += _hanging_commands(topic, p.partition_id)
-    return commands, reorder, elected
+    return commands, reorder, elected, not_live
 
 
 def recommendation(
@@ -573,7 +584,7 @@ def _unclean(
     brokers: Mapping[int, BrokerState],
 ) -> dict[str, Any]:
     chosen = choice["broker"]
-    commands, reorder, elected = _unclean_plan(topic, p, chosen, ctx, is_active, brokers)
+    commands, reorder, elected, not_live = _unclean_plan(topic, p, chosen, ctx, is_active, brokers)
     if elected != chosen:
         choice = {**choice, "missing": [*choice["missing"], f"cannot make {chosen} win: Kafka elects {elected}"]}
         chosen = elected
@@ -598,6 +609,14 @@ def _unclean(
         if reorder is not None
         else ""
     )
+    if not_live:
+        fenced = ", ".join(map(str, not_live))
+        how += (
+            f' kafka-reassign-partitions.sh refuses this reorder ("Unknown broker id {not_live[0]}": it checks the '
+            f"ids against DescribeCluster, which omits fenced brokers; {fenced} not live), while the controller "
+            f"accepts it through the Admin API: {recover_command(topic, p.partition_id)} reorders, elects {chosen} "
+            f"and puts the order back ({recover_command(topic, p.partition_id, execute=False)} prints the plan)."
+        )
     waiting = _waiting_cost(choice)
     rec.update(
         action="unclean_recovery",
@@ -613,6 +632,7 @@ def _unclean(
         "partition is RECOVERING: look for hanging transactions." + (f" {waiting}" if waiting else ""),
         commands=commands,
         reorder=list(reorder) if reorder is not None else None,
+        recoverCommand=recover_command(topic, p.partition_id),
         logInfo=choice,
     )
     if waiting:

@@ -426,6 +426,11 @@ class ClusterState:
         return self.partitions.log_info
 
     @property
+    def operator_steps(self) -> dict[tuple[str, int], list[dict[str, Any]]]:
+        """(topic ID, partition ID) → the operator's recovery steps, oldest first (OPERATOR_RECOVERY_RECORD)."""
+        return self.partitions.operator_steps
+
+    @property
     def status_counts(self) -> Any:
         """Partitions per status."""
         self.partitions.flush()

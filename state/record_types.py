@@ -92,6 +92,8 @@ REPLICA_LOG_INFO_RECORD: Final = "REPLICA_LOG_INFO_RECORD"
 #: elrwatch's own record: a config of one node's static layer (its ``server.properties``, DescribeConfigs source
 #: STATIC_BROKER_CONFIG), which the metadata log never carries (docs/INPUT.md).
 STATIC_BROKER_CONFIG_RECORD: Final = "STATIC_BROKER_CONFIG_RECORD"
+#: elrwatch's own record: one step of an operator's unclean recovery by `elrwatch recover` (docs/INPUT.md).
+OPERATOR_RECOVERY_RECORD: Final = "OPERATOR_RECOVERY_RECORD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +265,38 @@ STATIC_BROKER_CONFIG_SCHEMA: Final[dict[str, Any]] = {
     ],
 }
 
+#: elrwatch's own record of one step of `elrwatch recover` (documented in docs/INPUT.md): the step (reorder, elect,
+#: verify, restore), its outcome (done, failed), the candidate, the partition's original replica order and the order
+#: the step set, the leader and end offset Kafka reported, the candidate's reported log end offset (-1: unknown), what
+#: each other replica loses (records -1: unknown) and the line the command printed.
+OPERATOR_RECOVERY_SCHEMA: Final[dict[str, Any]] = {
+    "name": "OperatorRecoveryRecord",
+    "validVersions": "0",
+    "fields": [
+        {"name": "TopicId", "type": "uuid", "versions": "0+"},
+        {"name": "PartitionId", "type": "int32", "versions": "0+"},
+        {"name": "Step", "type": "string", "versions": "0+"},
+        {"name": "Outcome", "type": "string", "versions": "0+"},
+        {"name": "Candidate", "type": "int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "Replicas", "type": "[]int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "Order", "type": "[]int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "Leader", "type": "int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "EndOffset", "type": "int64", "versions": "0+"},
+        {"name": "CandidateLogEndOffset", "type": "int64", "versions": "0+"},
+        {
+            "name": "Losses",
+            "type": "[]ReplicaLoss",
+            "versions": "0+",
+            "fields": [
+                {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
+                {"name": "Records", "type": "int64", "versions": "0+"},
+                {"name": "Exact", "type": "bool", "versions": "0+"},
+            ],
+        },
+        {"name": "Message", "type": "string", "versions": "0+"},
+    ],
+}
+
 #: The types elrwatch ships with: those the core applies, then every other MetadataRecordType of Kafka trunk
 #: (well-formed records of those are counted and skipped).
 BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
@@ -274,6 +308,7 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
         schema_file="PartitionChangeRecord.json",
     ),
     _partition(REPLICA_LOG_INFO_RECORD, "apply_replica_log_info", ROUTE_OWNER, schema=REPLICA_LOG_INFO_SCHEMA),
+    _partition(OPERATOR_RECOVERY_RECORD, "apply_operator_recovery", ROUTE_OWNER, schema=OPERATOR_RECOVERY_SCHEMA),
     _topic(
         CLEAR_ELR_RECORD,
         "topics.apply_clear_elr",

@@ -34,6 +34,7 @@ from elrwatch.state.model import (
     TopicState,
 )
 from elrwatch.state.records import RecordError
+from elrwatch.state.recovery import operator_recovery_doc
 from elrwatch.state.status import view
 
 #: Keys of a partition document that depend on how the events were transported (excluded from comparisons).
@@ -55,6 +56,9 @@ def partition_doc(
     doc = _document(
         topic.name, partition, cluster.effective_min_isr(topic), cluster.is_active, violations, cluster.brokers
     )
+    steps = cluster.operator_steps.get((topic.topic_id, partition.partition_id))
+    if steps:
+        doc["operatorRecovery"] = operator_recovery_doc(steps)
     if advice is not None:
         outlook, recommendation = advice(cluster, topic, partition)
         doc["outlook"] = outlook
@@ -110,7 +114,8 @@ def _document(
 
 #: What the status store keeps of a partition besides its key and status columns, as one JSON array in this
 #: order: these PartitionState attributes, then the kinds of the invariants it breaks, then its replicas' log
-#: info (ReplicaLogInfo records; usually null). About 100 bytes instead of the ~1 KB document: the store
+#: info (ReplicaLogInfo records; usually null), then, only for a partition an operator recovered, its recovery
+#: steps (OperatorRecovery records, `recovery.step_entry`). About 100 bytes instead of the ~1 KB document: the store
 #: rebuilds the document, the electable sets and the advice when the partition is read (StoreView), so the
 #: streaming job writes a storm's 100k partitions without building their documents.
 STORED_FIELDS: tuple[str, ...] = PARTITION_FIELDS[PARTITION_FIELDS.index("replicas") : PARTITION_FIELDS.index("flags")]
@@ -142,16 +147,22 @@ def stored_partition(cluster: ClusterState, topic: TopicState, partition: Partit
     """A partition as the status store keeps it: the JSON array described at STORED_FIELDS."""
     key = (topic.topic_id, partition.partition_id)
     kinds = [v.kind for v in cluster.violations.get(key, ())]
-    return orjson.dumps(
-        (*_stored_values(partition), kinds, cluster.log_info.get(key) or None), option=orjson.OPT_NON_STR_KEYS
-    )
+    stored = (*_stored_values(partition), kinds, cluster.log_info.get(key) or None)
+    steps = cluster.operator_steps.get(key)
+    if steps:  # the operator's recovery steps: a last value only for the partitions that have some
+        stored = (*stored, steps)
+    return orjson.dumps(stored, option=orjson.OPT_NON_STR_KEYS)
 
 
 def stored_from_doc(doc: Mapping[str, Any]) -> bytes:
     """The stored form of a partition document (a report document loaded into a store: tests, benchmarks).
     A document does not carry the replicas' log info: the rebuilt recommendation then has none."""
     values = [doc.get(key, default) for key, default in _STORED_DOC_KEYS]
-    return orjson.dumps((*values, list(doc.get("violations") or ()), None))
+    stored = (*values, list(doc.get("violations") or ()), None)
+    recovered = doc.get("operatorRecovery")
+    if recovered:  # the operator's recovery steps, as stored_partition keeps them
+        stored = (*stored, recovered["steps"])
+    return orjson.dumps(stored)
 
 
 def partition_from_stored(topic_id: str, partition_id: int, values: list[Any]) -> PartitionState:
@@ -272,6 +283,8 @@ class StoreView:
         values = orjson.loads(stored)
         partition = partition_from_stored(topic_id, partition_id, values)
         doc = _document(topic_name, partition, effective_min_isr, self.is_active, values[_N_STORED], self.brokers)
+        if len(values) > _N_STORED + 2:
+            doc["operatorRecovery"] = operator_recovery_doc(values[_N_STORED + 2])
         if advice:
             ctx = self.topic_context(topic_name, effective_min_isr)
             raw_info = values[_N_STORED + 1]

@@ -105,6 +105,24 @@ def no_semantics(data: dict[str, Any]) -> None:
     return None
 
 
+def _operator_recovery_semantics(data: dict[str, Any]) -> None:
+    from elrwatch.state.recovery import OUTCOMES, STEPS
+
+    nonneg(data, "partitionId", "candidate")
+    if data["step"] not in STEPS:
+        raise Invalid("invalid_field", "step", f"must be one of {', '.join(STEPS)}: {data['step']!r}")
+    if data["outcome"] not in OUTCOMES:
+        raise Invalid("invalid_field", "outcome", f"must be one of {', '.join(OUTCOMES)}: {data['outcome']!r}")
+    for loss in data["losses"]:
+        if not (
+            type(loss.get("brokerId")) is int
+            and loss["brokerId"] >= 0
+            and type(loss.get("records")) is int
+            and type(loss.get("exact")) is bool
+        ):
+            raise Invalid("invalid_field", "losses", f"each loss is {{brokerId, records, exact}}: {loss!r}")
+
+
 #: Impossible values that the schema alone allows, per record type.
 SEMANTICS = {
     "PARTITION_RECORD": _partition_record_semantics,
@@ -118,4 +136,5 @@ SEMANTICS = {
     "FEATURE_LEVEL_RECORD": lambda data: nonneg(data, "featureLevel"),
     "REPLICA_LOG_INFO_RECORD": lambda data: nonneg(data, "partitionId", "brokerId", "logEndOffset"),
     "STATIC_BROKER_CONFIG_RECORD": lambda data: (nonneg(data, "nodeId"), _config_semantics(data)),
+    "OPERATOR_RECOVERY_RECORD": _operator_recovery_semantics,
 }

@@ -111,8 +111,15 @@ def test_unclean_restart_of_elr_member_can_elect_the_last_known_leader_at_regist
     assert unclean["atRegistration"] is True
 
 
+def _strand_all_back(sim: Simulator) -> None:
+    """Stranded as `_strand`, then 0 is back too: every replica is live."""
+    _strand(sim)
+    sim.restart(0, clean=True)
+    sim.unfence(0)
+
+
 def test_stranded_partition_balanced_picks_longest_current_log_and_commands_make_it_win() -> None:
-    cluster, _ = _cluster(_strand, log_info=[(1, None, 100, 3), (2, None, 150, 3)])
+    cluster, _ = _cluster(_strand_all_back, log_info=[(0, None, 80, 3), (1, None, 100, 3), (2, None, 150, 3)])
     doc = advise(cluster, "topic-0", 0)
     assert doc["outlook"]["kind"] == "none"
     rec = doc["recommendation"]
@@ -126,6 +133,8 @@ def test_stranded_partition_balanced_picks_longest_current_log_and_commands_make
     assert json.loads(rec["commands"][2].split("'")[1]) == {"partitions": [{"topic": "topic-0", "partition": 0}]}
     assert "--election-type unclean --path-to-json-file elect.json" in rec["commands"][3]
     assert "find-hanging --topic topic-0 --partition 0" in rec["commands"][4]
+    assert rec["recoverCommand"] == "elrwatch recover topic-0 0 --execute"
+    assert "Unknown broker id" not in rec["summary"]
     # Running the commands through the controller model elects the candidate.
     p = cluster.partition(cluster.topic_by_name("topic-0").topic_id, 0).copy()
     ctx = controller.TopicContext(min_isr=2, elr_enabled=True)
@@ -133,6 +142,21 @@ def test_stranded_partition_balanced_picks_longest_current_log_and_commands_make
     decision = controller.elect_leaders(p, "UNCLEAN", cluster.brokers, ctx)
     controller.apply_decision(p, decision)
     assert (p.leader, p.leader_recovery_state) == (2, 1)
+
+
+def test_a_fenced_replica_in_the_reorder_gives_elrwatch_recover_not_kafkas_reassign_tool() -> None:
+    """Replica 0 is fenced: kafka-reassign-partitions.sh refuses any assignment naming it ("Unknown broker id 0"),
+    so the commands are `elrwatch recover … --execute` (reorder, election and restore through the Admin API)."""
+    cluster, _ = _cluster(_strand, log_info=[(1, None, 100, 3), (2, None, 150, 3)])
+    rec = advise(cluster, "topic-0", 0)["recommendation"]
+    assert rec["action"] == "unclean_recovery" and rec["candidate"] == 2 and rec["reorder"] == [2, 0, 1]
+    assert rec["commands"] == [
+        "elrwatch recover topic-0 0 --execute",
+        "bin/kafka-transactions.sh --bootstrap-server $BOOTSTRAP find-hanging --topic topic-0 --partition 0",
+    ]
+    assert not any("kafka-reassign-partitions" in c or "kafka-leader-election" in c for c in rec["commands"])
+    assert '"Unknown broker id 0"' in rec["summary"] and "omits fenced brokers" in rec["summary"]
+    assert "elrwatch recover topic-0 0 prints the plan" in rec["summary"]
 
 
 def test_stale_or_missing_log_info_is_ignored_and_said() -> None:

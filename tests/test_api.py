@@ -632,3 +632,44 @@ def test_trend_of_under_min_isr_and_offline_counts(client: TestClient, store: St
     times = [t for t, _ in body["underMinIsr"]]
     assert body["fromMs"] <= times[0] <= times[1] <= body["toMs"]
     assert client.get("/v1/trend", params={"minutes": 0}).status_code == 422
+
+
+#: What `recovered_ledger_row`'s steps make ledger-0's document say.
+LEDGER_RECOVERED = "recovered by operator: elected 0, lost 7 records on 3; replica order restored to [3, 0]"
+
+
+def recovered_ledger_row(lines: list[str]) -> list[Any]:
+    """ledger-0's store row after the scenario ``lines`` and three steps of an `elrwatch recover` run (its
+    OPERATOR_RECOVERY_RECORDs): what the streaming job writes for it."""
+    import orjson
+
+    from elrwatch.state import report
+    from elrwatch.state.partition_row import partition_row
+    from elrwatch.state.recovery import Loss, Plan
+
+    topic = replay_lines(lines, "scenario.jsonl").cluster.topic_by_name("ledger")
+    plan = Plan("ledger", topic.topic_id, 0, 0, "test", 120, 4, (3, 0), (0, 3), (Loss(3, 7, True),))
+    steps = [
+        plan.record("reorder", "done", "reordered", order=(0, 3)),
+        plan.record("verify", "done", "verified", leader=0, end_offset=120),
+        plan.record("restore", "done", "restored", order=(3, 0), leader=0),
+    ]
+    cluster = replay_lines([*lines, *(orjson.dumps(s) for s in steps)], "scenario.jsonl").cluster
+    topic = cluster.topic_by_name("ledger")
+    partition = cluster.partition(topic.topic_id, 0)
+    stored = report.stored_partition(cluster, topic, partition)
+    return partition_row("ledger", partition, cluster.effective_min_isr(topic), stored)
+
+
+def test_history_and_recommendations_show_an_operator_recovery(client: TestClient, store: StatusStore) -> None:
+    """An `elrwatch recover` run's steps (OPERATOR_RECOVERY_RECORDs) on ledger-0: the partition's history and its
+    recommendation item carry them, with the summary line the page shows."""
+    assert store.write_batch(2, partition_rows=[recovered_ledger_row(scenario_lines())])
+    history = client.get("/v1/partitions/ledger/0/history").json()
+    assert history["operatorRecovery"]["summary"] == LEDGER_RECOVERED
+    assert [s["step"] for s in history["operatorRecovery"]["steps"]] == ["reorder", "verify", "restore"]
+    assert client.get("/v1/partitions/orders/0/history").json()["operatorRecovery"] is None
+    items = client.get("/v1/recommendations", params={"limit": 1000}).json()["items"]
+    item = next(i for i in items if (i["topic"], i["partitionId"]) == ("ledger", 0))
+    assert item["operatorRecovery"]["summary"] == LEDGER_RECOVERED
+    assert item["recommendation"]["recoverCommand"] == "elrwatch recover ledger 0 --execute"

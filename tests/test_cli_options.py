@@ -20,7 +20,7 @@ def _options(name: str) -> list[click.Option]:
 
 
 def test_the_cli_has_its_commands() -> None:
-    assert {"replay", "status", "produce", "stream", "api", "bridge", "agent"} <= set(COMMANDS)
+    assert {"replay", "status", "produce", "stream", "api", "bridge", "agent", "recover"} <= set(COMMANDS)
     assert "demo" not in COMMANDS  # developer tooling: python -m elrwatch.devtools.demo (make demo)
 
 
@@ -82,8 +82,8 @@ def test_option_groups_are_the_same_in_every_command() -> None:
     from elrwatch.options import KAFKA, METRICS, STORE
 
     for group, commands in (
-        (KAFKA, ("stream", "produce", "bridge", "agent")),
-        (STORE, ("stream", "status", "api")),
+        (KAFKA, ("stream", "produce", "bridge", "agent", "recover")),
+        (STORE, ("stream", "status", "api", "recover")),
         (METRICS, ("stream", "bridge", "agent")),
     ):
         names = [p.name for p in group.parameters()]

@@ -615,6 +615,67 @@ def test_replica_log_infos(bucket: tuple[int, int] | None, batch: int) -> None:
         assert before_removal.log_info[(t, 2)][0]["offset"] is None
 
 
+def operator_recovery_stream() -> list[Item]:
+    """An operator's recovery steps (`elrwatch recover`): kept per partition, the newest `recovery.KEEP_STEPS`; an
+    unknown partition is quarantined, an invalid step too; the topic removed and created again has none."""
+    from core_events import base_cluster, offset_lines, partition, remove_topic, topic
+
+    from elrwatch.state.recovery import KEEP_STEPS
+
+    t = "FbrrdcfiR-KC2CPSTHaJrg"
+
+    def step(p: int, name: str, outcome: str = "done", leader: int = -1) -> tuple[str, int, dict[str, Any]]:
+        data = {
+            "topicId": t,
+            "partitionId": p,
+            "step": name,
+            "outcome": outcome,
+            "candidate": 2,
+            "replicas": [0, 1, 2],
+            "order": {"reorder": [2, 0, 1], "restore": [0, 1, 2]}.get(name, []),
+            "leader": leader,
+            "endOffset": 170 if leader >= 0 else -1,
+            "candidateLogEndOffset": 170,
+            "losses": [{"brokerId": 0, "records": -1, "exact": False}, {"brokerId": 1, "records": 0, "exact": True}],
+            "message": f"{name} {outcome}",
+        }
+        return "OPERATOR_RECOVERY_RECORD", 0, data
+
+    recs: list[tuple[Any, int | None]] = [(r, None) for r in base_cluster((0, 1, 2))]
+    recs += [(topic("t", t), 10)] + [(partition(t, p, replicas=(0, 1, 2)), 11 + p) for p in range(3)]
+    recs += [(step(0, "reorder"), None), (step(0, "elect"), None), (step(0, "verify", leader=2), None)]
+    recs += [(step(0, "restore"), None), (step(1, "reorder"), None), (step(1, "elect", "failed"), None)]
+    recs += [(step(2, "elect"), None) for _ in range(KEEP_STEPS + 3)]
+    recs += [(step(9, "reorder"), None), (step(0, "undo"), None)]  # unknown partition; unknown step
+    recs += [(remove_topic(t), 43), (topic("t", t), 44), (partition(t, 0, replicas=(0, 1, 2)), 45)]
+    return offset_lines(recs)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 10_000])
+@pytest.mark.parametrize("bucket", buckets_of(2))
+def test_operator_recovery_steps(bucket: tuple[int, int] | None, batch: int) -> None:
+    from elrwatch.state.recovery import KEEP_STEPS
+    from elrwatch.state.replay import replay_lines
+    from elrwatch.state.report import partition_doc
+
+    lines = operator_recovery_stream()
+    result = run_both(cut(lines, [batch] * 100), bucket=bucket)
+    if bucket is None:
+        t = "FbrrdcfiR-KC2CPSTHaJrg"
+        assert result.state is not None and result.state.operator_steps == {}  # the topic was removed
+        replayed = replay_lines(lines[:-3])
+        assert [q.reason for q in replayed.quarantined] == ["unknown_partition", "invalid_field"]
+        state = replayed.cluster
+        assert len(state.operator_steps[(t, 2)]) == KEEP_STEPS
+        topic = state.topic_by_name("t")
+        docs = {p: partition_doc(state, topic, state.partition(t, p))["operatorRecovery"] for p in (0, 1)}
+        assert docs[0]["summary"] == (
+            "recovered by operator: elected 2, lost unknown on 0, 0 records on 1; replica order restored to [0, 1, 2]"
+        )
+        assert [s["step"] for s in docs[0]["steps"]] == ["reorder", "elect", "verify", "restore"]
+        assert docs[1]["summary"] == "operator recovery failed at step elect: elect failed"
+
+
 # --- the inputs, for the modules that run them again under another state ----------------------------------------
 
 #: The tests of whole inputs, which tests/test_columnar_audit.py and tests/test_columnar_snapshot.py run again with
@@ -630,6 +691,7 @@ INPUT_TESTS = (
     test_simulator_random_faults,
     test_random_faulty_streams,
     test_corner_cases,
+    test_operator_recovery_steps,
 )
 
 

@@ -147,6 +147,20 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "CONFIG_RECORD": {"resourceType": 2, "resourceName": "foo", "name": "min.insync.replicas", "value": "2"},
     "FEATURE_LEVEL_RECORD": {"name": "eligible.leader.replicas.version", "featureLevel": 1},
     "STATIC_BROKER_CONFIG_RECORD": {"nodeId": 1, "name": "min.insync.replicas", "value": "2"},
+    "OPERATOR_RECOVERY_RECORD": {
+        "topicId": TOPIC_ID,
+        "partitionId": 0,
+        "step": "verify",
+        "outcome": "done",
+        "candidate": 2,
+        "replicas": [1, 2, 3],
+        "order": [],
+        "leader": 2,
+        "endOffset": 170,
+        "candidateLogEndOffset": 170,
+        "losses": [{"brokerId": 1, "records": 0, "exact": False}, {"brokerId": 3, "records": -1, "exact": False}],
+        "message": "step 3/4 verify: leader 2; end offset 170 = 2's reported log end offset 170",
+    },
 }
 
 

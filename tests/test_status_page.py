@@ -169,6 +169,9 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         assert p["recommendation"]["summary"] in group_text
         for command in p["recommendation"]["commands"]:
             assert command in group_text
+        if p["recommendation"]["action"] == "unclean_recovery":  # the plan and the elrwatch recover command to copy
+            assert f"Plan: elect {p['recommendation']['candidate']}" in group_text
+            assert p["recommendation"]["recoverCommand"] in group_text
         for m in p["missingReplicas"]:  # which replicas are missing, and why
             assert f"{m['brokerId']} ({m['cause'].replace('_', ' ')})" in row
         cells = rows.nth(i).locator("td").all_inner_texts()
@@ -178,6 +181,7 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         assert cells[headers.index("Last known ELR")] == as_list(",".join(map(str, p["lastKnownElr"])))
     assert any(p["lastKnownElr"] for p in urgent)  # the scenario has one to show
     assert "--election-type unclean" in rows.nth(0).inner_text()
+    assert "elrwatch recover ledger 0 --execute" in rows.nth(0).inner_text()
     assert "committed data may be lost" in rows.nth(0).inner_text()
 
     broker_rows = page.locator("#broker-table tbody tr")
@@ -210,9 +214,18 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
         if p["topic"] == "audit-log"
     ]
     assert store.write_batch(4, partitions=healthy)
-    store.dispose()
     page.wait_for_function(
         f"document.querySelectorAll('#risk-table tbody tr').length === {len(urgent) - 1}", timeout=15_000
+    )
+    # an operator's `elrwatch recover` run shows on its partition's row
+    from test_api import LEDGER_RECOVERED, recovered_ledger_row, scenario_lines
+
+    assert store.write_batch(5, partition_rows=[recovered_ledger_row(scenario_lines())])
+    store.dispose()
+    page.wait_for_function(
+        "[...document.querySelectorAll('#risk-table tbody tr .recovered')].some((e) => e.textContent === "
+        f"{LEDGER_RECOVERED!r})",
+        timeout=15_000,
     )
     assert external == [], f"the page must work offline, it fetched {external}"
 

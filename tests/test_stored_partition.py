@@ -79,3 +79,26 @@ def test_needing_an_operator_is_a_status_class() -> None:
                 assert partition["status"] in NEEDS_ATTENTION, partition
     assert {status for status, _ in seen} >= {"HEALTHY", "UNDER_MIN_ISR", "AT_MIN_ISR"}
     assert any(has_commands for _, has_commands in seen)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_stored_form_keeps_the_operator_recovery_steps(store: str) -> None:
+    from test_columnar import operator_recovery_stream
+
+    cluster = replay_lines(operator_recovery_stream()[:-3], store=store).cluster
+    expected, rebuilt = _rebuilt_documents(cluster)
+    recovered = [p for p in expected if "operatorRecovery" in p]
+    assert [p["partitionId"] for p in recovered] == [0, 1, 2]
+    assert recovered[0]["operatorRecovery"]["summary"].startswith("recovered by operator: elected 2")
+    assert rebuilt == expected
+    store_view = report.StoreView.from_docs([], {}, [])
+    for partition in recovered:  # a report document loaded into a store keeps them too (stored_from_doc)
+        again = store_view.document(
+            partition["topic"],
+            partition["topicId"],
+            partition["partitionId"],
+            1,
+            report.stored_from_doc(partition),
+            advice=False,
+        )
+        assert again["operatorRecovery"] == partition["operatorRecovery"]

@@ -85,8 +85,10 @@ def get_history(
     partition: PartitionParam,
     limit: Annotated[int, Query(ge=1, le=10000, description="At most this many (the newest).")] = 1000,
 ) -> dict[str, Any]:
-    """Status transitions, oldest first."""
+    """Status transitions, oldest first, and what an operator's `elrwatch recover` did (its steps)."""
     transitions = store.history(topic, partition, limit=limit)
-    if not transitions and store.get_partition_json(topic, partition) is None:
+    doc = store.get_partition(topic, partition)
+    if not transitions and doc is None:
         raise not_found(store, topic, partition)
-    return {"topic": topic, "partitionId": partition, "transitions": transitions}
+    recovered = None if doc is None else doc.get("operatorRecovery")
+    return {"topic": topic, "partitionId": partition, "transitions": transitions, "operatorRecovery": recovered}

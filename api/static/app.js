@@ -153,7 +153,27 @@ function text(value, ...keys) {
   return "";
 }
 
-function adviceCell(rec) {
+function copyItem(command) {
+  const copy = el("button", { type: "button", title: "Copy command", text: "copy" });
+  copy.addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText(command));
+  return el("li", {}, el("code", { text: command }), copy);
+}
+
+// An unclean recovery's plan (candidate, its log end offset) and the `elrwatch recover` command that carries it out;
+// what an operator's recovery did, once one ran.
+function recoverItems(rec, done) {
+  const out = [];
+  if (done && done.summary) out.push(el("div", { class: "recovered", text: done.summary }));
+  if (rec && rec.action === "unclean_recovery" && rec.recoverCommand) {
+    const log = rec.candidateLog ? `, log end offset ${rec.candidateLog.logEndOffset}` : "";
+    out.push(el("div", { class: "plan", text: `Plan: elect ${rec.candidate}${log}; ` +
+      "elrwatch recover prints the plan, --execute carries it out (even with a replica's broker down):" }));
+    out.push(el("ul", { class: "cmds recover" }, copyItem(rec.recoverCommand)));
+  }
+  return out;
+}
+
+function adviceCell(rec, done) {
   const cell = el("td", { class: "advice" });
   if (!rec) { cell.append(el("span", { class: "muted", text: "no recommendation available" })); return cell; }
   cell.append(el("div", { text: text(rec, "summary", "action", "text", "description") }));
@@ -166,13 +186,10 @@ function adviceCell(rec) {
   const commands = (rec.commands || []).map((c) => (typeof c === "string" ? c : c.command || JSON.stringify(c)));
   if (commands.length) {
     const ul = el("ul", { class: "cmds" });
-    for (const command of commands) {
-      const copy = el("button", { type: "button", title: "Copy command", text: "copy" });
-      copy.addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText(command));
-      ul.append(el("li", {}, el("code", { text: command }), copy));
-    }
+    for (const command of commands) ul.append(copyItem(command));
     cell.append(ul);
   }
+  cell.append(...recoverItems(rec, done));
   return cell;
 }
 
@@ -198,7 +215,7 @@ function outlookGroups(items) {
 }
 
 /** Identical recommendations (same text, risk and commands) compare equal by this key. */
-function adviceKey(rec) { return JSON.stringify(rec || null); }
+function adviceKey(p) { return JSON.stringify([p.recommendation || null, p.operatorRecovery || null]); }
 
 function missingCell(p) {
   const cell = el("td", { class: "missing" });
@@ -230,11 +247,11 @@ function renderRisks(page) {
         outlook.append(el("div", { text: outlookText(p) }));
         row.append(outlook);
       }
-      const key = adviceKey(p.recommendation);
-      if (i === 0 || adviceKey(group[i - 1].recommendation) !== key) {
+      const key = adviceKey(p);
+      if (i === 0 || adviceKey(group[i - 1]) !== key) {
         let run = 1;
-        while (i + run < group.length && adviceKey(group[i + run].recommendation) === key) run++;
-        const advice = adviceCell(p.recommendation);
+        while (i + run < group.length && adviceKey(group[i + run]) === key) run++;
+        const advice = adviceCell(p.recommendation, p.operatorRecovery);
         advice.setAttribute("rowspan", String(run));
         row.append(advice);
       }

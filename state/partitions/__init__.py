@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol
 
-from elrwatch.state import audit, record_types
+from elrwatch.state import audit, record_types, recovery
 from elrwatch.state.audit import Violation
 from elrwatch.state.gauges import Gauges
 from elrwatch.state.image import Effects, MetadataImage
@@ -231,6 +231,8 @@ class PartitionStore(ABC):
         self.counters: Counter[str] = Counter()
         #: (topic ID, partition ID) → broker ID → the replica's log info (REPLICA_LOG_INFO_RECORD).
         self.log_info: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+        #: (topic ID, partition ID) → the operator's recovery steps, oldest first (OPERATOR_RECOVERY_RECORD).
+        self.operator_steps: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self._handlers: dict[str, BoundHandler] = {}
 
     def owns(self, topic_id: str, partition_id: int) -> bool:
@@ -292,6 +294,20 @@ class PartitionStore(ABC):
         if not keep_log_info(self.log_info, data["topicId"], record):
             return Outcome.DUPLICATE
         self.mark_changed(data["topicId"], data["partitionId"])
+        return Outcome.APPLIED
+
+    def apply_operator_recovery(self, record: Record) -> Outcome | RecordError:
+        """OperatorRecoveryRecord (elrwatch's own): one step of `elrwatch recover`, kept (the newest
+        `recovery.KEEP_STEPS`) for the partition's document."""
+        self.flush()
+        data = record.data
+        key = (data["topicId"], data["partitionId"])
+        if self.partition(*key) is None:
+            return record_error(record, "unknown_partition", "partitionId", "no PARTITION_RECORD for this partition")
+        steps = self.operator_steps.setdefault(key, [])
+        steps.append(recovery.step_entry(data, record.timestamp_ms))
+        del steps[: -recovery.KEEP_STEPS]
+        self.mark_changed(*key)
         return Outcome.APPLIED
 
     @abstractmethod

@@ -49,6 +49,7 @@ PERSISTED: Final = (
     "track_changes",
     "by_topic",
     "log_info",
+    "operator_steps",
     "violations",
     "counters",
     "partitions_held",
@@ -326,6 +327,7 @@ class ObjectPartitions(PartitionStore):
                 insight.apply_delta(self.insight_counts, topic_id, part, -1)
             self.violations.drop(key)
             self.log_info.pop(key, None)
+            self.operator_steps.pop(key, None)
             self._unindex(_members(partition), partition)
             self._dirty.pop(id(partition), None)
             self._removed.append((topic_id, partition.partition_id, name))

@@ -125,6 +125,14 @@ def changed_table(state: ColumnarView, violations: ViolationKinds | None = None)
             for i, info in found:
                 texts[i] = orjson.dumps(info, option=orjson.OPT_NON_STR_KEYS).decode()
             columns["logInfo"] = pa.array(texts, pa.string())
+    if state.operator_steps:  # an operator's recovery steps (`elrwatch recover`): rarer still
+        by_row = {state.row_of(tid, pid): steps for (tid, pid), steps in state.operator_steps.items() if steps}
+        picked = [(i, by_row[r]) for i, r in enumerate(rows.tolist()) if r in by_row]
+        if picked:
+            step_texts: list[str | None] = [None] * len(rows)
+            for i, steps in picked:
+                step_texts[i] = orjson.dumps(steps).decode()
+            columns["operatorSteps"] = pa.array(step_texts, pa.string())
     return pa.table(columns)
 
 
@@ -153,21 +161,24 @@ def rows_of(table: Any) -> Iterator[list[Any]]:
     none_list: list[Any] = [None] * n
     kinds = col.get("violations") or [[]] * n
     infos = col.get("logInfo") or none_list
+    operator = col.get("operatorSteps") or none_list
     dumps, loads, non_str = orjson.dumps, orjson.loads, orjson.OPT_NON_STR_KEYS
     for (
         topic_id, pid, name, status, leader, min_isr, ms, replicas, isr, elr, lke, le, pe, lrs, adding, removing,
-        so, llc, pos, lo, lts, kind, info,
+        so, llc, pos, lo, lts, kind, info, steps,
     ) in zip(
         col["topicId"], col["partitionId"], col["topic"], col["status"], col["leader"], col["minIsr"],
         col["sinceMs"], col["replicas"], col["isr"], col["elr"], col["lastKnownElr"], col["leaderEpoch"],
         col["partitionEpoch"], col["leaderRecoveryState"], col["adding"], col["removing"], col["sinceOffset"],
         col["lastLeaderChange"], col["position"], col["lastOffset"], col["lastTimestamp"], kinds, infos,
-        strict=True,
+        operator, strict=True,
     ):  # fmt: skip
         stored = (
             replicas, isr, elr, lke, leader, le, pe, lrs, adding, removing, status, ms, so, llc, pos, lo, lts,
             kind, None if info is None else loads(info),
         )  # fmt: skip
+        if steps is not None:  # only a partition with operator steps has this last value (report.stored_partition)
+            stored = (*stored, loads(steps))
         yield [
             topic_id,
             pid,

@@ -80,6 +80,7 @@ def _side(cluster: ClusterState) -> dict[str, Any]:
             "live": sorted(store.topic_index.values()),
         },
         "log_info": [[t, p, list(infos.values())] for (t, p), infos in store.log_info.items()],
+        "operator_steps": [[t, p, steps] for (t, p), steps in store.operator_steps.items()],
         "counters": {name: getattr(store, name) for name in _COUNTERS},
         "elections": dict(store.counters),
         "image": base64.b64encode(blob).decode(),
@@ -228,6 +229,7 @@ def _restore(store: ColumnarPartitions, batch: pa.RecordBatch, side: dict[str, A
     count = len(store.topic_ids)
     store.topic_index = {store.topic_ids[t]: t for t in topics["live"]}
     store.log_info = {(t, p): {info["brokerId"]: info for info in infos} for t, p, infos in side["log_info"]}
+    store.operator_steps = {(t, p): steps for t, p, steps in side.get("operator_steps", ())}
     for name, value in side["counters"].items():
         setattr(store, name, value)
     store.counters = Counter(side["elections"])

@@ -415,6 +415,8 @@ class ColumnarPartitions(PartitionStore):
         self._sparse[t] = {}
         for key in [k for k in self.log_info if k[0] == topic_id]:
             del self.log_info[key]
+        for key in [k for k in self.operator_steps if k[0] == topic_id]:
+            del self.operator_steps[key]
         self.violations.drop_topic(topic_id)
 
     def _clear_elr(self, topic_ids: list[str], record: Record) -> None:

@@ -26,6 +26,7 @@ class ColumnarView(Protocol):
     violations: Violations
     counters: Counter[str]
     log_info: dict[tuple[str, int], dict[int, dict[str, Any]]]
+    operator_steps: dict[tuple[str, int], list[dict[str, Any]]]
     # the table, its replica tuples, its topics
     table: PartitionTable
     tuples: TupleTable
