@@ -20,7 +20,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from elrwatch.state import insight
-from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges
+from elrwatch.state.gauges import (
+    Gauges,
+    candidate_known_partitions,
+    counted_partition_gauges,
+    loses_last_electable,
+    restart_doomed,
+)
 from elrwatch.state.image import Effects, MetadataImage
 from elrwatch.state.image.topics import stamp
 from elrwatch.state.merge import clear_elr, merge_partition_change, partition_from_record
@@ -152,7 +158,21 @@ class ObjectPartitions(PartitionStore):
             insight_counts=self.insight_counts,
             counters=self.counters,
             candidate_known=candidate_known_partitions(self.image, self.log_info, self.partition),
+            unclean_restart_pending=self.unclean_restart_pending(),
         )
+
+    def unclean_restart_pending(self) -> int:
+        """Partitions that lose their last electable member when the stopped brokers return
+        (`gauges.loses_last_electable`): only the partitions of brokers predicted to restart uncleanly are read."""
+        doomed = restart_doomed(self.image)
+        if not doomed:
+            return 0
+        seen: set[tuple[str, int]] = set()
+        for broker in doomed:
+            for p in self.of_broker(broker):
+                if loses_last_electable(p, doomed):
+                    seen.add((p.topic_id, p.partition_id))
+        return len(seen)
 
     def _min_isr(self, topic: TopicState) -> int:
         cached = self._min_isr_cache.get(topic.topic_id)
