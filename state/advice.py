@@ -257,6 +257,16 @@ def outlook(
             parts.append(f"if {p.leader} fails the partition goes offline")
         else:
             parts.append(f"if {p.leader} fails: elects {fail.leader} {_HOW_TEXT.get(fail.chosen, fail.chosen)}")
+        stopped = [b for b in p.elr if not is_active(b)]
+        if stopped and ctx.elr_active:
+            predicted = _predict(brokers, stopped, epochs_known)
+            losing = [b for b in stopped if predicted[b].clean is False]
+            result["elrSeatsLost"] = losing
+            if losing:
+                parts.append(
+                    f"{_names(losing)} will restart uncleanly and lose {'its' if len(losing) == 1 else 'their'} ELR "
+                    f"seat{'' if len(losing) == 1 else 's'}"
+                )
         _note_last_replica_standing(result, parts, p, ctx)
         result["summary"] = "; ".join(parts)
         return result

@@ -246,6 +246,13 @@ def test_one_clean_one_killed_waits_for_the_clean_one() -> None:
     assert "next start of broker 2 is predicted clean" in rec["summary"]
 
 
+def test_a_partition_with_a_leader_says_which_stopped_elr_member_loses_its_seat() -> None:
+    p = PartitionState("t", 0, replicas=(0, 1, 2), isr=(0,), elr=(1, 2), last_known_elr=(), leader=0)
+    look = advice.outlook(p, _brokers(b1=KILLED, b2=CLEAN), CTX)
+    assert look["elrSeatsLost"] == [1] and "broker 1 will restart uncleanly and lose its ELR seat" in look["summary"]
+    assert advice.outlook(p, _brokers(), CTX)["elrSeatsLost"] == []
+
+
 def test_unknown_restarts_do_not_claim_no_risk() -> None:
     brokers = _brokers()  # both fenced by a session timeout, no agent
     rec = advice.recommendation("t", _elr_pair(), brokers, CTX)

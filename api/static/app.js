@@ -189,6 +189,15 @@ function countCell(n, cls) {
   return el("td", { class: "mono num" + (n ? " " + cls : ""), text: fmtInt(n) });
 }
 
+// Will the broker's next start be clean (Kafka's .kafka_cleanshutdown rule)? The basis is the cell's title.
+function nextStartCell(b) {
+  const next = b.nextStart || {};
+  const word = next.clean === true ? "clean" : next.clean === false ? "unclean"
+    : b.state === "active" ? "running" : "unknown";
+  const cls = next.clean === false ? " crit" : next.clean === null && b.state !== "active" ? " warn" : "";
+  return el("td", { class: "next-start" + cls, title: next.basis || "", text: word });
+}
+
 function renderBrokers(brokers) {
   const rows = brokers.map((b) => el("tr", { "data-broker": String(b.brokerId) },
     el("td", { class: "mono", text: String(b.brokerId) }),
@@ -203,7 +212,8 @@ function renderBrokers(brokers) {
       text: fmtInt(b.restartOfflinePartitions) }),
     el("td", { class: "mono", text: b.epoch === null || b.epoch === undefined ? "–" : String(b.epoch) }),
     el("td", { text: b.rack || "–" }),
-    el("td", { class: "mono muted", text: b.incarnationId || "–" })));
+    el("td", { class: "mono muted", text: b.incarnationId || "–" }),
+    nextStartCell(b)));
   $("broker-table").tBodies[0].replaceChildren(...rows);
   $("broker-count").textContent = `(${rows.length})`;
 }
