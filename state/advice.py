@@ -315,7 +315,8 @@ def outlook(
         how = _HOW_TEXT.get(first["how"], first["how"])
         text = f"elects {first['elects']} {how} as soon as broker {first['broker']} is back"
         if first["nextStart"]["clean"] is None and first["ifUncleanRestart"]["elects"] != first["elects"]:
-            text += f" (if {first['broker']} restarts uncleanly it loses its ELR seat)"
+            seat = "ELR" if first["broker"] in p.elr else "ISR"
+            text += f" (if {first['broker']} restarts uncleanly it loses its {seat} seat)"
         parts = [f"leaderless; {text}"] + ([seats] if seats else [])
         result["kind"] = "waits_for_broker"
         _note_last_replica_standing(result, parts, p, ctx)
@@ -646,8 +647,8 @@ def recommendation(
                 + (
                     f"The next start of {_names(sure)} is predicted clean."
                     if sure
-                    else "Restart them cleanly: an unclean restart (a crash, kill -9) costs an ELR member its seat, "
-                    "and whether they stopped cleanly is not known."
+                    else f"Restart them cleanly: an unclean restart (a crash, kill -9) costs an {pool} member its "
+                    "seat, and whether they stopped cleanly is not known."
                 )
                 + (
                     f" {_names(doomed).capitalize()} will restart uncleanly and lose "
