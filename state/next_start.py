@@ -103,6 +103,8 @@ def next_start(broker: BrokerState | None, epochs_known: bool = True) -> NextSta
         return NextStart(
             None, "stopping (controlled shutdown in progress): clean if it completes, unclean if it is killed"
         )
+    # an epoch the source does not know (the admin bridge: none, or one it made up) cannot be matched
+    epochs_known = epochs_known and broker.epoch is not None and broker.epoch >= 0
     report = broker.clean_shutdown
     if report is not None:
         found = _from_report(broker, report, epochs_known)

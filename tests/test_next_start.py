@@ -104,6 +104,8 @@ def test_unknown_registration_epochs_use_the_agents_own_view_and_say_so() -> Non
     assert next_start(killed, epochs_known=False).clean is False
     bare = next_start(BrokerState(1, epoch=1_795_868_477_268_000, fenced=True), epochs_known=False)
     assert bare.clean is None and "not known here (admin bridge)" in bare.basis
+    no_epoch = BrokerState(1, epoch=-1, fenced=True, clean_shutdown=report_of(7, 7))  # a registration without one
+    assert next_start(no_epoch).clean is True and "own metadata log" in next_start(no_epoch).basis
 
 
 # --- the record through both stores -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ const RISK_LABELS = {
   none: "none",
   uncommitted_data: "uncommitted data (acks=0/1 writes since the high watermark froze)",
   committed_data: "committed data may be lost",
+  unknown: "unknown (depends on whether the stopped brokers restart cleanly)",
 };
 
 const $ = (id) => document.getElementById(id);
