@@ -5,6 +5,7 @@ broker documents' ``nextStart``, the outlook and recommendation of the partition
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -265,13 +266,20 @@ def test_unknown_restarts_do_not_claim_no_risk() -> None:
 
 # --- no contradictory risk statements, anywhere the simulator goes -----------------------------------------------
 
+
+def stopped(state: BrokerState, clean: bool) -> BrokerState:
+    """``state`` with its agent's report of a clean stop (its epoch in its one log dir) or a kill (no file)."""
+    found = report_of(state.epoch, state.epoch, dirs=1) if clean else report_of(state.epoch, None, dirs=1, with_file=0)
+    return dataclasses.replace(state, clean_shutdown=found)
+
+
 LOSS_WORDS = ("may lose", "may be lost", "is lost", "lose committed", "loses whatever")
 
 
 @pytest.mark.parametrize("kind", ["faults", *sorted(__import__("elrwatch.state.simulator").state.simulator.SCENARIOS)])
 def test_no_recommendation_claims_no_risk_next_to_a_loss(kind: str) -> None:
-    """Along every simulator scenario (advice after every few records): a recommendation whose risk is ``none``
-    never says that data may be lost."""
+    """Along every simulator scenario (advice after every few records; without agents, and with every stopped broker
+    reported killed, or reported clean): a recommendation whose risk is ``none`` never says that data may be lost."""
     from core_events import valid_stream
 
     from elrwatch.state.replay import Replayer
@@ -284,11 +292,18 @@ def test_no_recommendation_claims_no_risk_next_to_a_loss(kind: str) -> None:
         if seq % 7 and seq != len(lines):
             continue
         cluster = replayer.cluster
-        for t, p in cluster.iter_partitions():
-            _, rec = advice.partition_advice(cluster, t, p)
-            checked += 1
-            if rec["risk"] == advice.RISK_NONE:
-                assert not any(word in rec["summary"] for word in LOSS_WORDS), (kind, seq, rec["summary"])
+        # as replayed (no agent), and with an agent report on every stopped broker: all killed, or all clean
+        variants = [cluster.brokers] + [
+            {b: state if state.active else stopped(state, clean) for b, state in cluster.brokers.items()}
+            for clean in (False, True)
+        ]
+        for brokers in variants:
+            for t, p in cluster.iter_partitions():
+                _, rec = advice.advice_of(t.name, p, brokers, advice.topic_context(cluster, t), cluster.is_active)
+                checked += 1
+                if rec["risk"] == advice.RISK_NONE:
+                    assert not any(word in rec["summary"] for word in LOSS_WORDS), (kind, seq, rec["summary"])
+                    assert "will restart uncleanly" not in rec["summary"] or "Wait for" in rec["summary"]
     assert checked
 
 
