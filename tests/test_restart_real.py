@@ -41,9 +41,9 @@ def kafka_partition(cluster: Any, topic: str) -> dict[str, Any]:
     return cluster.describe_topic_partitions([topic])[(topic, 0)]
 
 
-def elrwatch_now(ev_bootstrap: str) -> Any:
-    """The core's state after every event published so far."""
-    state, quarantined = replay(consume_lines(ev_bootstrap, EVENTS))
+def elrwatch_now(ev_bootstrap: str, events: str = EVENTS) -> Any:
+    """The core's state after every event published to ``events`` so far."""
+    state, quarantined = replay(consume_lines(ev_bootstrap, events))
     assert [q for q in quarantined if q.reason != "conflict"] == []
     return state
 
@@ -103,6 +103,12 @@ def test_clean_and_unclean_restarts_as_predicted(
         prediction = predicted()
         assert prediction[2]["basis"].startswith("agent: every log dir (1) has .kafka_cleanshutdown with epoch")
         assert prediction[3]["basis"].startswith("agent: 1 of 1 log dirs have no .kafka_cleanshutdown")
+        # without the agents' reports, the metadata alone: 1 led r when it stopped (a controlled shutdown: likely
+        # clean), 3 was fenced by its session timeout (unknown); 2 led nothing, so its stop looks like 3's
+        lines = consume_lines(ev_bootstrap, EVENTS)
+        metadata_only = next_starts(replay([x for x in lines if b"CLEAN_SHUTDOWN_RECORD" not in x])[0])
+        assert metadata_only[1]["clean"] is True and "controlled shutdown" in metadata_only[1]["basis"]
+        assert metadata_only[3]["clean"] is None and "session timeout" in metadata_only[3]["basis"]
         state = elrwatch_now(ev_bootstrap)
         r_before = advise(state, "r", 0)
         returns = {e["broker"]: e for e in r_before["outlook"]["whenBrokerReturns"]}
@@ -137,12 +143,97 @@ def test_clean_and_unclean_restarts_as_predicted(
             print(
                 "\n[restart prediction] elrwatch: "
                 + "; ".join(f"broker {b}: clean={prediction[b]['clean']} ({prediction[b]['basis']})" for b in (2, 3))
+                + "\n  metadata only (no agent): "
+                + "; ".join(f"broker {b}: clean={metadata_only[b]['clean']}" for b in (1, 2, 3))
                 + f"\n  r outlook before: {r_before['outlook']['summary']}"
                 + f"\n  s outlook before: {s_before['outlook']['summary']}"
                 + f"\n  Kafka after 3 restarted: r leader {after_3['r']['leader']} ELR {after_3['r']['elr']}; "
                 f"s leader {after_3['s']['leader']} ELR {after_3['s']['elr']}"
                 + f"\n  Kafka after 2 restarted: r leader {after_2['leader']} ISR {after_2['isr']} ELR {after_2['elr']}"
                 f" (leaderRecoveryState {r_after.leader_recovery_state}, elrwatch: {r_after.last_leader_change})"
+            )
+    finally:
+        agents.stop_all()
+        bridge.stop()
+
+
+def test_every_elr_member_killed_then_the_last_known_leader(
+    cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """All three replicas of ``u`` killed one after the other (ELR [1, 2, 3], last known leader 3): elrwatch predicts
+    that each loses its ELR seat when it returns and that Kafka then elects 3 as last known leader (RECOVERING), and
+    counts ``u`` in ``elrwatch_unclean_restart_pending_partitions``; Kafka does exactly that as they come back."""
+    from elrwatch.bridge.runner import KafkaPublisher, LogBridge, Metrics, StateFile
+    from elrwatch.state.advice import advise
+    from elrwatch.state.gauges import key, loses_last_electable
+
+    ev_bootstrap = f"127.0.0.1:{cluster.brokers[4].port}"
+    events = "ev-u"  # this test's own event topic: it runs alone too
+    cluster.create_topic(events, replica_assignment={0: [4]})
+    for broker in (1, 2, 3):
+        if cluster.brokers[broker].proc is None:
+            cluster.start_broker(broker)
+    cluster.create_topic("u", replica_assignment={0: [1, 2, 3]}, configs=MIN_ISR_3)
+    cluster.wait_for(lambda: kafka_partition(cluster, "u")["isr"] == [1, 2, 3], "u in sync")
+    bridge = BridgeThread(
+        LogBridge(
+            cluster.controller.metadata_dir,
+            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, events),
+            StateFile(tmp_path / "bridge.json"),
+            Metrics(),
+        ),
+        0.2,
+    )
+    agents = Agents(cluster, tmp_path, ev_bootstrap, events)
+    try:
+        for broker in (1, 2, 3):
+            agents.start(broker)
+        for broker, isr in ((1, [2, 3]), (2, [3]), (3, [])):
+            cluster.kill_broker(broker)
+            cluster.wait_for(lambda isr=isr: kafka_partition(cluster, "u")["isr"] == isr, f"u ISR {isr}")
+        kafka_before = kafka_partition(cluster, "u")
+        assert kafka_before["leader"] == -1 and sorted(kafka_before["elr"]) == [1, 2, 3]
+        assert kafka_before["last_known_elr"] == [3]
+
+        def u_of(state: Any) -> Any:
+            return state.partition(state.topic_by_name("u").topic_id, 0)
+
+        def pending(state: Any) -> bool:
+            doomed = frozenset(b for b, n in next_starts(state).items() if n["clean"] is False)
+            return {1, 2, 3} <= doomed and loses_last_electable(u_of(state), doomed)
+
+        cluster.wait_for(lambda: pending(elrwatch_now(ev_bootstrap, events)), "1, 2, 3 predicted unclean", 60, 1.0)
+        state = elrwatch_now(ev_bootstrap, events)
+        assert state.partitions.gauges()[key("elrwatch_unclean_restart_pending_partitions")] >= 1
+        doc = advise(state, "u", 0)
+        outlook, rec = doc["outlook"], doc["recommendation"]
+        assert outlook["then"]["elects"] == 3 and outlook["then"]["how"] == "last_known_leader"
+        assert "brokers 1, 2, 3 will restart uncleanly and lose their ELR seats" in outlook["summary"]
+        assert rec["action"] == "wait_for_last_known_leader" and rec["risk"] == "uncommitted_data"
+
+        seen = []
+        for broker in (1, 2, 3):
+            cluster.start_broker(broker)
+            seen.append((broker, kafka_partition(cluster, "u")))
+        cluster.wait_for(lambda: kafka_partition(cluster, "u")["leader"] == 3, "3 elected in u")
+        cluster.wait_for(
+            lambda: u_of(elrwatch_now(ev_bootstrap, events)).leader == 3, "the bridge published 3's election"
+        )
+        final = elrwatch_now(ev_bootstrap, events)
+        after = u_of(final)
+        # a last-known-leader election (its record sets RECOVERING; the leader may have reported RECOVERED since)
+        assert after.last_leader_change == "last_known_leader"
+        assert sorted(seen[0][1]["elr"]) == [2, 3] and seen[0][1]["leader"] == -1  # 1 back: its seat gone
+        assert seen[1][1]["elr"] == [3] and seen[1][1]["leader"] == -1  # 2 back: its seat gone
+        with capsys.disabled():
+            print(
+                f"\n[all killed] elrwatch before: {outlook['summary']}\n  recommendation: {rec['summary']}"
+                + "".join(
+                    f"\n  Kafka after {b} restarted: leader {p['leader']} ELR {p['elr']} LKE {p['last_known_elr']}"
+                    for b, p in seen
+                )
+                + f"\n  then: leader {after.leader} ({after.last_leader_change} election), now ISR {list(after.isr)}, "
+                f"leaderRecoveryState {after.leader_recovery_state}"
             )
     finally:
         agents.stop_all()
