@@ -205,6 +205,15 @@ class Topic(BaseModel):
     configs: dict[str, Any] = {}
 
 
+class NextStart(BaseModel):
+    """Will the broker's next start be clean (Kafka's ``.kafka_cleanshutdown`` rule, docs/AGENT.md)?"""
+
+    clean: bool | None = Field(
+        None, description="true: clean; false: unclean (it loses its ISR and ELR seats); null: not known."
+    )
+    basis: str = Field(description="What the prediction rests on: the agent's reading of the files, or the metadata.")
+
+
 class Broker(BaseModel):
     """A broker registration as the controller sees it."""
 
@@ -218,6 +227,11 @@ class Broker(BaseModel):
             "registered": True,
             "rack": "rack-b",
             "state": "fenced",
+            "nextStart": {
+                "clean": False,
+                "basis": "agent: 1 of 1 log dirs have no .kafka_cleanshutdown (the broker was killed or crashed, or "
+                "has not finished stopping): Kafka registers it uncleanly and it loses its ELR seats",
+            },
         },
         extra="allow",
     )
@@ -242,6 +256,12 @@ class Broker(BaseModel):
     )
     restartOfflinePartitions: int | None = Field(
         None, description="Partitions that stopping this broker now leaves without an electable leader."
+    )
+    nextStart: NextStart | None = Field(None, description="Will its next start be clean?")
+    cleanShutdown: dict[str, Any] | None = Field(
+        None,
+        description="Its agent's last CLEAN_SHUTDOWN_RECORD (registrationEpoch, cleanShutdownEpoch, logDirs, "
+        "logDirsWithFile, timestampMs), or null.",
     )
 
 

@@ -1,5 +1,6 @@
 """``elrwatch agent``: beside one broker, publish its replicas' log info for the partitions that need an unclean
-election — what KIP-966's GetReplicaLogInfo would have answered the controller.
+election — what KIP-966's GetReplicaLogInfo would have answered the controller — and what its log dirs say of its
+next start (clean or not).
 
 * It follows the node's own ``__cluster_metadata-0`` copy (`MetadataLogTail`, the metadata-log bridge's reader) into
   an in-memory core `ClusterState`, rebuilt from the node's log at each start: the broker's id (``node.id`` of
@@ -13,6 +14,12 @@ election — what KIP-966's GetReplicaLogInfo would have answered the controller
 * When: at start, when a partition of its own becomes leaderless (or its ISR empty), when such a partition's info
   changes (log end offset, epochs, or the broker's epoch after a re-registration), at most ``max_rate`` records a
   second (the rest waits for the next step, oldest first).
+* It reads its broker's ``.kafka_cleanshutdown`` in every log dir (Kafka writes it at a clean shutdown with the
+  broker's epoch and deletes it at start-up, `read_clean_shutdown`) and publishes a ``CLEAN_SHUTDOWN_RECORD`` whenever
+  what it finds changes (the epoch the files agree on or none, dirs checked, dirs with the file) or the broker's
+  registration epoch changes, so that the core can say whether the broker's next start will be clean. The broker's
+  own metadata log stops with the broker, so the agent cannot tell a stopped broker from a running one: it reads
+  the files at every step, and the core applies the report only to a broker the cluster sees stopped.
 * Exactly what was published survives a restart in the state file (the bridge's `StateFile` and pending protocol):
   a restart publishes only what changed since.
 """
@@ -42,11 +49,14 @@ from elrwatch.bridge.runner import (
 )
 from elrwatch.state import records
 from elrwatch.state.cluster import REFERENCE_STORE, ClusterState
+from elrwatch.state.record_types import CLEAN_SHUTDOWN_RECORD
 from elrwatch.state.record_types import REPLICA_LOG_INFO_RECORD as RECORD_TYPE
 
 log = logging.getLogger("elrwatch.agent")
 
 METADATA_DIR = "__cluster_metadata-0"
+#: Kafka's clean-shutdown marker in each log dir (``CleanShutdownFileHandler``): ``{"version":0,"brokerEpoch":N}``.
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
 class AgentError(ValueError):
@@ -78,6 +88,26 @@ def metadata_log_dir(path: str | os.PathLike) -> Path:
     if p.name != METADATA_DIR or not p.is_dir():
         raise AgentError(f"--metadata-log-dir {path}: no {METADATA_DIR} directory there")
     return p
+
+
+def read_clean_shutdown(log_dirs: list[Path]) -> tuple[int | None, int]:
+    """(the broker epoch every log dir's ``.kafka_cleanshutdown`` agrees on, or None; how many dirs have a readable
+    file). As Kafka's ``LogManager.readBrokerEpochFromCleanShutdownFiles``: a dir without the file, a file without an
+    integer ``brokerEpoch`` (unreadable), or epochs that differ give no epoch."""
+    epochs: set[int] = set()
+    with_file = 0
+    for directory in log_dirs:
+        try:
+            content = orjson.loads((directory / CLEAN_SHUTDOWN_FILE).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        epoch = content.get("brokerEpoch") if isinstance(content, dict) else None
+        if type(epoch) is not int:
+            continue
+        with_file += 1
+        epochs.add(epoch)
+    agreed = epochs.pop() if with_file == len(log_dirs) and len(epochs) == 1 else None
+    return agreed, with_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +158,8 @@ class ReplicaLogAgent(_Delivery):
             (str(t), int(p)): Published(*map(int, rest)) for t, p, *rest in doc.get("published", [])
         }
         self.pending: list[bytes] = [line.encode() for line in doc.get("pending", [])]
+        #: The last CLEAN_SHUTDOWN_RECORD's data published (None: none yet).
+        self.clean_shutdown: dict[str, Any] | None = doc.get("cleanShutdown")
         self.cluster = ClusterState(store=REFERENCE_STORE)  # a sidecar: the store that needs no numpy
         self.tail = MetadataLogTail(self.metadata_dir, on_error=metrics.error)  # in memory: rebuilt at each start
         self.max_rate = max_rate
@@ -152,6 +184,7 @@ class ReplicaLogAgent(_Delivery):
                     for (t, p), v in sorted(self.published.items())
                 ],
                 "pending": [line.decode() for line in pending],
+                "cleanShutdown": self.clean_shutdown,
             }
         )
 
@@ -286,6 +319,24 @@ class ReplicaLogAgent(_Delivery):
             )
         return events
 
+    def clean_shutdown_due(self) -> dict[str, Any] | None:
+        """The CLEAN_SHUTDOWN_RECORD to publish now: when the files or the registration epoch changed since the last
+        one (None: nothing changed, or the broker's registration is not read yet)."""
+        epoch = self.broker_epoch
+        if epoch is None:
+            return None
+        agreed, with_file = read_clean_shutdown(self.log_dirs)
+        data = {
+            "brokerId": self.node_id,
+            "registrationEpoch": epoch,
+            "cleanShutdownEpoch": agreed,
+            "logDirs": len(self.log_dirs),
+            "logDirsWithFile": with_file,
+        }
+        if data == self.clean_shutdown:
+            return None
+        return {"type": CLEAN_SHUTDOWN_RECORD, "version": 0, "timestamp": self.wall_ms(), "data": data}
+
     def _poll(self) -> ClusterState | None:
         """The cluster state after what the metadata log appended since the last step."""
         try:
@@ -300,13 +351,17 @@ class ReplicaLogAgent(_Delivery):
         now = self.clock()
         self.tokens = min(self.max_rate, self.tokens + (now - self.last_refill) * self.max_rate)
         self.last_refill = now
-        events = self.due()
+        shutdown = self.clean_shutdown_due()
+        events = [*([shutdown] if shutdown is not None else []), *self.due()]
         events = events[: int(self.tokens)]
         if not events:
             return 0
         self.tokens -= len(events)
         for e in events:
             d = e["data"]
+            if e["type"] == CLEAN_SHUTDOWN_RECORD:
+                self.clean_shutdown = d
+                continue
             self.published[(d["topicId"], d["partitionId"])] = Published(
                 d["brokerEpoch"], d["logEndOffset"], d["lastWrittenLeaderEpoch"], d["currentLeaderEpoch"]
             )
@@ -339,4 +394,12 @@ def run_agent(
     return metrics
 
 
-__all__ = ["AgentError", "Published", "ReplicaLogAgent", "metadata_log_dir", "read_node_id", "run_agent"]
+__all__ = [
+    "AgentError",
+    "Published",
+    "ReplicaLogAgent",
+    "metadata_log_dir",
+    "read_clean_shutdown",
+    "read_node_id",
+    "run_agent",
+]

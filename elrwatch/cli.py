@@ -634,8 +634,10 @@ def agent(
     """Beside one broker: publish its stranded replicas' log end offsets, for the advice on unclean elections.
 
     Publishes the log end offset and last leader epoch (REPLICA_LOG_INFO_RECORD) of its replicas of the partitions
-    that have no leader or an empty ISR, so that the advice names the replica an unclean election should pick.
-    Reads the node's metadata log and its partitions' batch headers, never record payloads."""
+    that have no leader or an empty ISR, so that the advice names the replica an unclean election should pick, and
+    what its log dirs' .kafka_cleanshutdown files say (CLEAN_SHUTDOWN_RECORD), so that elrwatch knows whether its
+    next start will be clean. Reads the node's metadata log, its partitions' batch headers and those files, never
+    record payloads."""
     from elrwatch.bridge.agent import AgentError, run_agent
     from elrwatch.bridge.runner import SidecarSettings
 

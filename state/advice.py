@@ -21,12 +21,14 @@ Both are JSON-able dicts; :func:`partition_advice` is the hook the report calls 
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from elrwatch.state import controller
 from elrwatch.state import metadata_version as mv
+from elrwatch.state import next_start as starts
 from elrwatch.state.cluster import ClusterState
 from elrwatch.state.merge import merge_partition_change
 from elrwatch.state.model import LRS_RECOVERING, NO_LEADER, BrokerState, PartitionState, TopicState
@@ -40,6 +42,7 @@ STRATEGIES = (AGGRESSIVE, BALANCED, NONE)
 RISK_NONE = "none"  # a clean leader: nothing committed is lost
 RISK_UNCOMMITTED = "uncommitted_data"  # last known leader: acks=0/1 data written after the HWM froze may be lost
 RISK_COMMITTED = "committed_data"  # unclean election of a replica outside ISR/ELR: committed data may be lost
+RISK_UNKNOWN = "unknown"  # it depends on how stopped brokers restart, which nothing reported (next_start)
 
 BOOTSTRAP = "$BOOTSTRAP"
 
@@ -135,6 +138,66 @@ def _unclean_return(
     )
 
 
+def _returned(brokers: Mapping[int, BrokerState], broker_id: int) -> dict[int, BrokerState]:
+    """``brokers`` with ``broker_id`` registered again and unfenced (a copy; the others untouched)."""
+    state = brokers.get(broker_id)
+    back = (
+        BrokerState(broker_id, fenced=False)
+        if state is None
+        else dataclasses.replace(state, fenced=False, in_controlled_shutdown=False, registered=True)
+    )
+    return {**brokers, broker_id: back}
+
+
+def returns_as_predicted(
+    p: PartitionState,
+    returning: Sequence[int],
+    clean: Callable[[int], bool],
+    brokers: Mapping[int, BrokerState],
+    ctx: controller.TopicContext,
+) -> tuple[PartitionState, dict[str, Any] | None]:
+    """The controller model run over the brokers ``returning`` (in that order), each registering again (cleanly
+    when ``clean(broker)``, else uncleanly: it loses its ISR and ELR seats) and then unfenced: the partition as it
+    is then, and the first election on the way (``{"elects", "how", "recovering", "risk", "at"}``, ``at`` the
+    brokers back by then, the last one's return making it) or None."""
+    copy = p.copy()
+    live = dict(brokers)
+    for index, broker_id in enumerate(returning):
+        back = list(returning[: index + 1])
+        for record in controller.register(copy, broker_id, clean(broker_id), live, ctx).records:
+            elected = _merge_election(copy, record, back)
+            if elected is not None:
+                return copy, elected
+        live = _returned(live, broker_id)
+        unfenced = controller.unfence_change(copy, controller.acceptable_leaders(live), ctx)
+        if unfenced is not None:
+            elected = _merge_election(copy, unfenced, back)
+            if elected is not None:
+                return copy, elected
+    return copy, None
+
+
+def _merge_election(p: PartitionState, record: controller.Record, at: list[int]) -> dict[str, Any] | None:
+    """Merge ``record`` into ``p``; the election it makes, if it elects a leader."""
+    kind = controller.record_leader_change_kind(p, record)
+    merge_partition_change(p, record)
+    if kind is None or p.leader == NO_LEADER:
+        return None
+    return {
+        "elects": p.leader,
+        "how": kind,
+        "recovering": p.leader_recovery_state == LRS_RECOVERING,
+        "risk": _risk(kind),
+        "at": at,
+    }
+
+
+def _predict(
+    brokers: Mapping[int, BrokerState], broker_ids: Sequence[int], epochs_known: bool
+) -> dict[int, starts.NextStart]:
+    return {b: starts.next_start(brokers.get(b), epochs_known) for b in broker_ids}
+
+
 def last_replica_standing(p: PartitionState, ctx: controller.TopicContext) -> str | None:
     """What the outlook says about a partition whose ISR is one replica while its min ISR is 2 or more (None for
     any other): with ELR off that replica, back after an unclean shutdown, leads again from the ISR and may have lost
@@ -159,8 +222,11 @@ def outlook(
     brokers: Mapping[int, BrokerState],
     ctx: controller.TopicContext,
     is_active: Callable[[int], bool] | None = None,
+    epochs_known: bool = True,
 ) -> dict[str, Any]:
-    """Kafka's own outlook for ``p`` (what the controller does without an operator)."""
+    """Kafka's own outlook for ``p`` (what the controller does without an operator). A leaderless partition's
+    stopped replicas return as their next start is predicted (`next_start`): one predicted unclean loses its ISR
+    and ELR seats on the way back (``epochs_known``: whether registration epochs are Kafka's)."""
     if is_active is None:
         active_set = controller.active_brokers(brokers)
         is_active = active_set.__contains__
@@ -193,20 +259,34 @@ def outlook(
             parts.append(f"if {p.leader} fails the partition goes offline")
         else:
             parts.append(f"if {p.leader} fails: elects {fail.leader} {_HOW_TEXT.get(fail.chosen, fail.chosen)}")
+        stopped = [b for b in p.elr if not is_active(b)]
+        if stopped and ctx.elr_active:
+            predicted = _predict(brokers, stopped, epochs_known)
+            losing = [b for b in stopped if predicted[b].clean is False]
+            result["elrSeatsLost"] = losing
+            if losing:
+                parts.append(
+                    f"{_names(losing)} will restart uncleanly and lose {'its' if len(losing) == 1 else 'their'} ELR "
+                    f"seat{'' if len(losing) == 1 else 's'}"
+                )
         _note_last_replica_standing(result, parts, p, ctx)
         result["summary"] = "; ".join(parts)
         return result
 
     now = controller.elect_leader(p, live, ctx, election=election)
+    down = [b for b in p.replicas if not is_active(b)]
+    predicted = _predict(brokers, down, epochs_known)
     returns: list[dict[str, Any]] = []
-    for broker_id in p.replicas:
-        if is_active(broker_id):
-            continue
-        entry = {"broker": broker_id, "state": _broker_state_name(brokers, broker_id)}
+    for broker_id in down:
+        start = predicted[broker_id]
+        entry: dict[str, Any] = {
+            "broker": broker_id,
+            "state": _broker_state_name(brokers, broker_id),
+            "nextStart": start.doc(),
+        }
         unclean = _unclean_return(p, broker_id, brokers, ctx, is_active)
-        if entry["state"] == "unregistered":
-            # Kafka handles the registration of a broker it has no registration for (after UnregisterBroker) as
-            # an unclean shutdown whatever the broker did (CCM.registerBroker: no stored epoch to match)
+        if start.clean is False:
+            # Kafka registers it uncleanly (killed, crashed, or no registration to match): it loses its seats
             entry.update(unclean)
         else:
             entry.update(
@@ -222,26 +302,60 @@ def outlook(
             " (periodic unclean election, every 5 minutes)" if now.chosen == controller.CHOSEN_UNCLEAN else ""
         )
         return result
+    doomed = [b for b in down if predicted[b].clean is False]
+    lost = [b for b in doomed if b in p.isr or b in p.elr]
+    seats = (
+        f"{_names(lost)} will restart uncleanly and lose {'its' if len(lost) == 1 else 'their'} "
+        f"{'ELR' if not p.isr else 'ISR/ELR'} seat{'' if len(lost) == 1 else 's'}"
+        if lost and ctx.elr_active
+        else ""
+    )
     helpful = [entry for entry in returns if entry["elects"] != NO_LEADER]
-    if not helpful:
+    clean = [entry for entry in helpful if entry["risk"] == RISK_NONE]
+    if clean:
+        first = clean[0]
+        how = _HOW_TEXT.get(first["how"], first["how"])
+        text = f"elects {first['elects']} {how} as soon as broker {first['broker']} is back"
+        if first["nextStart"]["clean"] is None and first["ifUncleanRestart"]["elects"] != first["elects"]:
+            seat = "ELR" if first["broker"] in p.elr else "ISR"
+            text += f" (if {first['broker']} restarts uncleanly it loses its {seat} seat)"
+        parts = [f"leaderless; {text}"] + ([seats] if seats else [])
+        result["kind"] = "waits_for_broker"
+        _note_last_replica_standing(result, parts, p, ctx)
+        result["summary"] = "; ".join(parts)
+        return result
+    # No return gives a clean election: every stopped broker comes back as predicted (unknown ones cleanly), in
+    # replica order; what Kafka does then.
+    _, then = returns_as_predicted(p, down, lambda b: predicted[b].clean is not False, brokers, ctx)
+    if then is None and helpful:
+        first = helpful[0]
+        then = {key: first[key] for key in ("elects", "how", "recovering", "risk")} | {"at": [first["broker"]]}
+    if then is None:
         result["kind"] = "none"
         result["summary"] = (
-            "nothing: no replica can be elected by Kafka itself"
+            "nothing: "
+            + (f"{seats}, then " if seats else "")
+            + "no replica can be elected by Kafka itself"
             + ("" if ctx.unclean_enabled else " (unclean leader election disabled)")
             + "; an operator must act"
         )
         return result
-    clean = [entry for entry in helpful if entry["risk"] == RISK_NONE]
-    first = clean[0] if clean else helpful[0]
     result["kind"] = "waits_for_broker"
-    how = _HOW_TEXT.get(first["how"], first["how"])
-    text = f"elects {first['elects']} {how} as soon as broker {first['broker']} is back"
-    if first["how"] == controller.CHOSEN_ELR and first["ifUncleanRestart"]["elects"] == NO_LEADER:
-        text += f" (if {first['broker']} restarts uncleanly it loses its ELR seat)"
-    parts = [f"leaderless; {text}"]
+    result["then"] = then
+    how = _HOW_TEXT.get(then["how"], then["how"])
+    parts = [
+        "leaderless; "
+        + (f"{seats}; then Kafka " if seats else "")
+        + f"elects {then['elects']} {how} once {_names(then['at'])} {'is' if len(then['at']) == 1 else 'are'} back"
+    ]
     _note_last_replica_standing(result, parts, p, ctx)
     result["summary"] = "; ".join(parts)
     return result
+
+
+def _names(broker_ids: Sequence[int]) -> str:
+    """ "broker 1" or "brokers 1, 2"."""
+    return ("broker " if len(broker_ids) == 1 else "brokers ") + ", ".join(map(str, broker_ids))
 
 
 def _note_last_replica_standing(
@@ -454,8 +568,11 @@ def recommendation(
     strategy: str | None = None,
     log_info: Mapping[int, Mapping[str, Any]] | None = None,
     is_active: Callable[[int], bool] | None = None,
+    epochs_known: bool = True,
 ) -> dict[str, Any]:
-    """What to do about ``p`` under a KIP-966 strategy (default from unclean.leader.election.enable)."""
+    """What to do about ``p`` under a KIP-966 strategy (default from unclean.leader.election.enable). Stopped ISR and
+    ELR members return as their next start is predicted (`next_start`): the risk is what the controller model then
+    does, and a member predicted unclean is not waited for (it loses its seat)."""
     if is_active is None:
         active_set = controller.active_brokers(brokers)
         is_active = active_set.__contains__
@@ -480,6 +597,8 @@ def recommendation(
             exposed = len(p.isr) == 1 and not ctx.elr_enabled
             rec.update(
                 action="restore_replicas",
+                # last replica standing: the partition is exposed (the summary says so), whatever the operator does
+                risk=RISK_COMMITTED if exposed else RISK_NONE,
                 summary=f"High watermark frozen (ISR {len(p.isr)} < min ISR {ctx.min_isr}): bring back or let catch "
                 f"up replicas {missing}; acks=all writes fail until then."
                 + (
@@ -518,25 +637,87 @@ def recommendation(
 
     choice = longest_log_choice(p, brokers, log_info, is_active)
     lke = p.last_known_elr
+    prefix = ""
     if clean_pool:  # ISR or ELR members exist but all are down
         if strategy == AGGRESSIVE and choice["broker"] is not None:
             return _unclean(
                 rec, name, p, choice, ctx, is_active, f"ISR/ELR members {down_members} are all down", brokers
             )
-        rec.update(
-            action="wait_for_broker",
-            waitFor=down_members,
-            summary=f"Wait for {down_members} ({'ISR' if p.isr else 'ELR'}): Kafka elects the first of them that "
-            "comes back, cleanly. Restart them cleanly: "
-            + (
-                "an unclean restart costs an ELR member its seat."
-                if ctx.elr_enabled
-                else "with ELR off an ISR member that shut down uncleanly still leads again, and committed data it "
-                "lost is lost."
-            ),
-            logInfo=choice,
+        predicted = _predict(brokers, down_members, epochs_known)
+        pool = "ISR" if p.isr else "ELR"
+        doomed = [b for b in down_members if predicted[b].clean is False]
+        hopeful = [b for b in down_members if b not in doomed]
+        if ctx.elr_active and hopeful:
+            sure = [b for b in hopeful if predicted[b].clean]
+            risk = RISK_NONE if sure else RISK_UNKNOWN
+            rec.update(
+                action="wait_for_broker",
+                waitFor=hopeful,
+                risk=risk,
+                summary=f"Wait for {hopeful} ({pool}): Kafka elects the first of them that comes back, cleanly. "
+                + (
+                    f"The next start of {_names(sure)} is predicted clean."
+                    if sure
+                    else f"Restart them cleanly: an unclean restart (a crash, kill -9) costs an {pool} member its "
+                    "seat, and whether they stopped cleanly is not known."
+                )
+                + (
+                    f" {_names(doomed).capitalize()} will restart uncleanly and lose "
+                    f"{'its' if len(doomed) == 1 else 'their'} seat."
+                    if doomed
+                    else ""
+                ),
+                logInfo=choice,
+                nextStart={str(b): predicted[b].doc() for b in down_members},
+            )
+            return rec
+        if not ctx.elr_active:
+            unsafe = [b for b in down_members if predicted[b].clean is not True]
+            risk = RISK_NONE if not unsafe else RISK_COMMITTED if doomed else RISK_UNKNOWN
+            rec.update(
+                action="wait_for_broker",
+                waitFor=down_members,
+                risk=risk,
+                summary=f"Wait for {down_members} ({pool}): Kafka elects the first of them that comes back"
+                + (
+                    "; their next start is predicted clean."
+                    if not unsafe
+                    else "; with ELR off an ISR member that shut down uncleanly still leads again, and committed data "
+                    "it lost is lost"
+                    + (
+                        f": {_names(doomed)} will restart uncleanly."
+                        if doomed
+                        else "; whether they stopped cleanly is not known."
+                    )
+                ),
+                logInfo=choice,
+                nextStart={str(b): predicted[b].doc() for b in down_members},
+            )
+            return rec
+        # Every ISR/ELR member is predicted to restart uncleanly: each loses its seat when it returns.
+        p, then = returns_as_predicted(p, doomed, lambda b: False, brokers, ctx)
+        prefix = (
+            f"{pool} members {doomed} will restart uncleanly (killed or crashed) and lose their seats when they "
+            "return. "
         )
-        return rec
+        rec["nextStart"] = {str(b): predicted[b].doc() for b in down_members}
+        if then is not None:  # the last known leader, elected at a return
+            how = _HOW_TEXT.get(then["how"], then["how"])
+            rec.update(
+                action="wait_for_last_known_leader"
+                if then["how"] == controller.CHOSEN_LAST_KNOWN_LEADER
+                else "wait_for_broker",
+                waitFor=doomed,
+                risk=then["risk"],
+                summary=prefix
+                + f"Kafka then elects {then['elects']} {how} once {_names(then['at'])} "
+                + ("is back" if len(then["at"]) == 1 else "are back")
+                + (", then check hanging transactions." if then["recovering"] else "."),
+                commands=_hanging_commands(name, pid) if then["recovering"] else [],
+                logInfo=choice,
+            )
+            return rec
+        lke = p.last_known_elr
 
     # No ISR and no ELR.
     if ctx.elr_active and len(lke) == 1 and strategy == BALANCED:
@@ -544,7 +725,8 @@ def recommendation(
             action="wait_for_last_known_leader",
             waitFor=[lke[0]] if not is_active(lke[0]) else [],
             risk=RISK_UNCOMMITTED,
-            summary=f"No ISR or ELR left: Kafka elects last known leader {lke[0]} when it is back (RECOVERING; "
+            summary=prefix
+            + f"No ISR or ELR left: Kafka elects last known leader {lke[0]} when it is back (RECOVERING; "
             "acks=0/1 data written after the high watermark froze may be lost), then check hanging transactions.",
             commands=_hanging_commands(name, pid),
             logInfo=choice,
@@ -552,13 +734,14 @@ def recommendation(
         return rec
     if strategy == AGGRESSIVE or (strategy == BALANCED and not lke):
         if choice["broker"] is not None:
-            reason = "no ISR or ELR member is left"
+            reason = "no ISR or ELR member is left" if not prefix else f"{prefix}No ISR or ELR member is left then"
             return _unclean(rec, name, p, choice, ctx, is_active, reason, brokers)
         rec.update(
             action="wait_for_broker",
             waitFor=[r for r in p.replicas if not is_active(r)],
             risk=RISK_COMMITTED,
-            summary="No replica is live: bring any replica back, then run an unclean election (data may be lost).",
+            summary=prefix + "No replica is live: bring any replica back, then run an unclean election (data may be "
+            "lost).",
             logInfo=choice,
         )
         return rec
@@ -566,8 +749,8 @@ def recommendation(
         action="manual",
         waitFor=[r for r in p.replicas if not is_active(r)],
         risk=RISK_COMMITTED,
-        summary="Strategy None: no automatic recovery. Choose a replica (see logInfo) and run an unclean election "
-        "yourself; committed data may be lost.",
+        summary=prefix + "Strategy None: no automatic recovery. Choose a replica (see logInfo) and run an unclean "
+        "election yourself; committed data may be lost.",
         logInfo=choice,
     )
     return rec
@@ -648,12 +831,22 @@ def advice_of(
     is_active: Callable[[int], bool],
     log_info: Mapping[int, Mapping[str, Any]] | None = None,
     strategy: str | None = None,
+    epochs_known: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(outlook, recommendation) of one partition from its registration, the brokers and its topic's context:
     all the advice needs, so the status store can build it when a partition is read (report.StoreView)."""
     return (
-        outlook(partition, brokers, ctx, is_active),
-        recommendation(topic_name, partition, brokers, ctx, strategy=strategy, log_info=log_info, is_active=is_active),
+        outlook(partition, brokers, ctx, is_active, epochs_known),
+        recommendation(
+            topic_name,
+            partition,
+            brokers,
+            ctx,
+            strategy=strategy,
+            log_info=log_info,
+            is_active=is_active,
+            epochs_known=epochs_known,
+        ),
     )
 
 
@@ -669,6 +862,7 @@ def partition_advice(
         cluster.is_active,
         cluster.log_info.get((topic.topic_id, partition.partition_id)),
         strategy,
+        cluster.epochs_known,
     )
 
 

@@ -28,9 +28,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from elrwatch.state import record_types
+from elrwatch.state import next_start, record_types
 from elrwatch.state.audit import Violation
 from elrwatch.state.image import MetadataImage
+from elrwatch.state.image.positions import polled_unknown
 from elrwatch.state.model import BrokerState, PartitionState, TopicState
 from elrwatch.state.outcome import Outcome
 from elrwatch.state.partitions import PartitionStore, Transition
@@ -329,6 +330,12 @@ class ClusterState:
     def derived_from(self) -> str | None:
         """Where the records came from when not from Kafka's log itself (`positions.Positions.derived_from`)."""
         return self.image.positions.derived_from
+
+    @property
+    def epochs_known(self) -> bool:
+        """Whether broker registration epochs are Kafka's (not when derived from polls: the admin bridge)."""
+        polled = polled_unknown(self.derived_from)
+        return polled is None or next_start.epochs_known(polled[1])
 
     @property
     def snapshot_end_offset(self) -> int | None:

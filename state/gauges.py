@@ -17,8 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elrwatch.state import insight, status
+from elrwatch.state import insight, next_start, status
+from elrwatch.state import metadata_version as mv
 from elrwatch.state.audit import VIOLATION_KINDS
+from elrwatch.state.image.positions import polled_unknown
 from elrwatch.state.records import QUARANTINE_REASONS
 from elrwatch.state.status import STATUSES
 
@@ -67,6 +69,12 @@ _CORE = (
         "elrwatch_unclean_recovery_candidate_known_partitions",
         "Leaderless partitions needing a lossy election (unclean recovery or manual) for which a live replica "
         "reported its log (REPLICA_LOG_INFO_RECORD, current broker epoch): the advice names the longest log.",
+    ),
+    Metric(
+        "elrwatch_unclean_restart_pending_partitions",
+        "Leaderless partitions whose every ISR/ELR member is a stopped broker predicted to restart uncleanly "
+        "(killed or crashed: its log dirs lack .kafka_cleanshutdown, or it is unregistered): they lose their last "
+        "electable member when those brokers return.",
     ),
     Metric(
         "elrwatch_manual_leader_election_required_partitions",
@@ -264,6 +272,24 @@ def candidate_known_partitions(
     return known
 
 
+def restart_doomed(image: Any) -> frozenset[int]:
+    """The stopped brokers whose next start is predicted unclean (`next_start.doomed`) when the controller applies
+    ELR (an unclean registration costs seats only then); empty otherwise."""
+    features = image.features
+    level = features.metadata_version
+    if not features.elr_enabled or (mv.DEFAULT_LEVEL if level is None else level) < mv.MV_4_0_IV1:
+        return frozenset()
+    polled = polled_unknown(image.positions.derived_from)
+    return next_start.doomed(image.brokers.by_id, polled is None or next_start.epochs_known(polled[1]))
+
+
+def loses_last_electable(p: Any, doomed: frozenset[int]) -> bool:
+    """A leaderless partition whose ISR ∪ ELR is not empty and only holds ``doomed`` brokers (`restart_doomed`)."""
+    if p.leader >= 0 or not (p.isr or p.elr):
+        return False
+    return all(b in doomed for b in p.isr) and all(b in doomed for b in p.elr)
+
+
 def partition_gauges(cluster: Any) -> Gauges:
     """Gauges over the cluster's own partitions (a bucket's); summing these over buckets gives the cluster's."""
     return cluster.partitions.gauges()
@@ -281,17 +307,21 @@ def counted_partition_gauges(
     counters: Mapping[str, int],
     candidate_known: int,
     unregistered_replicas: Mapping[int, int],
+    unclean_restart_pending: int = 0,
 ) -> Gauges:
     """The partition gauges from what a store counted: partitions per flag bit (``flags``), with 0, 1, 2 and 3+
     live electable replicas, per status, per violation kind, the insight counters, the election counters, the
-    leaderless partitions whose best replica is known (`candidate_known_partitions`) and, by broker without a
-    registration, the partitions naming it as a replica (``unregistered_replicas``, `unregistered_brokers`)."""
+    leaderless partitions whose best replica is known (`candidate_known_partitions`), by broker without a
+    registration the partitions naming it as a replica (``unregistered_replicas``, `unregistered_brokers`), and the
+    partitions that lose their last electable member when the stopped brokers return (``unclean_restart_pending``,
+    `loses_last_electable`)."""
     out: Gauges = {
         key("elrwatch_global_under_min_isr_partitions"): flags.get(status.F_UNDER_MIN_ISR, 0),
         key("elrwatch_at_min_isr_partitions"): flags.get(status.F_AT_MIN_ISR, 0),
         key("elrwatch_offline_partitions"): flags.get(status.F_LEADERLESS, 0),
         key("elrwatch_unclean_recovery_partitions"): flags.get(status.F_UNCLEAN_RECOVERY, 0),
         key("elrwatch_unclean_recovery_candidate_known_partitions"): candidate_known,
+        key("elrwatch_unclean_restart_pending_partitions"): unclean_restart_pending,
         key("elrwatch_manual_leader_election_required_partitions"): flags.get(status.F_MANUAL, 0),
         key("elrwatch_recovering_partitions"): flags.get(status.F_RECOVERING, 0),
         key("elrwatch_last_replica_standing_partitions"): flags.get(status.F_LAST_REPLICA_STANDING, 0),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 NO_LEADER = -1  # PartitionRegistration.leader when there is no leader
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader is unchanged
@@ -165,6 +165,7 @@ BROKER_FIELDS: Final = (
     "registered",
     "rack",
     "last_offset",
+    "clean_shutdown",
 )
 
 
@@ -180,6 +181,8 @@ class BrokerState:
     registered: bool = True
     rack: str | None = None
     last_offset: int | None = None
+    #: The last CLEAN_SHUTDOWN_RECORD of its agent (`next_start.report_of`; kept across registrations), or None.
+    clean_shutdown: dict[str, Any] | None = None
 
     # Pickled as the list of its field values, as dataclass(slots=True) does itself, but spelled out: bucket
     # snapshots hold these objects, and a named field list keeps their pickled form fixed.
@@ -187,6 +190,8 @@ class BrokerState:
         return [getattr(self, name) for name in BROKER_FIELDS]
 
     def __setstate__(self, state: list[object]) -> None:
+        if len(state) < len(BROKER_FIELDS):  # pickled before a field was added: the new ones take their default
+            state = [*state, *(None for _ in BROKER_FIELDS[len(state) :])]
         for name, value in zip(BROKER_FIELDS, state, strict=True):
             setattr(self, name, value)
 

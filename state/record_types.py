@@ -94,6 +94,8 @@ REPLICA_LOG_INFO_RECORD: Final = "REPLICA_LOG_INFO_RECORD"
 STATIC_BROKER_CONFIG_RECORD: Final = "STATIC_BROKER_CONFIG_RECORD"
 #: elrwatch's own record: one step of an operator's unclean recovery by `elrwatch recover` (docs/INPUT.md).
 OPERATOR_RECOVERY_RECORD: Final = "OPERATOR_RECOVERY_RECORD"
+#: elrwatch's own record: what a broker's log dirs say of its next start (``.kafka_cleanshutdown``; docs/AGENT.md).
+CLEAN_SHUTDOWN_RECORD: Final = "CLEAN_SHUTDOWN_RECORD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +222,15 @@ def _topic(
     )
 
 
-def _broker(name: str, handler: str, id_field: str, schema_file: str, admin_derived: bool = False) -> RecordType:
+def _broker(
+    name: str,
+    handler: str,
+    id_field: str,
+    schema_file: str | None = None,
+    admin_derived: bool = False,
+    *,
+    schema: dict[str, Any] | None = None,
+) -> RecordType:
     """A broker's record type: every bucket gets it, its Kafka message is keyed by the broker's id."""
     return RecordType(
         name,
@@ -230,6 +240,7 @@ def _broker(name: str, handler: str, id_field: str, schema_file: str, admin_deri
         key=ProducerKey(KEY_BROKER, id_field),
         admin_derived=admin_derived,
         schema_file=schema_file,
+        schema=schema,
     )
 
 
@@ -297,6 +308,22 @@ OPERATOR_RECOVERY_SCHEMA: Final[dict[str, Any]] = {
     ],
 }
 
+#: elrwatch's own record spec (docs/INPUT.md): what ``elrwatch agent`` read of its broker's ``.kafka_cleanshutdown``
+#: files. ``RegistrationEpoch``: the broker's registration in its own metadata log when the files were read;
+#: ``CleanShutdownEpoch``: the epoch every log dir's file agrees on, null when a dir has no file, a file cannot be
+#: read, or they differ (Kafka's previousBrokerEpoch of -1); ``LogDirs`` checked, ``LogDirsWithFile``.
+CLEAN_SHUTDOWN_SCHEMA: Final[dict[str, Any]] = {
+    "name": "CleanShutdownRecord",
+    "validVersions": "0",
+    "fields": [
+        {"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"},
+        {"name": "RegistrationEpoch", "type": "int64", "versions": "0+"},
+        {"name": "CleanShutdownEpoch", "type": "int64", "versions": "0+", "nullableVersions": "0+"},
+        {"name": "LogDirs", "type": "int32", "versions": "0+"},
+        {"name": "LogDirsWithFile", "type": "int32", "versions": "0+"},
+    ],
+}
+
 #: The types elrwatch ships with: those the core applies, then every other MetadataRecordType of Kafka trunk
 #: (well-formed records of those are counted and skipped).
 BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
@@ -342,6 +369,7 @@ BUILTIN_TYPES: Final[tuple[RecordType, ...]] = (
     ),
     _broker(FENCE_BROKER_RECORD, "brokers.apply_fence", "id", "FenceBrokerRecord.json"),
     _broker(UNFENCE_BROKER_RECORD, "brokers.apply_fence", "id", "UnfenceBrokerRecord.json"),
+    _broker(CLEAN_SHUTDOWN_RECORD, "brokers.apply_clean_shutdown", "brokerId", schema=CLEAN_SHUTDOWN_SCHEMA),
     RecordType(
         CONFIG_RECORD,
         SCOPE_CLUSTER,  # a topic's, a broker's or the cluster default's config

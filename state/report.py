@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from elrwatch.state import insight
+from elrwatch.state import insight, next_start
 from elrwatch.state import metadata_version as mv
 from elrwatch.state.advice import advice_of, partition_advice
 from elrwatch.state.audit import Violation
@@ -218,6 +218,8 @@ class StoreView:
     metadata_version: int | None = None
     unclean_by_topic: dict[str, bool] = field(default_factory=dict)
     cluster_unclean: bool = False
+    #: Whether the brokers' registration epochs are Kafka's (not when derived by the admin bridge).
+    epochs_known: bool = True
 
     def __post_init__(self) -> None:
         self._active = {b.broker_id for b in self.brokers.values() if b.active}
@@ -234,6 +236,7 @@ class StoreView:
             elr_enabled=bool(cluster.get("elrEnabled", False)),
             metadata_version=cluster.get("metadataVersion"),
             cluster_unclean=unclean == "true",
+            epochs_known=next_start.epochs_known(cluster.get("unknown") or ()),
         )
         store_view.learn_topics(topics)
         return store_view
@@ -290,15 +293,16 @@ class StoreView:
             raw_info = values[_N_STORED + 1]
             log_info = {int(b): info for b, info in raw_info.items()} if raw_info else None
             doc["outlook"], doc["recommendation"] = advice_of(
-                topic_name, partition, self.brokers, ctx, self.is_active, log_info
+                topic_name, partition, self.brokers, ctx, self.is_active, log_info, epochs_known=self.epochs_known
             )
         return doc
 
 
-def broker_doc(broker: BrokerState) -> dict[str, Any]:
-    """One broker registration; ``epoch`` and ``incarnationId`` null where the source does not know them
-    (`BrokerState.epoch_known`)."""
-    known = broker.epoch_known
+def broker_doc(broker: BrokerState, epochs_known: bool = True) -> dict[str, Any]:
+    """One broker registration, its agent's last clean-shutdown report and whether its next start will be clean;
+    ``epoch`` and ``incarnationId`` null where the source does not know them (`BrokerState.epoch_known`; and
+    ``epochs_known``: False when the source shows no real registration epochs, `ClusterState.epochs_known`)."""
+    known = broker.epoch_known and epochs_known
     return {
         "brokerId": broker.broker_id,
         "epoch": broker.epoch if known else None,
@@ -308,6 +312,8 @@ def broker_doc(broker: BrokerState) -> dict[str, Any]:
         "registered": broker.registered,
         "rack": broker.rack,
         "state": broker.state_name,
+        "cleanShutdown": broker.clean_shutdown,
+        "nextStart": next_start.next_start(broker, known).doc(),
     }
 
 
@@ -322,6 +328,7 @@ def broker_from_doc(doc: Mapping[str, Any]) -> BrokerState:
         in_controlled_shutdown=bool(doc.get("inControlledShutdown", False)),
         registered=bool(doc.get("registered", True)),
         rack=doc.get("rack"),
+        clean_shutdown=doc.get("cleanShutdown"),
     )
 
 
@@ -394,7 +401,7 @@ def build_document(
     """The whole report document for a cluster state."""
     return {
         "partitions": [partition_doc(cluster, t, p, advice) for t, p in cluster.iter_partitions()],
-        "brokers": [broker_doc(cluster.brokers[b]) for b in sorted(cluster.brokers)],
+        "brokers": [broker_doc(cluster.brokers[b], cluster.epochs_known) for b in sorted(cluster.brokers)],
         "topics": [topic_doc(cluster, t) for t in sorted(cluster.topics.values(), key=lambda t: t.name)],
         "cluster": cluster_doc(cluster),
         "gauges": all_gauges(cluster, counts),

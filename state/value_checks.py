@@ -101,6 +101,12 @@ def _config_semantics(data: dict[str, Any]) -> None:
         raise Invalid("invalid_field", "value", f"must be true or false: {data['value']!r}")
 
 
+def _clean_shutdown_semantics(data: dict[str, Any]) -> None:
+    nonneg(data, "brokerId", "logDirs", "logDirsWithFile")
+    if data["logDirsWithFile"] > data["logDirs"]:
+        raise Invalid("invalid_field", "logDirsWithFile", "more log dirs with the file than log dirs checked")
+
+
 def no_semantics(data: dict[str, Any]) -> None:
     return None
 
@@ -137,4 +143,5 @@ SEMANTICS = {
     "REPLICA_LOG_INFO_RECORD": lambda data: nonneg(data, "partitionId", "brokerId", "logEndOffset"),
     "STATIC_BROKER_CONFIG_RECORD": lambda data: (nonneg(data, "nodeId"), _config_semantics(data)),
     "OPERATOR_RECOVERY_RECORD": _operator_recovery_semantics,
+    "CLEAN_SHUTDOWN_RECORD": _clean_shutdown_semantics,
 }

@@ -42,7 +42,7 @@ def shared_parts(cluster: Any, brokers: Iterable[Any]) -> dict[str, Any]:
     the shared gauges, the documents of the changed ``brokers`` and the cluster document."""
     return {
         "shared": encode_gauges(shared_gauges(cluster)),
-        "brokers": [report.broker_doc(b) for b in brokers],
+        "brokers": [report.broker_doc(b, cluster.epochs_known) for b in brokers],
         "cluster": report.cluster_doc(cluster),
     }
 

@@ -81,8 +81,9 @@ def make(
     )
 
 
-def published(publisher: MemoryPublisher) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in publisher.lines]
+def published(publisher: MemoryPublisher, type_name: str = "REPLICA_LOG_INFO_RECORD") -> list[dict[str, Any]]:
+    """The published events of one type (the replicas' log info by default)."""
+    return [event for event in map(orjson.loads, publisher.lines) if event["type"] == type_name]
 
 
 def stranded(feed: Feed, epoch: int = 100) -> None:
@@ -108,7 +109,7 @@ def test_publishes_info_of_its_leaderless_replicas_keyed_like_their_partition(tm
     publisher = MemoryPublisher()
     agent = make(tmp_path, feed, publisher=publisher)
     assert agent.node_id == NODE
-    assert agent.step() == 1
+    assert agent.step() == 2  # its log info and its clean-shutdown files (none: the broker runs)
     [event] = published(publisher)
     assert event == {
         "type": "REPLICA_LOG_INFO_RECORD",
@@ -124,7 +125,7 @@ def test_publishes_info_of_its_leaderless_replicas_keyed_like_their_partition(tm
             "currentLeaderEpoch": 5,
         },
     }
-    assert EventKeys()(publisher.lines[0]) == f"topic:{TOPIC_ID}".encode()
+    assert EventKeys()(orjson.dumps(event)) == f"topic:{TOPIC_ID}".encode()
     assert agent.step() == 0  # nothing changed: nothing again
 
     # the core accepts it and the advice uses it
@@ -143,12 +144,12 @@ def test_republishes_when_the_log_end_offset_changes_or_the_broker_re_registers(
     stranded(feed)
     publisher = MemoryPublisher()
     agent = make(tmp_path, feed, publisher=publisher)
-    assert agent.step() == 1
+    assert agent.step() == 2
     write_segment(d, 0, batch(0, 10, 3), batch(10, 2, 3))
     assert agent.step() == 1
     assert published(publisher)[-1]["data"]["logEndOffset"] == 12
     feed.add(register(NODE, epoch=250))  # the broker restarted: a new epoch, the old info is ignored by the core
-    assert agent.step() == 1
+    assert agent.step() == 2  # its info and its clean-shutdown report, both at the new epoch
     assert published(publisher)[-1]["data"]["brokerEpoch"] == 250
     # a leader again: nothing; leaderless again: published again although its info did not change
     feed.add(change(partition_id=0, leader=2, isr=[2]))
@@ -167,8 +168,8 @@ def test_no_registration_yet_no_replica_here_other_topic_same_name(tmp_path: Pat
     agent = make(tmp_path, feed, publisher=publisher)
     assert agent.step() == 0  # its own registration not read yet
     feed.add(register(NODE))
-    assert agent.step() == 0  # the directory belongs to another topic id
-    assert publisher.lines == []
+    assert agent.step() == 1  # its clean-shutdown report only: the directory belongs to another topic id
+    assert published(publisher) == []
 
 
 def test_rate_is_bounded_and_the_rest_follows(tmp_path: Path) -> None:
@@ -181,12 +182,14 @@ def test_rate_is_bounded_and_the_rest_follows(tmp_path: Path) -> None:
     clock = Clock()
     publisher = MemoryPublisher()
     agent = make(tmp_path, feed, publisher=publisher, max_rate=4, clock=clock)
-    assert agent.step() == 4
+    assert agent.step() == 4  # its clean-shutdown report and 3 replicas
     assert agent.step() == 0  # no time passed: no token
     clock.now += 0.5
     assert agent.step() == 2
     clock.now += 10
     assert agent.step() == 4
+    clock.now += 10
+    assert agent.step() == 1
     assert sorted(e["data"]["partitionId"] for e in published(publisher)) == list(range(10))
 
 
@@ -197,7 +200,7 @@ def test_restart_publishes_nothing_twice_and_retries_pending(tmp_path: Path) -> 
     feed = Feed()
     stranded(feed)
     first = MemoryPublisher()
-    assert make(tmp_path, feed, state, first).step() == 1
+    assert make(tmp_path, feed, state, first).step() == 2
 
     feed2 = Feed()
     stranded(feed2)  # a restarted agent reads the metadata log again from its start
@@ -218,6 +221,58 @@ def test_restart_publishes_nothing_twice_and_retries_pending(tmp_path: Path) -> 
     assert agent.step() == 1  # the pending line, as it was
     assert published(fourth)[0]["data"]["logEndOffset"] == 11
     assert agent.step() == 0
+
+
+def test_reads_the_clean_shutdown_files_as_kafka_does_and_publishes_what_changes(tmp_path: Path) -> None:
+    data, _ = node_dirs(tmp_path)
+    second = tmp_path / "data2"
+    second.mkdir()
+    (second / "meta.properties").write_text(f"node.id={NODE}\n")
+    feed = Feed()
+    feed.add(register(NODE, epoch=14))
+    publisher = MemoryPublisher()
+    agent = ReplicaLogAgent(
+        [data, second],
+        data / "__cluster_metadata-0",
+        publisher,
+        StateFile(None),
+        Metrics(),
+        clock=Clock(),
+        wall_ms=lambda: 1_700_000_000_000,
+        metadata_lines=feed,
+    )
+
+    def reports() -> list[dict[str, Any]]:
+        return [e["data"] for e in published(publisher, "CLEAN_SHUTDOWN_RECORD")]
+
+    running = {"brokerId": NODE, "registrationEpoch": 14, "cleanShutdownEpoch": None, "logDirs": 2}
+    assert agent.step() == 1 and reports() == [running | {"logDirsWithFile": 0}]  # a running broker has none
+    assert EventKeys()(publisher.lines[-1]) == f"broker:{NODE}".encode()
+    assert agent.step() == 0  # unchanged: nothing again
+    (data / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":14}')
+    assert agent.step() == 1 and reports()[-1] == running | {"logDirsWithFile": 1}  # a dir without it: no epoch
+    (second / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":13}')
+    assert agent.step() == 1 and reports()[-1] == running | {"logDirsWithFile": 2}  # epochs differ: no epoch
+    (second / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":14}')
+    assert agent.step() == 1 and reports()[-1] == running | {"cleanShutdownEpoch": 14, "logDirsWithFile": 2}
+    (second / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":"x"}')  # unreadable: Kafka's -1
+    assert agent.step() == 1 and reports()[-1] == running | {"logDirsWithFile": 1}
+
+    # the core keeps it: with the broker stopped (fenced at the end of a controlled shutdown), Kafka's rule applies
+    from core_events import broker_change
+
+    from elrwatch.state.replay import replay_lines
+
+    (second / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":14}')
+    agent.step()
+    stop = broker_change(NODE, epoch=14, fenced=1, in_controlled_shutdown=1)
+    meta = [orjson.dumps(envelope(*r, offset=i)) for i, r in enumerate([register(NODE, epoch=14), stop])]
+    replayer = replay_lines([*meta, *publisher.lines])
+    assert replayer.quarantined == []
+    start = replayer.cluster.image.brokers.next_start(NODE)
+    assert start.clean is True and "every log dir (2)" in start.basis
+    killed = replay_lines([*meta, *publisher.lines[:-1]])  # the report before: one dir had no readable file
+    assert killed.cluster.image.brokers.next_start(NODE).clean is False
 
 
 def test_bad_setup_is_one_clear_error(tmp_path: Path) -> None:

@@ -87,8 +87,8 @@ def partition_of(cluster: Any) -> dict[str, Any]:
 class Agents:
     """One agent thread per broker, publishing to the event topic, restartable from its state file."""
 
-    def __init__(self, cluster: Any, workdir: Path, bootstrap: str) -> None:
-        self.cluster, self.workdir, self.bootstrap = cluster, workdir, bootstrap
+    def __init__(self, cluster: Any, workdir: Path, bootstrap: str, events: str = EVENTS) -> None:
+        self.cluster, self.workdir, self.bootstrap, self.events = cluster, workdir, bootstrap, events
         self.threads: dict[int, BridgeThread] = {}
 
     def start(self, broker: int) -> Any:
@@ -99,7 +99,7 @@ class Agents:
         agent = ReplicaLogAgent(
             [node.data_dir],
             node.metadata_dir,
-            KafkaPublisher({"bootstrap.servers": self.bootstrap}, EVENTS),
+            KafkaPublisher({"bootstrap.servers": self.bootstrap}, self.events),
             StateFile(self.workdir / f"agent-{broker}.json"),
             Metrics(),
             max_rate=50,

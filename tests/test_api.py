@@ -137,6 +137,9 @@ def scenario_lines(t0: int = T0) -> list[str]:
             )
         )
     lines.insert(5, "{not json")  # quarantined, counted
+    # broker 1's agent: no .kafka_cleanshutdown in its log dir (it was killed): its next start is unclean
+    report = {"brokerId": 1, "registrationEpoch": 101, "cleanShutdownEpoch": None, "logDirs": 1, "logDirsWithFile": 0}
+    lines.append(json.dumps({"type": "CLEAN_SHUTDOWN_RECORD", "version": 0, "data": report, "timestamp": t0}))
     return lines
 
 
@@ -310,6 +313,11 @@ def test_topics_and_brokers(client: TestClient, document: dict) -> None:
         )
         assert b["leaderPartitions"] == sum(p["leader"] == b["brokerId"] for p in document["partitions"])
     assert brokers[2]["restartBlockingPartitions"] == 4 and brokers[2]["restartOfflinePartitions"] == 1
+    next_start = {b["brokerId"]: b["nextStart"] for b in brokers}
+    assert next_start[1]["clean"] is False and "no .kafka_cleanshutdown" in next_start[1]["basis"]  # the agent's
+    assert next_start[3]["clean"] is None and "session timeout" in next_start[3]["basis"]  # the metadata's
+    assert next_start[0]["clean"] is None and next_start[0]["basis"].startswith("running")
+    assert brokers[1]["cleanShutdown"]["logDirsWithFile"] == 0 and brokers[0]["cleanShutdown"] is None
 
 
 def _walk_restart(client: TestClient, broker: int, kind: str) -> list[tuple[str, int]]:

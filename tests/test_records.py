@@ -18,6 +18,7 @@ from core_events import DIR, TOPIC_ID, dump_line, envelope, line, skip_metadata_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from elrwatch.state import record_types
 from elrwatch.state import records as records_module
 from elrwatch.state.records import QUARANTINE_REASONS, Ignored, Record, RecordError, Skipped, parse_line
 
@@ -61,6 +62,10 @@ for _path in sorted(SCHEMA_DIR.glob("*.json")):
     _schema = _load(_path)
     if _schema.get("type") == "metadata":
         SCHEMAS[_type_name(_schema["name"])] = _schema
+# elrwatch's own record types carry their spec in their registry entry (DESIGN.md §1a): the same properties run on them
+for _entry in record_types.BUILTIN_TYPES:
+    if _entry.schema is not None:
+        SCHEMAS[_entry.name] = _entry.schema
 
 TYPE_VERSIONS: list[tuple[str, int]] = []
 for _name, _schema in SCHEMAS.items():
@@ -160,6 +165,22 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "candidateLogEndOffset": 170,
         "losses": [{"brokerId": 1, "records": 0, "exact": False}, {"brokerId": 3, "records": -1, "exact": False}],
         "message": "step 3/4 verify: leader 2; end offset 170 = 2's reported log end offset 170",
+    },
+    "REPLICA_LOG_INFO_RECORD": {
+        "topicId": TOPIC_ID,
+        "partitionId": 0,
+        "brokerId": 2,
+        "brokerEpoch": 101,
+        "logEndOffset": 170,
+        "lastWrittenLeaderEpoch": 1,
+        "currentLeaderEpoch": 2,
+    },
+    "CLEAN_SHUTDOWN_RECORD": {
+        "brokerId": 2,
+        "registrationEpoch": 101,
+        "cleanShutdownEpoch": 101,
+        "logDirs": 2,
+        "logDirsWithFile": 2,
     },
 }
 

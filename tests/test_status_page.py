@@ -196,6 +196,12 @@ def test_status_page_shows_summary_risks_and_brokers(browser, server: ApiServer,
             for name in ("isr_missing", "restart_blocking", "restart_offline")
         ]
         assert cells[2:6] == [str(led), *(str(int(v)) for v in per_broker)]
+        headers = page.locator("#broker-table thead th").all_inner_texts()
+        next_start = broker_rows.nth(i).locator("td").nth(headers.index("Next start"))
+        clean = b["nextStart"]["clean"]
+        expected = {True: "clean", False: "unclean"}.get(clean, "running" if b["state"] == "active" else "unknown")
+        assert next_start.inner_text() == expected and next_start.get_attribute("title") == b["nextStart"]["basis"]
+    assert "unclean" in page.inner_text("#broker-table")  # broker 1's agent found no .kafka_cleanshutdown
     # the trend of the last hour: one point per series (the store was loaded once), the values of the gauges
     legend = page.inner_text("#trend-legend")
     assert f"under min ISR: now {int(gauges['elrwatch_global_under_min_isr_partitions'])}" in legend

@@ -18,8 +18,9 @@ BrokerParam = Annotated[int, Path(ge=0, le=INT32_MAX, description="Broker id.", 
 
 @router.get("/v1/brokers", response_model=list[Broker], summary="Brokers")
 def list_brokers(store: StoreDep) -> list[dict[str, Any]]:
-    """Every broker registration: epoch, fenced, controlled shutdown, rack, state, and its partition counts
-    (missing from ISR, restart-blocking, restart-offline)."""
+    """Every broker registration: epoch, fenced, controlled shutdown, rack, state, its partition counts
+    (missing from ISR, restart-blocking, restart-offline), and whether its next start will be clean (``nextStart``:
+    ``clean`` true, false or null, and its ``basis``)."""
     return store.list_brokers()
 
 

@@ -19,6 +19,7 @@ const RISK_LABELS = {
   none: "none",
   uncommitted_data: "uncommitted data (acks=0/1 writes since the high watermark froze)",
   committed_data: "committed data may be lost",
+  unknown: "unknown (depends on whether the stopped brokers restart cleanly)",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -274,6 +275,15 @@ function unknownOr(value, cls, why) {
   return el("td", { class: cls, text: String(value) });
 }
 
+// Will the broker's next start be clean (Kafka's .kafka_cleanshutdown rule)? The basis is the cell's title.
+function nextStartCell(b) {
+  const next = b.nextStart || {};
+  const word = next.clean === true ? "clean" : next.clean === false ? "unclean"
+    : b.state === "active" ? "running" : "unknown";
+  const cls = next.clean === false ? " crit" : next.clean === null && b.state !== "active" ? " warn" : "";
+  return el("td", { class: "next-start" + cls, title: next.basis || "", text: word });
+}
+
 function renderBrokers(brokers) {
   const rows = brokers.map((b) => el("tr", { "data-broker": String(b.brokerId) },
     el("td", { class: "mono", text: String(b.brokerId) }),
@@ -288,7 +298,8 @@ function renderBrokers(brokers) {
       text: fmtInt(b.restartOfflinePartitions) }),
     unknownOr(b.epoch, "mono", "the source does not show this broker's epoch (admin bridge)"),
     el("td", { text: b.rack || "–" }),
-    unknownOr(b.incarnationId, "mono incarnation muted", "the source does not show this broker's incarnation id")));
+    unknownOr(b.incarnationId, "mono incarnation muted", "the source does not show this broker's incarnation id"),
+    nextStartCell(b)));
   $("broker-table").tBodies[0].replaceChildren(...rows);
   $("broker-count").textContent = `(${rows.length})`;
 }

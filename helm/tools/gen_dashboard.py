@@ -170,8 +170,10 @@ timeseries("Safety gauges", [
     (f"sum(elrwatch_offline_partitions{{{SEL}}})", "offline"),
     (f"sum(elrwatch_unclean_recovery_partitions{{{SEL}}})", "unclean recovery"),
     (f"sum(elrwatch_manual_leader_election_required_partitions{{{SEL}}})", "manual election required"),
+    (f"sum(elrwatch_unclean_restart_pending_partitions{{{SEL}}})", "unclean restart pending"),
     (f"sum(elrwatch_recovering_partitions{{{SEL}}})", "recovering"),
-], 12, 8, "The partition safety gauges over time.")
+], 12, 8, "The partition safety gauges over time (unclean restart pending: leaderless partitions whose every "
+   "ISR/ELR member is a stopped broker predicted to restart uncleanly, no .kafka_cleanshutdown).")
 timeseries("Invariant violations by kind",
            [(f"sum by (kind) (elrwatch_invariant_violations{{{SEL}}})", "{{kind}}")], 12, 8,
            "Partitions currently violating each invariant (audit, never enforced).")

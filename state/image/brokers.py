@@ -1,13 +1,15 @@
 """Broker registrations (RegisterBroker, BrokerRegistrationChange, Fence, Unfence, UnregisterBroker records) and
 what the partitions read of them: who is active (may lead), who is eligible (registered and unfenced: may be in
-an ISR, KIP-903), and each broker's cause code for the operator insight (state/insight.py)."""
+an ISR, KIP-903), and each broker's cause code for the operator insight (state/insight.py). Also each broker's
+agent report of its log dirs' clean-shutdown files (CLEAN_SHUTDOWN_RECORD), from which `next_start` predicts
+whether its next registration is clean."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from elrwatch.state import insight
+from elrwatch.state import insight, next_start
 from elrwatch.state.model import BrokerState
 from elrwatch.state.outcome import Outcome, is_duplicate, record_error
 from elrwatch.state.record_types import FENCE_BROKER_RECORD
@@ -24,6 +26,9 @@ class Brokers:
         self.by_id: dict[int, BrokerState] = {}
         #: Brokers changed since the last `drain` (the delta the buckets emit).
         self.changed: set[int] = set()
+        #: Broker id → its agent's last CLEAN_SHUTDOWN_RECORD (`next_start.report_of`), also for a broker not
+        #: registered yet: a registration takes it over (``BrokerState.clean_shutdown``).
+        self.clean_shutdown: dict[int, dict[str, object]] = {}
         self._effects = effects
         self.reindex()
 
@@ -37,11 +42,17 @@ class Brokers:
         self.causes: dict[int, int] = insight.cause_codes(brokers)
 
     def __getstate__(self) -> dict[str, object]:
-        return {"by_id": self.by_id, "changed": self.changed, "effects": self._effects}
+        return {
+            "by_id": self.by_id,
+            "changed": self.changed,
+            "effects": self._effects,
+            "clean_shutdown": self.clean_shutdown,
+        }
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.by_id = state["by_id"]  # type: ignore[assignment]
         self.changed = state["changed"]  # type: ignore[assignment]
+        self.clean_shutdown = state.get("clean_shutdown", {})  # type: ignore[assignment]
         self._effects = state["effects"]  # type: ignore[assignment]
         self.reindex()
 
@@ -109,6 +120,7 @@ class Brokers:
             registered=True,
             rack=data.get("rack"),
             last_offset=record.offset,
+            clean_shutdown=self.clean_shutdown.get(broker_id),
         )
         self.by_id[broker_id] = broker
         self.changed_by(broker, record)
@@ -150,3 +162,19 @@ class Brokers:
     def apply_unregister(self, record: Record) -> Outcome | RecordError:
         """UnregisterBrokerRecord: the registration stays, marked unregistered."""
         return self.update(record, lambda broker: setattr(broker, "registered", False))
+
+    def apply_clean_shutdown(self, record: Record) -> Outcome:
+        """CLEAN_SHUTDOWN_RECORD (elrwatch's own, from the broker's agent): kept as the broker's report, the newest
+        wins (it changes no partition: the advice and the gauge read it through `next_start`)."""
+        broker_id = record.data["brokerId"]
+        report = next_start.report_of(record.data, record.timestamp_ms)
+        self.clean_shutdown[broker_id] = report
+        broker = self.by_id.get(broker_id)
+        if broker is not None:
+            broker.clean_shutdown = report
+            self.changed.add(broker_id)
+        return Outcome.APPLIED
+
+    def next_start(self, broker_id: int, epochs_known: bool = True) -> next_start.NextStart:
+        """Will the broker's next registration be clean (`next_start.next_start`)?"""
+        return next_start.next_start(self.by_id.get(broker_id), epochs_known)

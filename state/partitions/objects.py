@@ -20,7 +20,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from elrwatch.state import insight
-from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges, unregistered_brokers
+from elrwatch.state.gauges import (
+    Gauges,
+    candidate_known_partitions,
+    counted_partition_gauges,
+    loses_last_electable,
+    restart_doomed,
+    unregistered_brokers,
+)
 from elrwatch.state.image import Effects, MetadataImage
 from elrwatch.state.image.topics import stamp
 from elrwatch.state.merge import clear_elr, merge_partition_change, partition_from_record
@@ -154,12 +161,26 @@ class ObjectPartitions(PartitionStore):
             counters=self.counters,
             candidate_known=candidate_known_partitions(self.image, self.log_info, self.partition),
             unregistered_replicas=self.unregistered_replica_counts(),
+            unclean_restart_pending=self.unclean_restart_pending(),
         )
 
     def unregistered_replica_counts(self) -> dict[int, int]:
         """Broker id → the partitions here whose replicas name it, for each broker without a registration."""
         index = self.index_brokers()
         return {b: sum(1 for p in index[b] if b in p.replicas) for b in unregistered_brokers(self.image, index)}
+
+    def unclean_restart_pending(self) -> int:
+        """Partitions that lose their last electable member when the stopped brokers return
+        (`gauges.loses_last_electable`): only the partitions of brokers predicted to restart uncleanly are read."""
+        doomed = restart_doomed(self.image)
+        if not doomed:
+            return 0
+        seen: set[tuple[str, int]] = set()
+        for broker in doomed:
+            for p in self.of_broker(broker):
+                if loses_last_electable(p, doomed):
+                    seen.add((p.topic_id, p.partition_id))
+        return len(seen)
 
     def _min_isr(self, topic: TopicState) -> int:
         cached = self._min_isr_cache.get(topic.topic_id)

@@ -25,7 +25,13 @@ import orjson
 import pyarrow as pa
 
 from elrwatch.state import insight
-from elrwatch.state.gauges import Gauges, candidate_known_partitions, counted_partition_gauges, unregistered_brokers
+from elrwatch.state.gauges import (
+    Gauges,
+    candidate_known_partitions,
+    counted_partition_gauges,
+    restart_doomed,
+    unregistered_brokers,
+)
 from elrwatch.state.model import NO_LEADER, BrokerState
 from elrwatch.state.partitions.columnar.derive import active_dense
 from elrwatch.state.partitions.columnar.elections import LEADER_CHANGES
@@ -342,6 +348,7 @@ def partition_gauges(state: ColumnarView, counts: Counter[Any] | None = None) ->
         counters=state.counters,
         candidate_known=candidate_known_partitions(state.image, state.log_info, state.partition),
         unregistered_replicas=unregistered_replica_counts(state, live),
+        unclean_restart_pending=unclean_restart_pending(state, live),
     )
 
 
@@ -354,6 +361,24 @@ def unregistered_replica_counts(state: ColumnarView, live: slice | np.ndarray) -
     _, members = tuples.arrays()
     replicas = members[state.table.cols["replicas"][: state.table.size][live]]
     return {b: int(np.count_nonzero((replicas == tuples.broker_index[b]).any(axis=1))) for b in brokers}
+
+
+def unclean_restart_pending(state: ColumnarView, live: slice | np.ndarray) -> int:
+    """`gauges.loses_last_electable` over the live rows, as vectors: leaderless, ISR ∪ ELR not empty, each member a
+    broker predicted to restart uncleanly (`gauges.restart_doomed`)."""
+    doomed = restart_doomed(state.image)
+    dense = [state.tuples.broker_index[b] for b in doomed if b in state.tuples.broker_index]
+    if not dense:
+        return 0
+    lengths, members = state.tuples.arrays()
+    only_doomed = (np.isin(members, dense) | (members < 0)).all(axis=1)  # per tuple; an empty one holds none
+    c = state.table.cols
+    size = state.table.size
+    isr, elr = c["isr"][:size][live], c["elr"][:size][live]
+    pending = (
+        (c["leader"][:size][live] < 0) & only_doomed[isr] & only_doomed[elr] & ((lengths[isr] > 0) | (lengths[elr] > 0))
+    )
+    return int(np.count_nonzero(pending))
 
 
 # --- topic documents --------------------------------------------------------------------------------------------
