@@ -134,6 +134,7 @@ bench: install-python kafka-jars spark-jars
 	$(PYTHON) bench/replay.py
 	$(PYTHON) bench/simulate.py
 	$(PYTHON) bench/api.py
+	$(PYTHON) bench/whatif.py
 	$(PYTHON) bench/streaming.py
 	$(PYTHON) bench/fence_to_alert.py
 
