@@ -529,10 +529,18 @@ def stream(config: JobConfig = JOB_OPTIONS) -> None:
 
     from elrwatch.streaming import query  # pyspark: only for `elrwatch stream`
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python's connection chatter (kafka-native's check)
+    # elrwatch's own lines at INFO; libraries at WARNING (py4j logs a lost JVM's traceback at INFO on the root logger)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("elrwatch").setLevel(logging.INFO)
     try:
         query.run(config, stop_event=threading.Event(), handle_signals=True)
+    except query.SparkGone as exc:  # threads blocked on the dead JVM would hold the exit: leave at once
+        import os
+        import sys
+
+        sys.stdout.flush()
+        print(f"elrwatch: error: {exc}", file=sys.stderr, flush=True)
+        os._exit(1)
     except (query.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
 

@@ -62,6 +62,11 @@ class JobError(RuntimeError):
     """A one-line reason the job cannot start or stopped."""
 
 
+class SparkGone(JobError):
+    """Spark's JVM went away under the job: the driver exits at once (threads blocked on the JVM are not waited
+    for; an interrupted batch re-runs from the checkpoint)."""
+
+
 def run(
     config: JobConfig,
     stop_event: threading.Event | None = None,
@@ -376,6 +381,7 @@ def _run_query(
     )
     accelerators.prepare_jvm()
     spark = build_spark(config, accelerators, connector)
+    quiet_accumulator_server(spark)
     master = spark.sparkContext.master
     log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
     if handle_signals:  # after Spark: SparkContext installs its own SIGINT handler
@@ -397,6 +403,7 @@ def _run_query(
         from pyspark.errors import StreamingQueryException
 
         accelerators.start_warming(spark)
+        jvm_gone = jvm_lost_errors()
         try:
             while query.isActive and not stop_event.is_set():
                 query.awaitTermination(0.5)
@@ -410,6 +417,8 @@ def _run_query(
             stop_event.set()
         except StreamingQueryException as exc:
             raise JobError(_one_line(str(exc))) from None
+        except jvm_gone as exc:
+            raise SparkGone(jvm_exit_line(exc)) from None
         if stop_event.is_set() or (not query.isActive and query.exception() is None):
             log.info("stopping: %s", "signal" if stop_event.is_set() else "source drained")
             if stop_event.is_set():
@@ -422,11 +431,53 @@ def _run_query(
         return 0
     finally:
         health.up = 0
-        if query is not None and query.isActive:
-            query.stop()
         jvm = launched_jvm()
-        spark.stop()
-        accelerators.after_spark_stop(jvm, health.batches)
+        if jvm is not None and jvm.poll() is not None:  # Spark's JVM is gone: nothing to stop, say nothing more
+            log.debug("Spark's JVM exited with %s: the query and Spark are not stopped", jvm.returncode)
+        else:
+            with contextlib.suppress(*jvm_lost_errors()):
+                if query is not None and query.isActive:
+                    query.stop()
+                spark.stop()
+            accelerators.after_spark_stop(jvm, health.batches)
+
+
+def quiet_accumulator_server(spark: Any) -> None:
+    """PySpark's accumulator server prints a traceback for a connection the JVM drops (its JVM killed): one line at
+    debug level instead (the job reports the JVM's end itself)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda _request, address: log.debug("accumulator connection from %s lost", address)
+
+
+def jvm_lost_errors() -> tuple[type[BaseException], ...]:
+    """The errors a py4j call raises once Spark's JVM has gone (killed, out of memory, crashed)."""
+    from py4j.protocol import Py4JNetworkError
+
+    return (Py4JNetworkError, ConnectionError, EOFError)
+
+
+def jvm_exit_line(exc: BaseException) -> str:
+    """One line for a job whose Spark JVM went away: its exit status when known, and the py4j error."""
+    jvm = launched_jvm()
+    status = jvm.poll() if jvm is not None else None
+    how = (
+        f"killed by signal {-status}" if status is not None and status < 0
+        else f"exit status {status}" if status is not None
+        else "killed?"
+    )  # fmt: skip
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    return f"Spark's JVM exited ({how}): {first[:300]} (the checkpoint is intact: restart the job)"
+
+
+#: Error lines that name a cause better said in plain words: (what the line holds, what the job says first).
+_CAUSES = (
+    ("No space left on device", "the disk is full"),
+    ("TimeoutException", "the event topic's Kafka cluster did not answer"),
+    ("UnknownTopicOrPartitionException", "the event topic does not exist (or is not visible with these credentials)"),
+    ("SaslAuthenticationException", "Kafka refused the credentials"),
+    ("SSLHandshakeException", "the TLS handshake with Kafka failed"),
+)
 
 
 def _one_line(message: str) -> str:
@@ -435,6 +486,10 @@ def _one_line(message: str) -> str:
         for line in message.splitlines():
             if marker in line:
                 return line.split(marker, 1)[1].strip()
+    for needle, cause in _CAUSES:
+        for line in message.splitlines():
+            if needle in line:
+                return f"{cause}: {line.strip()[:400]}"
     for line in message.splitlines():
         if line.strip():
             return line.strip()[:500]

@@ -554,3 +554,42 @@ def test_event_topic_leader_killed_mid_stream_the_job_goes_on(real_kafka_cluster
         cluster.start_broker(leader)  # the session's cluster is shared: every broker back
     assert_same_as_oracle(_store_doc(url), oracle)
     assert_history_as_oracle(url, events)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of the processes whose parent is ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            name = fields[0].split("(", 1)[1]
+            if int(fields[1].split()[1]) == pid:
+                out.append((int(stat.parent.name), name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def test_spark_jvm_killed_is_a_one_line_error(tmp_path):
+    """Spark's JVM killed under a running job: the job exits 1 (a supervisor restarts it) with one line naming the
+    JVM and how it ended, no py4j traceback."""
+    from test_api import scenario_lines
+
+    logdir = tmp_path / "events"
+    logdir.mkdir()
+    (logdir / "00-envelopes.jsonl").write_text("\n".join(scenario_lines()) + "\n")
+    url = f"sqlite:///{tmp_path}/store.db"
+    job = StreamJob(tmp_path, *files_source(logdir), *store_options(url, tmp_path / "ck"), *cli_options(buckets=2))
+    try:
+        _poll(lambda: (_store_doc(url) or {}).get("partitions"), 240, "the first batch in the store", job)
+        jvms = [pid for pid, name in _children(job.proc.pid) if name == "java"]
+        assert len(jvms) == 1, _children(job.proc.pid)
+        os.kill(jvms[0], signal.SIGKILL)
+        assert job.wait(60) == 1, job.output()[-3000:]
+    finally:
+        job.kill()
+    output = job.output()
+    errors = [line for line in output.splitlines() if line.startswith("elrwatch: error:")]
+    assert len(errors) == 1, output[-3000:]
+    assert errors[0].startswith("elrwatch: error: Spark's JVM exited (killed by signal 9)"), errors
+    assert "Traceback" not in output and "Py4JNetworkError" not in output.replace(errors[0], ""), output[-3000:]

@@ -753,3 +753,40 @@ def test_state_stage_orders_rows_as_the_merge_of_its_sources(rows: list[tuple], 
         }
     )
     assert list(bucket_module.ordered_rows(frame)) == [(int(k), *rest) for k, *rest in _merge_reference(frame)]
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (
+            "org.apache.spark.SparkException: Job aborted.\n  at x\nCaused by: java.io.IOException: No space left on device\n",
+            "the disk is full: Caused by: java.io.IOException: No space left on device",
+        ),
+        (
+            "StreamingQueryException: [STREAM_FAILED]\norg.apache.kafka.common.errors.TimeoutException: Timeout of "
+            "60000ms expired before the position for partition ev-0 could be determined\n",
+            "the event topic's Kafka cluster did not answer: org.apache.kafka.common.errors.TimeoutException: Timeout"
+            " of 60000ms expired before the position for partition ev-0 could be determined",
+        ),
+        ("pyspark.errors.SourceError: topic t does not exist\nmore", "topic t does not exist"),
+    ],
+)
+def test_a_stopped_query_is_one_line_naming_its_cause(error: str, line: str) -> None:
+    from elrwatch.streaming.query import _one_line
+
+    assert _one_line(error) == line
+
+
+def test_spark_jvm_gone_line_names_how_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    from py4j.protocol import Py4JNetworkError
+
+    from elrwatch.streaming import query
+
+    class Killed:
+        def poll(self) -> int:
+            return -9
+
+    monkeypatch.setattr(query, "launched_jvm", lambda: Killed())
+    line = query.jvm_exit_line(Py4JNetworkError("Answer from Java side is empty"))
+    assert line.startswith("Spark's JVM exited (killed by signal 9): Answer from Java side is empty")
+    assert "\n" not in line
