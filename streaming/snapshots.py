@@ -40,6 +40,11 @@ DELTA_MAX_BYTES = 4 << 20
 # replay: past 20k records, the next quiet batch snapshots (a load then takes ≤ ~0.2 s).
 QUIET_BATCH_RECORDS = 1_000
 QUIET_DELTA = 20_000
+# A quiet cluster's delta grows slowly and every batch's state row carries all of it: once the bytes the rows
+# carried since the base snapshot reach that snapshot's size (at least `MIN_BASE_BYTES`), a quiet batch writes a new
+# one. A row then carries at most ≈ sqrt(2 × snapshot size × bytes per batch): flat over time, not growing with the
+# history (a 1 record/s cluster with a 64 KB snapshot: rows ≤ ≈ 2.5 KB of delta).
+MIN_BASE_BYTES = 64 << 10
 #: Delta records per ``apply_batch`` call when a delta is replayed (log order kept across calls).
 CHUNK = 1 << 18
 #: The first byte of a snapshot-mode state row, and of a blob-mode one (the rows of the object engine of older
@@ -72,6 +77,13 @@ class SnapshotDir:
         the whole file or none)."""
         os.makedirs(self.path, exist_ok=True)
         columnar_snapshot.save(cluster, os.path.join(self.path, name))
+
+    def size(self, name: str) -> int:
+        """Snapshot ``name``'s size in bytes (0 when it cannot be read: the next one is then sized again)."""
+        try:
+            return os.path.getsize(os.path.join(self.path, name))
+        except OSError:
+            return 0
 
     def existing(self, bucket: int, name: str) -> str:
         """The path of snapshot ``name``, or a one-line SnapshotError when it is missing."""
@@ -135,6 +147,8 @@ class BucketState:
         "journal",
         "must_snapshot",
         "caught_up",
+        "carried",
+        "base_bytes",
     )
 
     def __init__(self, cluster: ClusterState, counts: Any, emitted_topic_counts: dict[str, int]) -> None:
@@ -151,6 +165,8 @@ class BucketState:
         self.journal: list[Any] = []
         self.must_snapshot = False  # the state does not derive from (snapshot, delta): e.g. read from a blob
         self.caught_up = False  # loaded by catching up a stale cached state (see from_row)
+        self.carried = 0  # delta bytes the state rows carried since the base snapshot (one row per batch)
+        self.base_bytes = 0  # the base snapshot file's size (0: none yet)
 
     @classmethod
     def new(cls, bucket: int, buckets: int, default_min_isr: int | None) -> BucketState:
@@ -192,7 +208,11 @@ class BucketState:
             self.delta.append(chunk)
             self.delta_rows += len(journal)
             self.delta_bytes += len(chunk)
-        quiet_snapshot = quiet_allowed and self.delta_rows > QUIET_DELTA and len(journal) <= QUIET_BATCH_RECORDS
+        self.carried += self.delta_bytes
+        quiet = quiet_allowed and len(journal) <= QUIET_BATCH_RECORDS and self.delta_rows > 0
+        quiet_snapshot = quiet and (
+            self.delta_rows > QUIET_DELTA or self.carried >= max(self.base_bytes, MIN_BASE_BYTES)
+        )
         if self.must_snapshot or quiet_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
             self._rebase(snapshots, bucket, token)
             self.must_snapshot = False
@@ -215,6 +235,7 @@ class BucketState:
         snapshots.write(name, self.cluster)
         snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
         self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
+        self.carried, self.base_bytes = 0, snapshots.size(name)
 
     def _row_fields(self) -> dict[str, Any]:
         """What the snapshot-mode state row holds (`from_row` reads it back)."""
@@ -225,6 +246,8 @@ class BucketState:
             "delta": self.delta,
             "deltaRows": self.delta_rows,
             "deltaBytes": self.delta_bytes,
+            "carried": self.carried,
+            "baseBytes": self.base_bytes,
             "counts": self.counts,
             "emitted": self.emitted_topic_counts,
         }
@@ -280,8 +303,10 @@ class BucketState:
         bs = cls(cluster, data["counts"], data["emitted"])
         bs.run, bs.snapshot, bs.delta = data["run"], name, delta
         bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
+        bs.carried, bs.base_bytes = data.get("carried", 0), data.get("baseBytes", 0)  # older rows: none kept
         if compacted is not None:
             bs.snapshot, bs.delta, bs.delta_rows, bs.delta_bytes = compacted, [], 0, 0
+            bs.carried, bs.base_bytes = 0, snapshots.size(compacted) if snapshots is not None else 0
         bs.caught_up = catching_up
         return bs
 

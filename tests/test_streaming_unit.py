@@ -331,14 +331,28 @@ def test_the_state_row_format_is_fixed_so_existing_checkpoints_load(tmp_path):
         "delta": kept.delta,
         "deltaRows": len(routed),
         "deltaBytes": len(kept.delta[0]),
+        "carried": len(kept.delta[0]),  # the delta bytes the rows carried since the base (one row so far)
+        "baseBytes": 0,
         "counts": kept.counts,
         "emitted": kept.emitted_topic_counts,
     }
     assert row == b"C" + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+    older = {k: v for k, v in fields.items() if k not in ("carried", "baseBytes")}  # a row of an earlier version
+    reloaded = snapshot_module.BucketState.from_row(b"C" + pickle.dumps(older), None, 0, 1)
+    assert (reloaded.carried, reloaded.base_bytes, reloaded.delta_rows) == (0, 0, len(routed))
     # a due snapshot: an Arrow snapshot file, the delta emptied, and the row still loads the same state
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
     row = kept.to_row(snapshots, 0, "t", max_records=0)
-    assert pickle.loads(row[1:]) == {**fields, "snapshot": kept.snapshot, "delta": [], "deltaRows": 0, "deltaBytes": 0}
+    size = os.path.getsize(tmp_path / kept.snapshot)
+    assert pickle.loads(row[1:]) == {
+        **fields,
+        "snapshot": kept.snapshot,
+        "delta": [],
+        "deltaRows": 0,
+        "deltaBytes": 0,
+        "carried": 0,
+        "baseBytes": size,
+    }
     assert os.listdir(tmp_path) == [kept.snapshot]
     assert columnar_snapshot.load(tmp_path / kept.snapshot).partition_count == kept.cluster.partition_count
     loaded = snapshot_module.BucketState.from_row(row, snapshots, 0, 1)
@@ -790,3 +804,29 @@ def test_spark_jvm_gone_line_names_how_it_ended(monkeypatch: pytest.MonkeyPatch)
     line = query.jvm_exit_line(Py4JNetworkError("Answer from Java side is empty"))
     assert line.startswith("Spark's JVM exited (killed by signal 9): Answer from Java side is empty")
     assert "\n" not in line
+
+
+def test_a_quiet_clusters_state_rows_stay_small_and_flat(tmp_path):
+    """One record per batch for many batches: each batch's state row carries the delta since the base snapshot, so
+    a quiet batch snapshots once the rows carried as many bytes as the snapshot holds. The rows stay bounded and
+    flat (not growing with the history), and the last row loads to the same state."""
+    routed = routed_frame([x.decode() for x in scenario(2, 6, 3, steps=8, churn=900, seed=5)])
+    settings = _unbounded_delta(tmp_path)
+    fn = bucket_module.make_state_function(settings)
+    state = _State()
+    bucket_module._CACHE.clear()
+    boot = 60
+    _run(fn, 0, routed.iloc[:boot], state)
+    sizes, bases = [], set()
+    for i in range(boot, len(routed)):
+        _run(fn, 0, routed.iloc[i : i + 1], state)
+        sizes.append(len(state.row[1]))
+        bases.add(bucket_module._CACHE[0][1].snapshot)
+    half = len(sizes) // 2
+    assert len(sizes) > 500 and len(bases) > 5, (len(sizes), len(bases))
+    assert max(sizes[half:]) <= 1.25 * max(sizes[:half]), (max(sizes[:half]), max(sizes[half:]))
+    assert max(sizes) < 16_000, max(sizes)
+    kept = bucket_module._CACHE[0][1]
+    bucket_module._CACHE.clear()
+    loaded = snapshot_module.BucketState.from_row(state.row[1], snapshot_module.SnapshotDir(settings.state_dir), 0, 1)
+    assert _plain(loaded.cluster) == _plain(kept.cluster)
