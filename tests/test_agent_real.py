@@ -80,8 +80,45 @@ def replica_leo(cluster: Any, broker: int) -> int:
     return rl.read_replica_log(cluster.brokers[broker].data_dir / f"{TOPIC}-0").log_end_offset
 
 
-def partition_of(cluster: Any) -> dict[str, Any]:
-    return cluster.describe_topic_partitions([TOPIC])[(TOPIC, 0)]
+def partition_of(cluster: Any, topic: str = TOPIC) -> dict[str, Any]:
+    """DescribeTopicPartitions of ``topic``-0: leader, isr, elr, last_known_elr, replicas."""
+    return cluster.describe_topic_partitions([topic])[(topic, 0)]
+
+
+def controller_bridge(cluster: Any, workdir: Path, ev_bootstrap: str, events: str = EVENTS) -> BridgeThread:
+    """The metadata-log bridge on the controller's log, publishing to ``events`` (a thread, stepping every 0.2 s)."""
+    from elrwatch.bridge.runner import KafkaPublisher, LogBridge, Metrics, StateFile
+
+    return BridgeThread(
+        LogBridge(
+            cluster.controller.metadata_dir,
+            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, events),
+            StateFile(workdir / "bridge.json"),
+            Metrics(),
+        ),
+        0.2,
+    )
+
+
+def strand_with_diverged_logs(cluster: Any) -> None:
+    """``TOPIC``-0 on [1, 2, 3] stranded with diverged logs: 100 records on all three, broker 3 killed, 50 more on
+    1 and 2 (broker 2 at 150), broker 1 killed, 20 more on 2 alone (leader epoch 1), broker 2 killed; then min ISR
+    2 leaves it with neither ISR nor ELR nor LastKnownELR."""
+    produce(cluster, 100, "all", "a")
+    cluster.kill_broker(3)
+    cluster.wait_for(lambda: partition_of(cluster)["isr"] == [1, 2], "ISR [1, 2]")
+    produce(cluster, 50, 1, "b")
+    cluster.wait_for(lambda: replica_leo(cluster, 2) == 150, "broker 2 at 150")
+    cluster.kill_broker(1)
+    cluster.wait_for(lambda: partition_of(cluster)["leader"] == 2, "leader 2")
+    produce(cluster, 20, 1, "c")
+    cluster.kill_broker(2)
+    cluster.wait_for(lambda: partition_of(cluster)["leader"] == -1, "no leader")
+    cluster.set_topic_config(TOPIC, "min.insync.replicas", "2")
+    cluster.wait_for(
+        lambda: (lambda p: p["isr"] == [] and p["elr"] == [] and p["last_known_elr"] == [])(partition_of(cluster)),
+        "neither ISR nor ELR nor LastKnownELR",
+    )
 
 
 class Agents:
@@ -170,37 +207,14 @@ def cluster() -> Iterator[Any]:
 
 
 def test_divergent_logs_unclean_recovery(cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from elrwatch.bridge.runner import KafkaPublisher, LogBridge, Metrics, StateFile
 
     ev_bootstrap = f"127.0.0.1:{cluster.brokers[4].port}"
     cluster.create_topic(EVENTS, replica_assignment={0: [4]})
     cluster.create_topic(TOPIC, replica_assignment={0: [1, 2, 3]})
-    bridge = BridgeThread(
-        LogBridge(
-            cluster.controller.metadata_dir,
-            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, EVENTS),
-            StateFile(tmp_path / "bridge.json"),
-            Metrics(),
-        ),
-        0.2,
-    )
+    bridge = controller_bridge(cluster, tmp_path, ev_bootstrap)
     agents = Agents(cluster, tmp_path, ev_bootstrap)
     try:
-        produce(cluster, 100, "all", "a")
-        cluster.kill_broker(3)
-        cluster.wait_for(lambda: partition_of(cluster)["isr"] == [1, 2], "ISR [1, 2]")
-        produce(cluster, 50, 1, "b")
-        cluster.wait_for(lambda: replica_leo(cluster, 2) == 150, "broker 2 at 150")
-        cluster.kill_broker(1)
-        cluster.wait_for(lambda: partition_of(cluster)["leader"] == 2, "leader 2")
-        produce(cluster, 20, 1, "c")
-        cluster.kill_broker(2)
-        cluster.wait_for(lambda: partition_of(cluster)["leader"] == -1, "no leader")
-        cluster.set_topic_config(TOPIC, "min.insync.replicas", "2")
-        cluster.wait_for(
-            lambda: (lambda p: p["isr"] == [] and p["elr"] == [] and p["last_known_elr"] == [])(partition_of(cluster)),
-            "neither ISR nor ELR nor LastKnownELR",
-        )
+        strand_with_diverged_logs(cluster)
 
         # A torn last batch on broker 3 (down): Kafka's recovery will cut it, the agent must count it the same way.
         seg = rl.segments(cluster.brokers[3].data_dir / f"{TOPIC}-0")[-1][1]

@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 import pytest
 from kafka_clusters import running_cluster
-from test_agent_real import Agents, produce, replica_leo
-from test_bridge_real import BridgeThread, consume_lines, replay
+from test_agent_real import Agents, controller_bridge, partition_of, replica_leo, strand_with_diverged_logs
+from test_bridge_real import consume_lines, replay
 from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.real_kafka, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -40,10 +40,6 @@ TOPIC, SOLO, EVENTS = "div", "solo", "ev"
 def cluster() -> Iterator[Any]:
     with running_cluster(brokers=4) as c:
         yield c
-
-
-def describe(cluster: Any, topic: str = TOPIC) -> dict[str, Any]:
-    return cluster.describe_topic_partitions([topic])[(topic, 0)]
 
 
 def write_store(url: str, lines: list[bytes], age_s: float = 0.0) -> dict[str, Any]:
@@ -108,46 +104,23 @@ def operator_steps(lines: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_recover_with_a_replica_broker_down(cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from elrwatch.bridge.runner import KafkaPublisher, LogBridge, Metrics, StateFile
 
     ev_bootstrap = f"127.0.0.1:{cluster.brokers[4].port}"
     cluster.create_topic(EVENTS, replica_assignment={0: [4]})
     cluster.create_topic(TOPIC, replica_assignment={0: [1, 2, 3]})
     cluster.create_topic(SOLO, replica_assignment={0: [3]})
-    bridge = BridgeThread(
-        LogBridge(
-            cluster.controller.metadata_dir,
-            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, EVENTS),
-            StateFile(tmp_path / "bridge.json"),
-            Metrics(),
-        ),
-        0.2,
-    )
+    bridge = controller_bridge(cluster, tmp_path, ev_bootstrap)
     agents = Agents(cluster, tmp_path, ev_bootstrap)
     url = f"sqlite:///{tmp_path}/store.db"
     report: list[str] = []
     try:
-        produce(cluster, 100, "all", "a")
-        cluster.kill_broker(3)
-        cluster.wait_for(lambda: describe(cluster)["isr"] == [1, 2], "ISR [1, 2]")
-        produce(cluster, 50, 1, "b")
-        cluster.wait_for(lambda: replica_leo(cluster, 2) == 150, "broker 2 at 150")
-        cluster.kill_broker(1)
-        cluster.wait_for(lambda: describe(cluster)["leader"] == 2, "leader 2")
-        produce(cluster, 20, 1, "c")
-        cluster.kill_broker(2)
-        cluster.wait_for(lambda: describe(cluster)["leader"] == -1, "no leader")
-        cluster.set_topic_config(TOPIC, "min.insync.replicas", "2")
-        cluster.wait_for(
-            lambda: (lambda p: p["isr"] == [] and p["elr"] == [] and p["last_known_elr"] == [])(describe(cluster)),
-            "neither ISR nor ELR nor LastKnownELR",
-        )
+        strand_with_diverged_logs(cluster)
         for broker in (1, 2):  # broker 3 stays down
             cluster.start_broker(broker)
         cluster.wait_for(lambda: cluster.down_brokers() == {3}, "brokers 1, 2 unfenced, 3 fenced")
-        solo = describe(cluster, SOLO)
+        solo = partition_of(cluster, SOLO)
         assert (solo["leader"], solo["isr"], solo["elr"]) == (-1, [], [3]), solo  # 3 keeps an ELR seat
-        before = describe(cluster)
+        before = partition_of(cluster)
         assert before["leader"] == -1 and before["replicas"] == [1, 2, 3]
 
         # No agent has reported yet: the candidate's log is unknown.
@@ -159,7 +132,7 @@ def test_recover_with_a_replica_broker_down(cluster: Any, tmp_path: Path, capsys
         code, out = recover(cluster, url, TOPIC, "0", "--candidate", "1")
         assert code == 1 and len(out) == 1 and out[0].startswith("refused: no current log info from candidate 1"), out
         report.append(out[0])
-        assert describe(cluster) == before
+        assert partition_of(cluster) == before
 
         for broker in (1, 2, 3):  # 3's agent cannot report: its broker is down
             agents.start(broker)
@@ -181,7 +154,7 @@ def test_recover_with_a_replica_broker_down(cluster: Any, tmp_path: Path, capsys
         assert not any("kafka-reassign-partitions" in c for c in rec["commands"]), rec["commands"]
         assert rec["commands"][0] == "elrwatch recover div 0 --execute", rec["commands"]
         assert "Unknown broker id" in rec["summary"]
-        assert describe(cluster) == before
+        assert partition_of(cluster) == before
 
         # Refusals, each changing nothing.
         refusals = [
@@ -194,7 +167,7 @@ def test_recover_with_a_replica_broker_down(cluster: Any, tmp_path: Path, capsys
             assert code == 1 and len(out) == 1 and out[0].startswith(expected), out
             assert not age_s or "s old (bound 300 s, --max-store-age)" in out[0], out
             report.append(out[0])
-            assert describe(cluster) == before
+            assert partition_of(cluster) == before
         write_store(url, consume_lines(ev_bootstrap, EVENTS))
         code, out = recover(cluster, url, SOLO, "0")
         assert code == 1 and out == [
@@ -211,13 +184,13 @@ def test_recover_with_a_replica_broker_down(cluster: Any, tmp_path: Path, capsys
         assert plan[2] == "Kafka's own unclean election would elect 1 (first live replica, losing ≈ 20 records)"
         assert plan[3] == "  1/4 reorder: replicas [1, 2, 3] → [2, 1, 3] (same set, candidate first)"
         assert plan[-1].startswith("dry run: nothing changed")
-        assert describe(cluster) == before
+        assert partition_of(cluster) == before
         assert operator_steps(consume_lines(ev_bootstrap, EVENTS)) == []
 
         # --execute: the candidate elected with its reported log end offset, the order put back.
         code, lines = recover(cluster, url, TOPIC, "0", "--execute")
         assert code == 0, lines
-        after = describe(cluster)
+        after = partition_of(cluster)
         assert after["leader"] == 2 and after["replicas"] == [1, 2, 3], after
         from kafka import KafkaAdminClient, TopicPartition
         from kafka.admin import OffsetSpec
@@ -257,7 +230,7 @@ def test_recover_with_a_replica_broker_down(cluster: Any, tmp_path: Path, capsys
         code, out = recover(cluster, url)
         assert code == 1 and out == ["refused: div-0 has leader 2 (Kafka reports it): nothing to recover"], out
         report.append(out[0])
-        assert describe(cluster)["replicas"] == [1, 2, 3]
+        assert partition_of(cluster)["replicas"] == [1, 2, 3]
         with capsys.disabled():
             said = [line for line in (refused.stdout + refused.stderr).splitlines() if "Unknown broker id" in line]
             print(

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from kafka_clusters import running_cluster
-from test_agent_real import Agents
-from test_bridge_real import BridgeThread, consume_lines, replay
+from test_agent_real import Agents, controller_bridge, partition_of
+from test_bridge_real import consume_lines, replay
 
 pytestmark = [pytest.mark.real_kafka, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -34,11 +34,6 @@ MIN_ISR_3 = {"min.insync.replicas": "3"}
 def cluster() -> Iterator[Any]:
     with running_cluster(brokers=4) as c:
         yield c
-
-
-def kafka_partition(cluster: Any, topic: str) -> dict[str, Any]:
-    """DescribeTopicPartitions of ``topic``-0: leader, isr, elr, last_known_elr."""
-    return cluster.describe_topic_partitions([topic])[(topic, 0)]
 
 
 def elrwatch_now(ev_bootstrap: str, events: str = EVENTS) -> Any:
@@ -57,22 +52,13 @@ def next_starts(state: Any) -> dict[int, dict[str, Any]]:
 def test_clean_and_unclean_restarts_as_predicted(
     cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from elrwatch.bridge.runner import KafkaPublisher, LogBridge, Metrics, StateFile
     from elrwatch.state.advice import advise
 
     ev_bootstrap = f"127.0.0.1:{cluster.brokers[4].port}"
     cluster.create_topic(EVENTS, replica_assignment={0: [4]})
     cluster.create_topic("r", replica_assignment={0: [1, 2, 3]}, configs=MIN_ISR_3)
     cluster.create_topic("s", replica_assignment={0: [4, 2, 3]}, configs=MIN_ISR_3)
-    bridge = BridgeThread(
-        LogBridge(
-            cluster.controller.metadata_dir,
-            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, EVENTS),
-            StateFile(tmp_path / "bridge.json"),
-            Metrics(),
-        ),
-        0.2,
-    )
+    bridge = controller_bridge(cluster, tmp_path, ev_bootstrap)
     agents = Agents(cluster, tmp_path, ev_bootstrap)
     try:
         for broker in (1, 2, 3):
@@ -84,12 +70,12 @@ def test_clean_and_unclean_restarts_as_predicted(
             interval=1.0,
         )
         cluster.stop_broker(2)  # SIGTERM
-        cluster.wait_for(lambda: kafka_partition(cluster, "r")["elr"] == [2], "2 in the ELR of r")
+        cluster.wait_for(lambda: partition_of(cluster, "r")["elr"] == [2], "2 in the ELR of r")
         cluster.kill_broker(3)  # kill -9
-        cluster.wait_for(lambda: sorted(kafka_partition(cluster, "s")["elr"]) == [2, 3], "2 and 3 in the ELR of s")
+        cluster.wait_for(lambda: sorted(partition_of(cluster, "s")["elr"]) == [2, 3], "2 and 3 in the ELR of s")
         cluster.stop_broker(1)  # SIGTERM: r loses its leader
-        cluster.wait_for(lambda: kafka_partition(cluster, "r")["leader"] == -1, "r leaderless")
-        assert sorted(kafka_partition(cluster, "r")["elr"]) == [1, 2, 3]
+        cluster.wait_for(lambda: partition_of(cluster, "r")["leader"] == -1, "r leaderless")
+        assert sorted(partition_of(cluster, "r")["elr"]) == [1, 2, 3]
 
         def predicted() -> dict[int, dict[str, Any]]:
             return next_starts(elrwatch_now(ev_bootstrap))
@@ -122,14 +108,14 @@ def test_clean_and_unclean_restarts_as_predicted(
 
         # broker 3 comes back (unclean, as predicted): Kafka removes it from every ELR
         cluster.start_broker(3)
-        cluster.wait_for(lambda: sorted(kafka_partition(cluster, "r")["elr"]) == [1, 2], "3 out of r's ELR")
-        after_3 = {t: kafka_partition(cluster, t) for t in ("r", "s")}
+        cluster.wait_for(lambda: sorted(partition_of(cluster, "r")["elr"]) == [1, 2], "3 out of r's ELR")
+        after_3 = {t: partition_of(cluster, t) for t in ("r", "s")}
         assert after_3["r"]["leader"] == -1  # as the outlook said: 3's return elects nobody
         assert after_3["s"]["elr"] == [2]  # the clean one kept, the unclean one removed
 
         # broker 2 comes back (clean, as predicted): Kafka elects it from r's ELR, cleanly
         cluster.start_broker(2)
-        cluster.wait_for(lambda: kafka_partition(cluster, "r")["leader"] == 2, "2 elected in r")
+        cluster.wait_for(lambda: partition_of(cluster, "r")["leader"] == 2, "2 elected in r")
         state = elrwatch_now(ev_bootstrap)
         cluster.wait_for(
             lambda: elrwatch_now(ev_bootstrap).partition(state.topic_by_name("r").topic_id, 0).leader == 2,
@@ -138,7 +124,7 @@ def test_clean_and_unclean_restarts_as_predicted(
         state = elrwatch_now(ev_bootstrap)
         r_after = state.partition(state.topic_by_name("r").topic_id, 0)
         assert r_after.leader_recovery_state == 0 and r_after.last_leader_change == "elr"  # clean, from the ELR
-        after_2 = kafka_partition(cluster, "r")
+        after_2 = partition_of(cluster, "r")
         with capsys.disabled():
             print(
                 "\n[restart prediction] elrwatch: "
@@ -163,7 +149,6 @@ def test_every_elr_member_killed_then_the_last_known_leader(
     """All three replicas of ``u`` killed one after the other (ELR [1, 2, 3], last known leader 3): elrwatch predicts
     that each loses its ELR seat when it returns and that Kafka then elects 3 as last known leader (RECOVERING), and
     counts ``u`` in ``elrwatch_unclean_restart_pending_partitions``; Kafka does exactly that as they come back."""
-    from elrwatch.bridge.runner import KafkaPublisher, LogBridge, Metrics, StateFile
     from elrwatch.state.advice import advise
     from elrwatch.state.gauges import key, loses_last_electable
 
@@ -174,24 +159,16 @@ def test_every_elr_member_killed_then_the_last_known_leader(
         if cluster.brokers[broker].proc is None:
             cluster.start_broker(broker)
     cluster.create_topic("u", replica_assignment={0: [1, 2, 3]}, configs=MIN_ISR_3)
-    cluster.wait_for(lambda: kafka_partition(cluster, "u")["isr"] == [1, 2, 3], "u in sync")
-    bridge = BridgeThread(
-        LogBridge(
-            cluster.controller.metadata_dir,
-            KafkaPublisher({"bootstrap.servers": ev_bootstrap}, events),
-            StateFile(tmp_path / "bridge.json"),
-            Metrics(),
-        ),
-        0.2,
-    )
+    cluster.wait_for(lambda: partition_of(cluster, "u")["isr"] == [1, 2, 3], "u in sync")
+    bridge = controller_bridge(cluster, tmp_path, ev_bootstrap, events)
     agents = Agents(cluster, tmp_path, ev_bootstrap, events)
     try:
         for broker in (1, 2, 3):
             agents.start(broker)
         for broker, isr in ((1, [2, 3]), (2, [3]), (3, [])):
             cluster.kill_broker(broker)
-            cluster.wait_for(lambda isr=isr: kafka_partition(cluster, "u")["isr"] == isr, f"u ISR {isr}")
-        kafka_before = kafka_partition(cluster, "u")
+            cluster.wait_for(lambda isr=isr: partition_of(cluster, "u")["isr"] == isr, f"u ISR {isr}")
+        kafka_before = partition_of(cluster, "u")
         assert kafka_before["leader"] == -1 and sorted(kafka_before["elr"]) == [1, 2, 3]
         assert kafka_before["last_known_elr"] == [3]
 
@@ -214,8 +191,8 @@ def test_every_elr_member_killed_then_the_last_known_leader(
         seen = []
         for broker in (1, 2, 3):
             cluster.start_broker(broker)
-            seen.append((broker, kafka_partition(cluster, "u")))
-        cluster.wait_for(lambda: kafka_partition(cluster, "u")["leader"] == 3, "3 elected in u")
+            seen.append((broker, partition_of(cluster, "u")))
+        cluster.wait_for(lambda: partition_of(cluster, "u")["leader"] == 3, "3 elected in u")
         cluster.wait_for(
             lambda: u_of(elrwatch_now(ev_bootstrap, events)).leader == 3, "the bridge published 3's election"
         )
