@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -460,7 +461,10 @@ def jvm_lost_errors() -> tuple[type[BaseException], ...]:
 def jvm_exit_line(exc: BaseException) -> str:
     """One line for a job whose Spark JVM went away: its exit status when known, and the py4j error."""
     jvm = launched_jvm()
-    status = jvm.poll() if jvm is not None else None
+    status = None
+    if jvm is not None:  # its sockets close a moment before the kernel reports its exit: wait for that, briefly
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            status = jvm.wait(timeout=5)
     how = (
         f"killed by signal {-status}" if status is not None and status < 0
         else f"exit status {status}" if status is not None

@@ -74,7 +74,7 @@ class _Run:
 def test_harness_input(reloaded: _Run, monkeypatch: pytest.MonkeyPatch, test: Any, kwargs: dict[str, Any]) -> None:
     base.run_input(test, kwargs, monkeypatch)
     if test is base.test_storm_on_a_large_cluster:
-        assert reloaded.rows >= 150_000
+        assert reloaded.rows >= 3000 * base.STORM_TOPICS
 
 
 @pytest.fixture

@@ -797,7 +797,7 @@ def test_spark_jvm_gone_line_names_how_it_ended(monkeypatch: pytest.MonkeyPatch)
     from elrwatch.streaming import query
 
     class Killed:
-        def poll(self) -> int:
+        def wait(self, timeout: float) -> int:
             return -9
 
     monkeypatch.setattr(query, "launched_jvm", lambda: Killed())
