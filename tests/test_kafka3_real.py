@@ -156,7 +156,10 @@ def test_scenario_admin_bridge_stream_store_equal_the_cluster(version: str, mode
             doc = _store_doc(url)
             assert doc["cluster"]["derivedFrom"] == "admin-poll"
             assert "fencedBrokers" in doc["cluster"]["unknown"]
-            assert not {k: v for k, v in metrics.counts.items() if k != "broker_unreachable"}, metrics.counts
+            # a broker going down makes a poll fail (broker_unreachable), and one answering with lagging metadata
+            # says a topic is unknown (topic_deleted: its last state is kept); the store equalled the cluster above
+            transient = ("broker_unreachable", "topic_deleted")
+            assert not {k: v for k, v in metrics.counts.items() if k not in transient}, metrics.counts
             if mode == "kraft":
                 check_metadata_log(cluster, tmp_path, last["cluster"])
             else:  # the metadata-log bridge refuses a ZooKeeper-mode broker's directory (one line, see test_bridge)
