@@ -12,7 +12,7 @@ In this process, on the same store, one after the other:
   rewrote 10,000 partitions, then each what-if (median of 3).
 
 Then over HTTP (`elrwatch api`, one uvicorn worker): each what-if's latency, and the lookup p50/p99 while
-``--heavy-query-slots`` (2) clients send what-ifs without pause. Targets (issue 44): 1 down <= 0.5 s, 20 down <= 1 s,
+``--heavy-query-slots`` (2) clients send what-ifs without pause. Targets: 1 down <= 0.5 s, 20 down <= 1 s,
 lookup p99 <= 50 ms while the slots of what-ifs run.
 """
 
