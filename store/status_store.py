@@ -695,11 +695,8 @@ class StatusStore:
             ).first()
             return None if row is None else self._store_view(conn, topic).document(*row)
 
-    def partitions_on_brokers(
-        self, broker_ids: Sequence[int], check: Callable[[], None] | None = None
-    ) -> list[dict[str, Any]]:
-        """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition); ``check`` is
-        called every few thousand rows (a caller's time limit raises from it)."""
+    def partitions_on_brokers(self, broker_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Documents of every partition with a replica on one of ``broker_ids`` (by topic, partition)."""
         p, r = partitions_t, partition_replicas_t
         keys = select(r.c.topic_id, r.c.partition_id).where(r.c.broker_id.in_(list(broker_ids))).distinct().subquery()
         stmt = (
@@ -709,12 +706,7 @@ class StatusStore:
         )
         with self._reading() as conn:
             store_view = self._store_view(conn)
-            out = []
-            for row in conn.execute(stmt):
-                out.append(store_view.document(*row))
-                if check is not None and not len(out) & 0xFFF:
-                    check()
-            return out
+            return [store_view.document(*row) for row in conn.execute(stmt)]
 
     def whatif_inputs(
         self, broker_ids: Sequence[int], check: Callable[[], None] | None = None
