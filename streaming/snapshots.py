@@ -1,7 +1,13 @@
 """How a bucket's state (a `ClusterState` with the columnar store) is kept between micro-batches: as an immutable
 Arrow snapshot file (`state.partitions.columnar.snapshot`, memory-mapped on load) plus the delta of records applied
-since, in Spark's state row (``--state-mode snapshot``, the default), or as the whole snapshot in the state row
-(``--state-mode blob``: no shared filesystem needed, rewritten every batch).
+since (``--state-mode snapshot``, the default), or as the whole snapshot in the state row (``--state-mode blob``: no
+shared filesystem needed, rewritten every batch).
+
+Snapshot mode writes in proportion to the batch: each micro-batch's applied records go to a delta file of their
+own (a *chunk*, immutable, naming the chunk before it), and Spark's state row holds only the snapshot's name, the
+newest chunk's name and counts, a few hundred bytes whatever the history. A new snapshot is written when the chunks
+since the last one hold as many bytes as it does (so a snapshot's cost is spread over at least as many bytes of
+batches), past `QUIET_DELTA` records or `MAX_CHUNKS` chunks, in a quiet batch or between batches.
 
 No Spark import: the functions run in Spark's Python workers.
 """
@@ -28,6 +34,8 @@ from elrwatch.streaming.config import DELTA_MAX_RECORDS
 from elrwatch.streaming.route import decode_record
 
 SNAPSHOT_SUFFIX = ".snap"
+#: A delta chunk file: one micro-batch's applied records (`SnapshotDir.write_chunk`).
+CHUNK_SUFFIX = ".delta"
 SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
 # Snapshot mode: when a bucket's delta (records applied since its snapshot) exceeds either bound, the worker
 # writes a new snapshot. Rows (`config.DELTA_MAX_RECORDS`) bound the replay on a worker-cache miss (~10 µs per
@@ -40,11 +48,13 @@ DELTA_MAX_BYTES = 4 << 20
 # replay: past 20k records, the next quiet batch snapshots (a load then takes ≤ ~0.2 s).
 QUIET_BATCH_RECORDS = 1_000
 QUIET_DELTA = 20_000
-# A quiet cluster's delta grows slowly and every batch's state row carries all of it: once the bytes the rows
-# carried since the base snapshot reach that snapshot's size (at least `MIN_BASE_BYTES`), a quiet batch writes a new
-# one. A row then carries at most ≈ sqrt(2 × snapshot size × bytes per batch): flat over time, not growing with the
-# history (a 1 record/s cluster with a 64 KB snapshot: rows ≤ ≈ 2.5 KB of delta).
+# Once the chunks since the base snapshot hold as many bytes as that snapshot (at least `MIN_BASE_BYTES`), a quiet
+# batch writes a new one: what the batches write, chunks and snapshots together, is then at most twice their
+# records' bytes on average.
 MIN_BASE_BYTES = 64 << 10
+# ... or once they are this many files (a quiet cluster's one record a second: a snapshot every ~30 minutes; a load
+# reads at most this many small files).
+MAX_CHUNKS = 2_000
 #: Delta records per ``apply_batch`` call when a delta is replayed (log order kept across calls).
 CHUNK = 1 << 18
 #: The first byte of a snapshot-mode state row, and of a blob-mode one (the rows of the object engine of older
@@ -85,12 +95,12 @@ class SnapshotDir:
         except OSError:
             return 0
 
-    def existing(self, bucket: int, name: str) -> str:
-        """The path of snapshot ``name``, or a one-line SnapshotError when it is missing."""
+    def existing(self, bucket: int, name: str, what: str = "snapshot") -> str:
+        """The path of snapshot (or ``what``) ``name``, or a one-line SnapshotError when it is missing."""
         path = os.path.join(self.path, name)
         if not os.path.exists(path):
             raise SnapshotError(
-                f"bucket {bucket}: snapshot {path} referenced by the checkpoint is missing (--state-dir must be "
+                f"bucket {bucket}: {what} {path} referenced by the checkpoint is missing (--state-dir must be "
                 "the same directory, shared by every executor, for the life of the checkpoint)"
             )
         return path
@@ -112,18 +122,76 @@ class SnapshotDir:
         except FileNotFoundError:
             return None
 
-    def rotate(self, run: str, bucket: int, keep: set[str]) -> None:
+    def write_chunk(self, run: str, bucket: int, token: str, previous: str | None, chunk: bytes) -> str:
+        """Write one micro-batch's delta ``chunk`` (zlib'd journal) as a chunk file naming ``previous`` (the chunk
+        before it since the base snapshot, None for the first); its name. Named like a snapshot (`name`): unique
+        per attempt, sortable by age within the bucket. tmp + fsync + rename: whole or absent."""
+        name = f"{run}-b{bucket:04d}-{time.time_ns():020d}-{token}{CHUNK_SUFFIX}"
+        os.makedirs(self.path, exist_ok=True)
+        path = os.path.join(self.path, name)
+        tmp = os.path.join(self.path, f".{name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as out:
+                out.write(pickle.dumps((previous, chunk), protocol=pickle.HIGHEST_PROTOCOL))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+        return name
+
+    def chain(self, bucket: int, newest: str | None, count: int, oldest_previous: str | None = None) -> list[bytes]:
+        """The ``count`` delta chunks ending with chunk ``newest``, oldest first; the chunk before the oldest must
+        be ``oldest_previous`` (a one-line SnapshotError otherwise, or when a file is missing or unreadable)."""
+        chunks: list[bytes] = []
+        name = newest
+        for _ in range(count):
+            if name is None:
+                raise SnapshotError(f"bucket {bucket}: its delta chain ends before its {count} chunks")
+            path = self.existing(bucket, name, "delta chunk")
+            try:
+                with open(path, "rb") as fh:
+                    name, chunk = pickle.loads(fh.read())
+            except (OSError, pickle.UnpicklingError, ValueError, EOFError, TypeError) as exc:
+                raise SnapshotError(f"bucket {bucket}: delta chunk {path} cannot be read: {exc}") from None
+            chunks.append(chunk)
+        if name != oldest_previous:
+            raise SnapshotError(f"bucket {bucket}: its delta chain does not start where its state row says")
+        chunks.reverse()
+        return chunks
+
+    def rotate(self, run: str, bucket: int, keep: set[str], prune_chunks: bool = True) -> None:
         """Delete the bucket's snapshots except ``keep`` and the newest SNAPSHOTS_KEPT (a retried or zombie
-        attempt of the current batch may still commit a row referencing one of those)."""
+        attempt of the current batch may still commit a row referencing one of those), and with ``prune_chunks``
+        the delta chunks written before the oldest snapshot kept (only a row based on an older snapshot can
+        reference them; ``keep`` must then hold the snapshot the committed row is based on)."""
         prefix = f"{run}-b{bucket:04d}-"
         try:
-            names = sorted(n for n in os.listdir(self.path) if n.startswith(prefix) and n.endswith(SNAPSHOT_SUFFIX))
+            names = sorted(n for n in os.listdir(self.path) if n.startswith(prefix))
         except FileNotFoundError:
             return
-        for name in names[:-SNAPSHOTS_KEPT]:
+        snapshots = [n for n in names if n.endswith(SNAPSHOT_SUFFIX)]
+        kept = snapshots[-SNAPSHOTS_KEPT:] + [n for n in snapshots if n in keep]
+        for name in snapshots[:-SNAPSHOTS_KEPT]:
             if name not in keep:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.path, name))
+        if not kept or not prune_chunks:
+            return
+        oldest = min(_written_ns(n) for n in kept)
+        for name in names:
+            if name.endswith(CHUNK_SUFFIX) and _written_ns(name) < oldest:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.path, name))
+
+
+def _written_ns(name: str) -> int:
+    """The write time in a snapshot's or chunk's name (``<run>-b<bucket>-<time_ns>-<token><suffix>``)."""
+    try:
+        return int(name.split("-")[2])
+    except (IndexError, ValueError):
+        return 0
 
 
 class BucketState:
@@ -131,8 +199,10 @@ class BucketState:
     each topic it last emitted, and (snapshot mode) where its state row stands.
 
     Blob mode: the whole state in the state row (``to_blob``). Snapshot mode: the state row holds ``run``, the
-    ``snapshot`` file name (None: the empty initial state) and the ``delta``: the journalled records applied since
-    that snapshot, in apply order, as zlib'd chunks (one per micro-batch), plus counts.
+    ``snapshot`` file name (None: the empty initial state), the newest delta chunk file (``tail``) and how many
+    chunks lead to it from the snapshot (``chunks``): the journalled records applied since that snapshot, in apply
+    order, one zlib'd chunk per micro-batch. ``delta`` holds the chunks inline instead in rows of earlier versions
+    (read, never written).
     """
 
     __slots__ = (
@@ -147,7 +217,8 @@ class BucketState:
         "journal",
         "must_snapshot",
         "caught_up",
-        "carried",
+        "tail",
+        "chunks",
         "base_bytes",
     )
 
@@ -165,7 +236,8 @@ class BucketState:
         self.journal: list[Any] = []
         self.must_snapshot = False  # the state does not derive from (snapshot, delta): e.g. read from a blob
         self.caught_up = False  # loaded by catching up a stale cached state (see from_row)
-        self.carried = 0  # delta bytes the state rows carried since the base snapshot (one row per batch)
+        self.tail: str | None = None  # the newest delta chunk file since the base snapshot
+        self.chunks = 0  # delta chunk files since the base snapshot
         self.base_bytes = 0  # the base snapshot file's size (0: none yet)
 
     @classmethod
@@ -199,23 +271,27 @@ class BucketState:
         max_bytes: int = DELTA_MAX_BYTES,
         quiet_allowed: bool = True,
     ) -> bytes:
-        """Snapshot mode: append this batch's records to the delta, or write a new snapshot when it is big, or
-        past `QUIET_DELTA` in a quiet batch when ``quiet_allowed`` (`_rebase`, old ones rotated); the state row,
-        `ROW_TAG` + the pickled `_row_fields`."""
+        """Snapshot mode: write this batch's records as a delta chunk file, or a new snapshot when the delta is
+        big, or in a quiet batch when ``quiet_allowed`` and the delta is past `QUIET_DELTA` records, `MAX_CHUNKS`
+        files or the snapshot's size (`_rebase`, old ones rotated); the state row, `ROW_TAG` + the pickled
+        `_row_fields`."""
         journal, self.journal = self.journal, []
-        if journal:
-            chunk = zlib.compress(marshal.dumps(journal), 1)
-            self.delta.append(chunk)
-            self.delta_rows += len(journal)
-            self.delta_bytes += len(chunk)
-        self.carried += self.delta_bytes
-        quiet = quiet_allowed and len(journal) <= QUIET_BATCH_RECORDS and self.delta_rows > 0
+        chunk = zlib.compress(marshal.dumps(journal), 1) if journal else b""
+        rows, size, chunks = self.delta_rows + len(journal), self.delta_bytes + len(chunk), self.chunks + bool(journal)
+        quiet = quiet_allowed and len(journal) <= QUIET_BATCH_RECORDS and rows > 0
         quiet_snapshot = quiet and (
-            self.delta_rows > QUIET_DELTA or self.carried >= max(self.base_bytes, MIN_BASE_BYTES)
+            rows > QUIET_DELTA or chunks >= MAX_CHUNKS or size >= max(self.base_bytes, MIN_BASE_BYTES)
         )
-        if self.must_snapshot or quiet_snapshot or self.delta_rows > max_records or self.delta_bytes > max_bytes:
-            self._rebase(snapshots, bucket, token)
+        if self.must_snapshot or quiet_snapshot or rows > max_records or size > max_bytes:
+            self._rebase(snapshots, bucket, token)  # the batch's records are in the snapshot: no chunk for them
             self.must_snapshot = False
+        elif journal:
+            if self.delta:  # a row of an earlier version: its delta stays inline until the next snapshot
+                self.delta.append(chunk)
+            else:
+                self.tail = snapshots.write_chunk(self.run, bucket, token, self.tail, chunk)
+                self.chunks = chunks
+            self.delta_rows, self.delta_bytes = rows, size
         return ROW_TAG + pickle.dumps(self._row_fields(), protocol=pickle.HIGHEST_PROTOCOL)
 
     def compact(self, snapshots: SnapshotDir, bucket: int, token: str) -> bool:
@@ -233,9 +309,10 @@ class BucketState:
         on) and make the new one the base, with an empty delta."""
         name = SnapshotDir.name(self.run, bucket, token)
         snapshots.write(name, self.cluster)
-        snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""})
+        # a committed row based on no snapshot yet references chunks older than every snapshot: kept this time
+        snapshots.rotate(self.run, bucket, keep={name, self.snapshot or ""}, prune_chunks=self.snapshot is not None)
         self.snapshot, self.delta, self.delta_rows, self.delta_bytes = name, [], 0, 0
-        self.carried, self.base_bytes = 0, snapshots.size(name)
+        self.tail, self.chunks, self.base_bytes = None, 0, snapshots.size(name)
 
     def _row_fields(self) -> dict[str, Any]:
         """What the snapshot-mode state row holds (`from_row` reads it back)."""
@@ -244,9 +321,10 @@ class BucketState:
             "snapshot": self.snapshot,
             "minIsr": self.cluster.default_min_isr,
             "delta": self.delta,
+            "tail": self.tail,
+            "chunks": self.chunks,
             "deltaRows": self.delta_rows,
             "deltaBytes": self.delta_bytes,
-            "carried": self.carried,
             "baseBytes": self.base_bytes,
             "counts": self.counts,
             "emitted": self.emitted_topic_counts,
@@ -276,19 +354,33 @@ class BucketState:
             raise SnapshotError(_older_row(bucket))
         data = pickle.loads(row[1:])
         name = data["snapshot"]
-        delta = data["delta"]
-        catching_up = stale is not None and stale.catches_up_to(data)
+        inline: list[bytes] = data["delta"]  # rows of earlier versions: the chunks inline
+        tail, count = data.get("tail"), data.get("chunks", 0)
+        if count and snapshots is None:
+            raise SnapshotError(f"bucket {bucket}: the checkpoint's state is in snapshot files: --state-dir is needed")
+        chunks: list[bytes] = []
+        cluster: ClusterState | None = None
+        if stale is not None and stale.catches_up_to(data):
+            try:
+                if inline:
+                    chunks = inline[len(stale.delta) :]
+                elif count > stale.chunks:
+                    assert snapshots is not None
+                    chunks = snapshots.chain(bucket, tail, count - stale.chunks, stale.tail)
+                elif tail != stale.tail:
+                    raise SnapshotError("another chain")
+                cluster = stale.cluster
+            except SnapshotError:  # the row's chain does not extend the cached state's: a full load
+                chunks = []
+        catching_up = cluster is not None
         compacted = None
-        if not catching_up and delta and token is not None and snapshots is not None:
+        if not catching_up and (inline or count) and token is not None and snapshots is not None:
             compacted = snapshots.of_token(data["run"], bucket, token)
         if catching_up:
-            assert stale is not None
-            cluster = stale.cluster
-            chunks = delta[len(stale.delta) :]
+            pass
         elif compacted is not None:
             assert snapshots is not None
             cluster = snapshots.read(bucket, compacted)
-            chunks = []
         else:
             if name is None:
                 cluster = _empty_state(data["minIsr"], bucket, buckets)
@@ -298,28 +390,36 @@ class BucketState:
                 )
             else:
                 cluster = snapshots.read(bucket, name)
-            chunks = delta
+            if count:
+                assert snapshots is not None
+                chunks = snapshots.chain(bucket, tail, count)
+            else:
+                chunks = inline
+        assert cluster is not None
         _replay(cluster, chunks)
         bs = cls(cluster, data["counts"], data["emitted"])
-        bs.run, bs.snapshot, bs.delta = data["run"], name, delta
+        bs.run, bs.snapshot, bs.delta, bs.tail, bs.chunks = data["run"], name, list(inline), tail, count
         bs.delta_rows, bs.delta_bytes = data["deltaRows"], data["deltaBytes"]
-        bs.carried, bs.base_bytes = data.get("carried", 0), data.get("baseBytes", 0)  # older rows: none kept
+        bs.base_bytes = data.get("baseBytes", 0)  # older rows: none kept
         if compacted is not None:
-            bs.snapshot, bs.delta, bs.delta_rows, bs.delta_bytes = compacted, [], 0, 0
-            bs.carried, bs.base_bytes = 0, snapshots.size(compacted) if snapshots is not None else 0
+            bs.snapshot, bs.delta, bs.tail, bs.chunks, bs.delta_rows, bs.delta_bytes = compacted, [], None, 0, 0, 0
+            bs.base_bytes = snapshots.size(compacted) if snapshots is not None else 0
+        elif inline and snapshots is not None:
+            bs.must_snapshot = True  # an earlier version's row: the next save starts a chain on a new snapshot
         bs.caught_up = catching_up
         return bs
 
     def catches_up_to(self, data: dict[str, Any]) -> bool:
-        """Whether this state (snapshot + its delta) is a prefix of the row ``data`` (snapshot + delta)."""
-        k = len(self.delta)
-        return (
-            not self.must_snapshot
-            and self.run == data["run"]
-            and self.snapshot == data["snapshot"]
-            and k <= len(data["delta"])
-            and data["delta"][:k] == self.delta
-        )
+        """Whether this state (snapshot + its delta) can be a prefix of the row ``data``: same run and snapshot, and
+        an inline delta that starts the row's, or no more chunks than the row's (`from_row` then follows the row's
+        chain back to this state's newest chunk)."""
+        if self.must_snapshot or self.run != data["run"] or self.snapshot != data["snapshot"]:
+            return False
+        inline = data["delta"]
+        if inline or self.delta:
+            k = len(self.delta)
+            return not data.get("chunks") and k <= len(inline) and inline[:k] == self.delta
+        return self.chunks <= data.get("chunks", 0)
 
 
 def _empty_state(default_min_isr: int | None, bucket: int, buckets: int) -> ClusterState:

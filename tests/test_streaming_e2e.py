@@ -323,14 +323,15 @@ def test_sigkill_mid_stream_then_restart_applies_every_record_once(kafka_server,
     # and the history holds every status transition once, across the kill and the re-run batch
     assert_history_as_oracle(url, events)
     files = sorted(os.listdir(tmp_path / "ck" / "bucket-snapshots"))
-    snapshots = [n for n in files if not n.startswith(ROWS_SUBDIR_PREFIX)]
+    snapshots = [n for n in files if n.endswith(".snap")]
+    chunks = [n for n in files if n.endswith(".delta")]  # the batches' delta chunks since the snapshots kept
     # the rows files: the restart removed the killed run's unreferenced ones, and every batch is in the store and
     # committed by Spark at the end, so none is left
     (rows_dir,) = [n for n in files if n.startswith(ROWS_SUBDIR_PREFIX)]
     assert os.listdir(tmp_path / "ck" / "bucket-snapshots" / rows_dir) == []
     for bucket in ("-b0000-", "-b0001-"):  # rotated: the newest few per bucket (+ one a committed row may hold)
         assert 1 <= sum(bucket in name for name in snapshots) <= 4, snapshots
-    assert all(name.endswith(".snap") for name in snapshots), snapshots
+    assert sorted([*snapshots, *chunks, rows_dir]) == files, files  # nothing else (no temporary files left)
     if source != JobConfig.source:  # the bucket stage loads snapshots alike whatever the source: once is enough
         return
     more = tmp_path / "more.jsonl"

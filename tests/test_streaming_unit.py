@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import pickle
 import sqlite3
@@ -297,8 +298,12 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
     written = [s for s in dict.fromkeys(referenced) if s]
     assert len(written) > snapshot_module.SNAPSHOTS_KEPT + 2
     files = sorted(os.listdir(tmp_path))
-    assert files == sorted(written[-snapshot_module.SNAPSHOTS_KEPT :])  # the newest; no tmp files left behind
-    assert all(f.endswith(".snap") and "-b0000-" in f for f in files)
+    snaps = [f for f in files if f.endswith(".snap")]
+    assert snaps == sorted(written[-snapshot_module.SNAPSHOTS_KEPT :])  # the newest; no tmp files left behind
+    assert all(f.endswith((".snap", ".delta")) and "-b0000-" in f for f in files)
+    # the delta chunks left are the ones written since the oldest snapshot kept: older ones were deleted
+    chunks = [f for f in files if f.endswith(".delta")]
+    assert chunks and min(chunks) > snaps[0]
     # Spark re-runs a batch from the committed row after attempts whose rows never committed wrote snapshots:
     # the snapshot the committed row references survives the rotation, even when it is no longer among the newest
     committed = state.row
@@ -313,7 +318,11 @@ def test_snapshots_rotate_and_old_ones_are_deleted(tmp_path):
         bucket_module._CACHE.clear()
         _run(fn, 0, routed.iloc[:25], retry)  # an old, already applied range: duplicates, still journaled
     assert base in os.listdir(tmp_path)
-    assert len(os.listdir(tmp_path)) == snapshot_module.SNAPSHOTS_KEPT + 1
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".snap")]) == snapshot_module.SNAPSHOTS_KEPT + 1
+    # and the committed row still loads: its snapshot and its chain of delta chunks survived the rotations
+    bucket_module._CACHE.clear()
+    retry.row = committed
+    _run(fn, 0, routed.iloc[:1], retry)
 
 
 def test_the_state_row_format_is_fixed_so_existing_checkpoints_load(tmp_path):
@@ -323,37 +332,51 @@ def test_the_state_row_format_is_fixed_so_existing_checkpoints_load(tmp_path):
     _run(bucket_module.make_state_function(settings), 0, routed, state)
     kept = bucket_module._CACHE[0][1]
     row = state.row[1]
-    assert row[:1] == snapshot_module.ROW_TAG == b"C" and kept.snapshot is None and len(kept.delta) == 1
+    # the batch's records went to a delta chunk file; the row names it and holds no records
+    assert row[:1] == snapshot_module.ROW_TAG == b"C" and kept.snapshot is None and kept.delta == []
+    assert kept.chunks == 1 and os.listdir(tmp_path) == [kept.tail] and kept.tail.endswith(".delta")
+    previous, chunk = pickle.loads((tmp_path / kept.tail).read_bytes())
+    assert previous is None and len(marshal.loads(zlib.decompress(chunk))) == len(routed)
     fields = {
         "run": kept.run,
         "snapshot": None,
         "minIsr": 2,
-        "delta": kept.delta,
+        "delta": [],
+        "tail": kept.tail,
+        "chunks": 1,
         "deltaRows": len(routed),
-        "deltaBytes": len(kept.delta[0]),
-        "carried": len(kept.delta[0]),  # the delta bytes the rows carried since the base (one row so far)
+        "deltaBytes": len(chunk),
         "baseBytes": 0,
         "counts": kept.counts,
         "emitted": kept.emitted_topic_counts,
     }
     assert row == b"C" + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
-    older = {k: v for k, v in fields.items() if k not in ("carried", "baseBytes")}  # a row of an earlier version
-    reloaded = snapshot_module.BucketState.from_row(b"C" + pickle.dumps(older), None, 0, 1)
-    assert (reloaded.carried, reloaded.base_bytes, reloaded.delta_rows) == (0, 0, len(routed))
-    # a due snapshot: an Arrow snapshot file, the delta emptied, and the row still loads the same state
     snapshots = snapshot_module.SnapshotDir(str(tmp_path))
+    with pytest.raises(snapshot_module.SnapshotError, match="--state-dir is needed"):
+        snapshot_module.BucketState.from_row(row, None, 0, 1)
+    # a row of an earlier version: the delta inline, and how many bytes the rows carried; it loads, and the next
+    # save writes a snapshot, after which the bucket writes chunk files
+    older = {k: v for k, v in fields.items() if k not in ("tail", "chunks")}
+    older.update(delta=[chunk], carried=len(chunk))
+    reloaded = snapshot_module.BucketState.from_row(b"C" + pickle.dumps(older), None, 0, 1)
+    assert (reloaded.chunks, reloaded.base_bytes, reloaded.delta_rows) == (0, 0, len(routed))
+    migrated = snapshot_module.BucketState.from_row(b"C" + pickle.dumps(older), snapshots, 0, 1)
+    assert migrated.must_snapshot and _plain(migrated.cluster) == _plain(kept.cluster)
+    migrated.to_row(snapshots, 0, "m")
+    assert migrated.snapshot is not None and (migrated.delta, migrated.chunks, migrated.tail) == ([], 0, None)
+    # a due snapshot: an Arrow snapshot file, the delta emptied, and the row still loads the same state
     row = kept.to_row(snapshots, 0, "t", max_records=0)
     size = os.path.getsize(tmp_path / kept.snapshot)
     assert pickle.loads(row[1:]) == {
         **fields,
         "snapshot": kept.snapshot,
-        "delta": [],
+        "tail": None,
+        "chunks": 0,
         "deltaRows": 0,
         "deltaBytes": 0,
-        "carried": 0,
         "baseBytes": size,
     }
-    assert os.listdir(tmp_path) == [kept.snapshot]
+    assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".snap")) == sorted([kept.snapshot, migrated.snapshot])
     assert columnar_snapshot.load(tmp_path / kept.snapshot).partition_count == kept.cluster.partition_count
     loaded = snapshot_module.BucketState.from_row(row, snapshots, 0, 1)
     assert type(loaded) is type(kept) and loaded.counts == kept.counts
@@ -400,7 +423,8 @@ def test_a_quiet_batch_snapshots_a_long_delta_and_a_busy_one_does_not(tmp_path, 
     assert kept.snapshot is None and kept.delta_rows == len(routed) - 1
     _run(fn, 0, routed.iloc[-1:], state)  # a quiet batch: it snapshots
     kept = bucket_module._CACHE[0][1]
-    assert kept.snapshot is not None and kept.delta_rows == 0 and os.listdir(tmp_path) == [kept.snapshot]
+    assert kept.snapshot is not None and kept.delta_rows == 0
+    assert [f for f in os.listdir(tmp_path) if f.endswith(".snap")] == [kept.snapshot]
     bucket_module._CACHE.clear()
     loaded = snapshot_module.BucketState.from_row(state.row[1], snapshot_module.SnapshotDir(settings.state_dir), 0, 1)
     assert loaded.counts == kept.counts
@@ -417,9 +441,10 @@ def test_an_idle_worker_compacts_a_long_delta_and_a_load_of_that_row_reads_it(tm
     bucket_module._CACHE.clear()
     _run(fn, 0, routed.iloc[:-3], state)  # a busy batch: a long delta, no snapshot
     token, row = state.row
-    assert os.listdir(tmp_path) == [] and pickle.loads(row[1:])["deltaRows"] == len(routed) - 3
+    snaps = lambda: [f for f in os.listdir(tmp_path) if f.endswith(".snap")]  # noqa: E731
+    assert snaps() == [] and pickle.loads(row[1:])["deltaRows"] == len(routed) - 3
     assert bucket_module.on_idle() == 1  # the warm-up in the idle worker: the state at the row's token
-    (name,) = os.listdir(tmp_path)
+    (name,) = snaps()
     assert name.endswith(f"-{token}.snap") and bucket_module._CACHE[0][1].snapshot == name
     assert bucket_module.on_idle() == 0  # nothing left to compact
     bucket_module._CACHE.clear()  # a restart: the row still names no snapshot and the long delta
@@ -449,7 +474,15 @@ def test_missing_or_corrupt_snapshot_is_a_one_line_error(tmp_path):
     state = _State()
     _run(fn, 0, routed, state)
     (name,) = os.listdir(tmp_path)
+    committed = state.row
+    _run(fn, 0, routed.iloc[:1], state)  # a small batch: its records in a delta chunk file
+    (chunk,) = (f for f in os.listdir(tmp_path) if f.endswith(".delta"))
     bucket_module._CACHE.clear()
+    os.remove(tmp_path / chunk)
+    with pytest.raises(snapshot_module.SnapshotError) as err:
+        _run(fn, 0, routed.iloc[:0], state)
+    assert str(err.value).startswith(f"bucket 0: delta chunk {tmp_path / chunk} referenced by the checkpoint is")
+    state.row = committed
     (tmp_path / name).write_bytes(b"Z" + b"\0" * 40)
     with pytest.raises(snapshot_module.SnapshotError, match=r"^bucket 0: columnar snapshot .*\.snap: corrupt \(.*\)$"):
         _run(fn, 0, routed.iloc[:0], state)
@@ -806,10 +839,12 @@ def test_spark_jvm_gone_line_names_how_it_ended(monkeypatch: pytest.MonkeyPatch)
     assert "\n" not in line
 
 
-def test_a_quiet_clusters_state_rows_stay_small_and_flat(tmp_path):
-    """One record per batch for many batches: each batch's state row carries the delta since the base snapshot, so
-    a quiet batch snapshots once the rows carried as many bytes as the snapshot holds. The rows stay bounded and
-    flat (not growing with the history), and the last row loads to the same state."""
+def test_a_quiet_clusters_state_writes_are_in_proportion_to_its_batches(tmp_path, monkeypatch):
+    """One record per batch for many batches: each batch writes its records as one small delta chunk file and a
+    state row of a fixed size (not growing with the history); a quiet batch writes a snapshot once `MAX_CHUNKS`
+    chunks (or as many bytes as the snapshot holds) followed the last one. The last row loads to the same state,
+    from the snapshot and the chain of chunks."""
+    monkeypatch.setattr(snapshot_module, "MAX_CHUNKS", 200)
     routed = routed_frame([x.decode() for x in scenario(2, 6, 3, steps=8, churn=900, seed=5)])
     settings = _unbounded_delta(tmp_path)
     fn = bucket_module.make_state_function(settings)
@@ -817,15 +852,30 @@ def test_a_quiet_clusters_state_rows_stay_small_and_flat(tmp_path):
     bucket_module._CACHE.clear()
     boot = 60
     _run(fn, 0, routed.iloc[:boot], state)
-    sizes, bases = [], set()
+
+    def files() -> dict[str, int]:
+        return {f: os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path)}
+
+    seen = files()
+    rows, chunk_bytes, snapshot_bytes, chunks_between = [], [], [], [0]
     for i in range(boot, len(routed)):
         _run(fn, 0, routed.iloc[i : i + 1], state)
-        sizes.append(len(state.row[1]))
-        bases.add(bucket_module._CACHE[0][1].snapshot)
-    half = len(sizes) // 2
-    assert len(sizes) > 500 and len(bases) > 5, (len(sizes), len(bases))
-    assert max(sizes[half:]) <= 1.25 * max(sizes[:half]), (max(sizes[:half]), max(sizes[half:]))
-    assert max(sizes) < 16_000, max(sizes)
+        rows.append(len(state.row[1]))
+        now = files()
+        new = {f: size for f, size in now.items() if f not in seen}
+        seen = now
+        chunk_bytes += [size for f, size in new.items() if f.endswith(".delta")]
+        snaps = [size for f, size in new.items() if f.endswith(".snap")]
+        if snaps:
+            snapshot_bytes += snaps
+            chunks_between.append(0)
+        chunks_between[-1] += sum(1 for f in new if f.endswith(".delta"))
+    assert len(rows) > 500 and len(snapshot_bytes) >= 3, (len(rows), len(snapshot_bytes))
+    assert max(rows) - min(rows) <= 128 and max(rows) < 1_000, (min(rows), max(rows))  # flat, a few hundred bytes
+    assert max(chunk_bytes) < 1_000  # one record's chunk
+    assert all(190 <= n < 200 for n in chunks_between[1:-1]), chunks_between  # a snapshot every MAX_CHUNKS batches
+    # and the chunks of older snapshots were deleted: what is left is bounded by the snapshots kept
+    assert sum(seen.values()) <= (snapshot_module.SNAPSHOTS_KEPT + 1) * 2 * max(snapshot_bytes)
     kept = bucket_module._CACHE[0][1]
     bucket_module._CACHE.clear()
     loaded = snapshot_module.BucketState.from_row(state.row[1], snapshot_module.SnapshotDir(settings.state_dir), 0, 1)
