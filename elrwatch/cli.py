@@ -527,21 +527,25 @@ def stream(config: JobConfig = JOB_OPTIONS) -> None:
     import logging
     import threading
 
-    from elrwatch.streaming import query  # pyspark: only for `elrwatch stream`
+    from elrwatch.streaming import session
 
     # elrwatch's own lines at INFO; libraries at WARNING (py4j logs a lost JVM's traceback at INFO on the root logger)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("elrwatch").setLevel(logging.INFO)
     try:
-        query.run(config, stop_event=threading.Event(), handle_signals=True)
-    except query.SparkGone as exc:  # threads blocked on the dead JVM would hold the exit: leave at once
+        # Spark's JVM starts while the job's heavier modules (the store, the sink, the buckets) are imported
+        early = session.EarlySpark.start(config)
+        from elrwatch.streaming import query  # pyspark: only for `elrwatch stream`
+
+        query.run(config, stop_event=threading.Event(), handle_signals=True, early=early)
+    except session.SparkGone as exc:  # threads blocked on the dead JVM would hold the exit: leave at once
         import os
         import sys
 
         sys.stdout.flush()
         print(f"elrwatch: error: {exc}", file=sys.stderr, flush=True)
         os._exit(1)
-    except (query.JobError, ValueError) as exc:
+    except (session.JobError, ValueError) as exc:
         _fail(str(exc), code=1)
 
 

@@ -17,9 +17,8 @@ import sys
 from typing import Any
 
 from elrwatch.streaming import jvm_archive
-from elrwatch.streaming.bucket import STATE_POOL_ENV
 from elrwatch.streaming.config import JobConfig, is_local, spark_master
-from elrwatch.streaming.warm import SOURCE_MODULES, STATE_MODULES, WorkerWarmer
+from elrwatch.streaming.warm import SOURCE_MODULES, STATE_MODULES, STATE_POOL_ENV, WorkerWarmer
 
 log = logging.getLogger("elrwatch.stream")
 

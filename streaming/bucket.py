@@ -35,11 +35,6 @@ from elrwatch.streaming.memory import gc_paused, keep_out_of_gc, trim_after_big_
 from elrwatch.streaming.payload import encode_payload, shared_parts, write_rows_file
 from elrwatch.streaming.snapshots import BucketState, SnapshotDir
 
-#: The environment variable that puts the state function's Python workers in a pool of their own (see
-#: `query.build_query`); the warm-ups (``warm.py``) keep that pool alive too.
-STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
-
-
 # Per Python worker: bucket → (token, BucketState), at most every bucket. Spark reuses Python workers, so the state
 # a worker wrote last time is usually still in memory: when the state row's token matches, nothing is read or
 # replayed (see build_query and state_tasks for how the job makes the same worker see the same buckets).

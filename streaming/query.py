@@ -37,18 +37,22 @@ from typing import Any
 from elrwatch.kafkaio.config import SourceError
 from elrwatch.store import StatusStore
 from elrwatch.streaming.accelerators import Accelerators, launched_jvm
-from elrwatch.streaming.bucket import STATE_POOL_ENV, make_state_function
-from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger, spark_master
-from elrwatch.streaming.connector import ConnectorError, ConnectorJars
-from elrwatch.streaming.connector import resolve as resolve_connector
-from elrwatch.streaming.memory import ARROW_POOL_ENV
+from elrwatch.streaming.bucket import make_state_function
+from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger
 from elrwatch.streaming.metrics import Health, start_exporter
 from elrwatch.streaming.route import group_keys, route_in_jvm
+from elrwatch.streaming.session import (  # noqa: F401 - build_spark, kafka_connector, REDACTION_REGEX: the API
+    REDACTION_REGEX,
+    EarlySpark,
+    JobError,
+    SparkGone,
+    build_spark,
+    kafka_connector,
+    state_tasks,
+)
 from elrwatch.streaming.sink import DRIVER_FILE, Aggregator, Sink
 from elrwatch.streaming.store_writer import WAL_DIR, StoreWriteError, StoreWriter
-
-#: What Spark redacts from its logs, UI and plans (conf and data source options).
-REDACTION_REGEX = "(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
+from elrwatch.streaming.warm import STATE_POOL_ENV
 
 log = logging.getLogger("elrwatch.stream")
 
@@ -59,105 +63,75 @@ STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s termination grace period
 DRAINED_STORE_WAIT_S = 900.0  # a drained (--available-now) job waits this long for its store writes
 
 
-class JobError(RuntimeError):
-    """A one-line reason the job cannot start or stopped."""
-
-
-class SparkGone(JobError):
-    """Spark's JVM went away under the job: the driver exits at once (threads blocked on the JVM are not waited
-    for; an interrupted batch re-runs from the checkpoint)."""
-
-
 def run(
     config: JobConfig,
     stop_event: threading.Event | None = None,
     on_started: Any = None,
     handle_signals: bool = False,
+    early: EarlySpark | None = None,
 ) -> int:
-    """Run the streaming job until stopped (or, with ``available_now``, until the source is drained)."""
-    began = time.monotonic()
+    """Run the streaming job until stopped (or, with ``available_now``, until the source is drained). ``early``:
+    Spark's session already being built (`session.EarlySpark`, started before this module's imports); else it is
+    started here, and built while the store and the sink are prepared."""
     logging.getLogger("py4j").setLevel(logging.WARNING)
     if config.spark_log_level is None:
         # a failing batch (e.g. a missing snapshot) is reported once, as one line, by the query's exception below;
         # py4j would also log the foreachBatch callback's whole Python + Java traceback
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-    if config.buckets < 1:
-        raise JobError("--buckets must be >= 1")
-    config.source_options()  # validates required options early
-    connector = kafka_connector(config)
-    snapshot_dir = config.snapshot_dir()
-    store = StatusStore(config.store.url, password_file=config.store.password_file)
-    store.create_schema()
-    fresh = not _checkpoint_has_batches(config.checkpoint)
-    driver_file = os.path.join(config.checkpoint, DRIVER_FILE)
-    if fresh:
-        start_fresh(config, store, driver_file, snapshot_dir)
-    os.makedirs(config.checkpoint, exist_ok=True)
-    aggregator = Aggregator(config.buckets, driver_file)
-    health = Health(aggregator)
-    # the store is written behind the batches; an earlier run's unwritten batches go first
-    writer = StoreWriter(store, os.path.join(config.checkpoint, WAL_DIR), rows_dir=config.rows_dir())
-    health.store_behind = writer.behind
+    early = early or EarlySpark.start(config)
+    handed = False  # once _run_query has the session, it stops it
     try:
-        writer.recover()
-    except StoreWriteError as exc:
-        writer.close(0)
-        store.dispose()
-        raise JobError(str(exc)) from None
-    stop_event = stop_event or threading.Event()
-    exporter = None
-    if config.metrics.port is not None:
-        exporter = start_exporter(health, config.metrics.port, config.metrics.host)
-        config.bound_metrics_port = exporter.port
-    accelerators = Accelerators(config)
-    try:
-        master = accelerators.master
-        partitions = checkpoint_shuffle_partitions(config.checkpoint)
-        if partitions is None and master is not None:
-            partitions = state_tasks(config, master)
-        accelerators.state_tasks = partitions
-        keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
-        code = _run_query(
-            config,
-            store,
-            writer,
-            aggregator,
-            health,
-            accelerators,
-            keys,
-            began,
-            stop_event,
-            on_started,
-            handle_signals,
-            connector,
-        )
-        committed = last_committed_batch(config.checkpoint)
-        if committed is not None:  # the last batch's rows files go once the store has it, not at the next start
-            writer.spark_committed(committed)
-        if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
-            try:
-                writer.raise_error()
-            except StoreWriteError as exc:
-                raise JobError(str(exc)) from None
-        return code
+        snapshot_dir = config.snapshot_dir()
+        store = StatusStore(config.store.url, password_file=config.store.password_file)
+        store.create_schema()
+        fresh = not _checkpoint_has_batches(config.checkpoint)
+        driver_file = os.path.join(config.checkpoint, DRIVER_FILE)
+        if fresh:
+            start_fresh(config, store, driver_file, snapshot_dir)
+        os.makedirs(config.checkpoint, exist_ok=True)
+        aggregator = Aggregator(config.buckets, driver_file)
+        health = Health(aggregator)
+        # the store is written behind the batches; an earlier run's unwritten batches go first
+        writer = StoreWriter(store, os.path.join(config.checkpoint, WAL_DIR), rows_dir=config.rows_dir())
+        health.store_behind = writer.behind
+        try:
+            writer.recover()
+        except StoreWriteError as exc:
+            writer.close(0)
+            store.dispose()
+            raise JobError(str(exc)) from None
+        stop_event = stop_event or threading.Event()
+        exporter = None
+        if config.metrics.port is not None:
+            exporter = start_exporter(health, config.metrics.port, config.metrics.host)
+            config.bound_metrics_port = exporter.port
+        accelerators = early.accelerators
+        try:
+            master = accelerators.master
+            partitions = checkpoint_shuffle_partitions(config.checkpoint)
+            if partitions is None and master is not None:
+                partitions = state_tasks(config, master)
+            accelerators.state_tasks = partitions
+            keys = state_keys(config.checkpoint, fresh, config.buckets, partitions)
+            handed = True
+            code = _run_query(config, early, writer, aggregator, health, keys, stop_event, on_started, handle_signals)
+            committed = last_committed_batch(config.checkpoint)
+            if committed is not None:  # the last batch's rows files go once the store has it, not at the next start
+                writer.spark_committed(committed)
+            if not writer.close(STOP_GRACE_S if stop_event.is_set() else DRAINED_STORE_WAIT_S):
+                try:
+                    writer.raise_error()
+                except StoreWriteError as exc:
+                    raise JobError(str(exc)) from None
+            return code
+        finally:
+            writer.close(STOP_GRACE_S)  # after a failure: what is not written in time stays in the write-ahead list
+            store.dispose()
+            if exporter is not None:
+                exporter.shutdown()
     finally:
-        writer.close(STOP_GRACE_S)  # after a failure: what is not written in time stays in the write-ahead list
-        store.dispose()
-        if exporter is not None:
-            exporter.shutdown()
-
-
-def kafka_connector(config: JobConfig) -> ConnectorJars | None:
-    """Where ``--source kafka-native`` gets Spark's Kafka connector (streaming/connector.py); None for the other
-    sources; a one-line JobError naming a missing jar before Spark starts."""
-    if config.source != "kafka-native":
-        return None
-    try:
-        found = resolve_connector(config.spark_jars, config.spark_jars_packages)
-    except ConnectorError as exc:
-        raise JobError(str(exc)) from None
-    log.info("Spark's Kafka connector: %s", found.origin)
-    return found
+        if not handed:  # the job ended before its query: the session built meanwhile goes too
+            early.discard()
 
 
 def start_fresh(config: JobConfig, store: Any, driver_file: str, snapshot_dir: str | None) -> None:
@@ -215,17 +189,6 @@ def state_keys(checkpoint: str, fresh: bool, buckets: int, partitions: int | Non
     return keys
 
 
-def state_tasks(config: JobConfig, master: str) -> int:
-    """Parallel state tasks (``spark.sql.shuffle.partitions``; a checkpoint keeps the value it started with).
-
-    Local mode: one task, so that one Python worker of the state pool keeps (and hits) every bucket;
-    with more, Spark hands each task any idle worker of the pool and the workers swap buckets (cache misses),
-    and every micro-batch pays another task and state store (measured: docs/PERFORMANCE.md). A cluster: one task
-    per bucket, each executor keeping the buckets Spark's state-store locality sends it.
-    """
-    return 1 if master.startswith("local") else config.buckets
-
-
 def checkpoint_shuffle_partitions(checkpoint: str) -> int | None:
     """The shuffle partitions an existing checkpoint runs with (Spark restores them over the session's)."""
     offsets = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "offsets")
@@ -257,63 +220,6 @@ def _checkpoint_has_batches(checkpoint: str) -> bool:
     """Whether Spark planned a batch in this checkpoint (offsets log), committed or not: then it is a restart."""
     offsets = os.path.join(checkpoint, "offsets")
     return os.path.isdir(offsets) and any(not f.startswith(".") for f in os.listdir(offsets))
-
-
-def build_spark(
-    config: JobConfig, accelerators: Accelerators | None = None, connector: ConnectorJars | None = None
-) -> Any:
-    """A Spark session tuned for the job (RocksDB state store, few shuffle partitions, Arrow); ``accelerators``:
-    the run's local-mode accelerators (the driver JVM's options and class archive, the workers' interpreter);
-    ``connector``: where the kafka-native source's jars come from (`kafka_connector`)."""
-    from pyspark.sql import SparkSession
-
-    accelerators = accelerators or Accelerators(config)
-
-    # Python workers (children of the JVM in local mode) import the driver's elrwatch (the installed one, or the
-    # one on PYTHONPATH), never an `elrwatch` folder of the working directory: in a source checkout that folder
-    # holds only the CLI, so a worker would mix the checkout's CLI with the subpackages of another copy
-    os.environ.setdefault("PYTHONSAFEPATH", "1")
-    builder = SparkSession.builder.appName("elrwatch-stream")
-    master = spark_master(config)
-    if master is not None:
-        builder = builder.master(master)
-    python = accelerators.worker_python(master)
-    if python is not None:  # before the JVM starts: its planner processes read the environment too
-        os.environ["PYSPARK_PYTHON"] = python
-    builder = (
-        builder.config("spark.sql.shuffle.partitions", str(config.buckets))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        # changelog checkpointing: faster commits of the small per-bucket state rows
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.memory", config.spark_driver_memory)
-        .config("spark.driver.extraJavaOptions", accelerators.java_options())
-        # secrets in Spark's logs and UI, the Kafka source's options included (the PEM key store's key as a value)
-        .config("spark.redaction.regex", REDACTION_REGEX)
-    )
-    if connector is not None and connector.jars:  # served to the executors by the driver
-        builder = builder.config("spark.jars", ",".join(connector.jars))
-    if config.spark_jars_packages:  # e.g. the Kafka connector for --source kafka-native
-        builder = builder.config("spark.jars.packages", config.spark_jars_packages)
-    for key, value in {**ARROW_POOL_ENV, "PYTHONSAFEPATH": "1"}.items():  # executors' Python workers (cluster mode)
-        builder = builder.config(f"spark.executorEnv.{key}", value)
-    for key, value in config.spark_conf.items():
-        if key != "spark.driver.extraJavaOptions":  # appended to the job's own (driver_java_options)
-            builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.environment.update(ARROW_POOL_ENV)  # Python workers of the functions defined from now on
-    spark.conf.set("spark.sql.shuffle.partitions", str(state_tasks(config, spark.sparkContext.master)))
-    # Spark's own ERROR lines repeat what the job reports as one line; --spark-log-level WARN shows them.
-    spark.sparkContext.setLogLevel(config.spark_log_level or "FATAL")
-    return spark
 
 
 def build_query(spark: Any, config: JobConfig, sink: Any, keys: list[int] | None = None) -> Any:
@@ -361,30 +267,20 @@ def build_query(spark: Any, config: JobConfig, sink: Any, keys: list[int] | None
 
 def _run_query(
     config: JobConfig,
-    store: Any,
+    early: EarlySpark,
     writer: StoreWriter,
     aggregator: Aggregator,
     health: Any,
-    accelerators: Accelerators,
     keys: list[int] | None,
-    began: float,
     stop_event: threading.Event,
     on_started: Any,
     handle_signals: bool,
-    connector: ConnectorJars | None = None,
 ) -> int:
-    """Start Spark and the query, wait until stopped or drained; stop the query and Spark in any case."""
-    log.info(
-        "starting Spark (store %s, checkpoint %s, state mode %s)",
-        store.masked_url,
-        config.checkpoint,
-        config.state_mode,
-    )
-    accelerators.prepare_jvm()
-    spark = build_spark(config, accelerators, connector)
+    """Take Spark's session, start the query, wait until stopped or drained; stop the query and Spark in any
+    case."""
+    accelerators: Accelerators = early.accelerators
+    spark = early.result()
     quiet_accumulator_server(spark)
-    master = spark.sparkContext.master
-    log.info("Spark ready after %.1fs (master %s); starting the query", time.monotonic() - began, master)
     if handle_signals:  # after Spark: SparkContext installs its own SIGINT handler
         install_signal_handlers(stop_event)
     query = None
@@ -396,7 +292,7 @@ def _run_query(
         health.up = 1
         log.info(
             "elrwatch stream started after %.1fs (the first batch follows): %s",
-            time.monotonic() - began,
+            time.monotonic() - early.began,
             dict(options_summary(config)),
         )
         if on_started is not None:

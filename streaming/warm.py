@@ -6,7 +6,7 @@ they read a record: seconds for a batch of a few records, and the first batch of
 minute, is the one an operator waits for.
 
 While no batch has completed for ``idle_s`` seconds, the driver runs a tiny Spark job per worker pool (the
-source's and the state function's, `bucket.STATE_POOL_ENV`) with one task per core: each task takes an idle
+source's and the state function's, `STATE_POOL_ENV`) with one task per core: each task takes an idle
 worker of its pool, imports what the pool's real tasks import, and hands the worker back with a fresh idle
 time. No Spark import at module level; the functions run in the workers.
 """
@@ -22,6 +22,9 @@ from typing import Any
 log = logging.getLogger("elrwatch.stream")
 
 WARM_SCHEMA = "pid long"
+#: The environment variable that puts the state function's Python workers in a pool of their own (see
+#: `query.build_query`); the warm-ups keep that pool alive too.
+STATE_POOL_ENV = "ELRWATCH_PYTHON_POOL"
 # Spark's timeout is 60 s (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS in Spark 4.x): warming twice per timeout,
 # one late or failed warm-up costs nothing.
 DEFAULT_WARM_AFTER_IDLE_S = 25.0

@@ -10,8 +10,7 @@ import pytest
 from local_spark import local_spark
 
 from elrwatch.streaming import warm
-from elrwatch.streaming.bucket import STATE_POOL_ENV
-from elrwatch.streaming.warm import WorkerWarmer
+from elrwatch.streaming.warm import STATE_POOL_ENV, WorkerWarmer
 
 
 class _FakeJob:
