@@ -39,6 +39,7 @@ from elrwatch.store import StatusStore
 from elrwatch.streaming.accelerators import Accelerators, launched_jvm
 from elrwatch.streaming.bucket import make_state_function
 from elrwatch.streaming.config import JobConfig, options_summary, parse_trigger
+from elrwatch.streaming.memory import JvmHeapTrim
 from elrwatch.streaming.metrics import Health, start_exporter
 from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.session import (  # noqa: F401 - build_spark, kafka_connector, REDACTION_REGEX: the API
@@ -299,6 +300,8 @@ def _run_query(
             on_started(query)
         from pyspark.errors import StreamingQueryException
 
+        heap_trim = JvmHeapTrim(lambda: spark._jvm.java.lang.System.gc())
+
         accelerators.start_warming(spark)
         jvm_gone = jvm_lost_errors()
         try:
@@ -310,6 +313,7 @@ def _run_query(
                 # Spark's batches, not the store's: a store catching up after a big batch is no Python work, and
                 # Spark stops Python workers idle for 60 s (with the buckets cached in them)
                 accelerators.tick(health.batches_run)
+                heap_trim.tick()
         except KeyboardInterrupt:
             stop_event.set()
         except StreamingQueryException as exc:

@@ -708,6 +708,30 @@ def test_health_takes_each_new_progress_of_the_query_once():
     assert health.lag == 0
 
 
+def test_the_driver_asks_the_jvm_for_its_unused_heap_every_interval_and_a_failure_is_logged_once(caplog):
+    from elrwatch.streaming.memory import JvmHeapTrim
+
+    now, calls, broken = [0.0], [], [False]
+
+    def collect() -> None:
+        if broken[0]:
+            raise ConnectionError("the JVM is gone")
+        calls.append(now[0])
+
+    trim = JvmHeapTrim(collect, interval_s=300, clock=lambda: now[0])
+    for t in range(0, 1300, 50):  # the driver's loop ticks far more often than the interval
+        now[0] = float(t)
+        trim.tick()
+    assert calls == [300.0, 600.0, 900.0, 1200.0]
+    broken[0] = True
+    for t in (1500, 1800):
+        now[0] = float(t)
+        assert trim.tick() is False  # never raised
+    assert sum("unused heap failed" in r.getMessage() for r in caplog.records) == 1
+    # the JVM's options make that System.gc() a concurrent cycle (its remark shrinks the heap), not a full pause
+    assert "-XX:+ExplicitGCInvokesConcurrent" in accelerators.G1_RETURN_HEAP_OPTIONS.split()
+
+
 def test_driver_java_options_put_the_user_s_own_last():
     own = "-XX:TieredStopAtLevel=4 -Dcom.example=1"
     quick = accelerators.driver_java_options(JobConfig())
