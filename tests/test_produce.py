@@ -129,7 +129,7 @@ def test_routing_headers_of_each_record_class():
         envelope("CONFIG_RECORD", {"resourceType": 2, "resourceName": "a", "name": "min.insync.replicas"}),
         envelope("NO_OP_RECORD", {}),
         envelope("SOMETHING_NEW", {"topicId": "tid", "partitionId": 3}),
-        '{"type":"FENCE_BROKER_RECORD","version":0,"data":null}',
+        '{"type":"FENCE_BROKER_RECORD","version":0,"data":null,"offset":17}',
     ):
         assert headers(line) == every, line
     pcr = envelope("PARTITION_CHANGE_RECORD", {"topicId": "tid", "partitionId": 3})
