@@ -91,10 +91,20 @@ def counted_by_bucket(events):
     )
 
 
+def jvm_cpu_ms(spark) -> int:
+    """CPU time (user + system, ms) Spark's JVM used so far: on a loaded machine a batch's wall time grows with the
+    load, its CPU time much less."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 // os.sysconf("SC_CLK_TCK")
+
+
 def run_query(
     spark, source: str, options: dict[str, str], batches: int, checkpoint: str, stages: str = "read"
-) -> list[tuple[int, int, int]]:
-    """(rows, addBatch ms, triggerExecution ms) of each of the first ``batches`` non-empty micro-batches."""
+) -> list[tuple[int, int, int, int]]:
+    """(rows, addBatch ms, triggerExecution ms, the JVM's CPU ms) of each of the first ``batches`` non-empty
+    micro-batches (the CPU time from the previous batch's end, seen by polling, to its end)."""
     if source == "kafka":
         events = read_stream(spark, source, {**options, ROUTE_BUCKETS_OPTION: str(BUCKETS)})
     else:
@@ -104,6 +114,7 @@ def run_query(
     else:
         query = events.writeStream.format("noop")
     query = query.option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds")
+    cpu = [jvm_cpu_ms(spark)]
     running = query.start()
     seen: list[tuple[int, int, int]] = []
     try:
@@ -118,10 +129,12 @@ def run_query(
                 (p["numInputRows"], p["durationMs"].get("addBatch", 0), p["durationMs"].get("triggerExecution", 0))
                 for p in progress
             ]
-            time.sleep(0.2)
+            if len(seen) >= len(cpu):
+                cpu.extend([jvm_cpu_ms(spark)] * (len(seen) + 1 - len(cpu)))
+            time.sleep(0.1)
     finally:
         running.stop()
-    return seen[:batches]
+    return [(*batch, cpu[i + 1] - cpu[i]) for i, batch in enumerate(seen[:batches])]
 
 
 def run_live(
@@ -201,23 +214,27 @@ def run_live(
     return results
 
 
-def summary(label: str, batches: list[tuple[int, int, int]], stages: str = "read") -> None:
+def summary(label: str, batches: list[tuple[int, int, int, int]], stages: str = "read") -> None:
     what = "read stage" if stages == "read" else "addBatch"
-    for rows, ms, trigger_ms in batches:
-        print(f"  {label}: {rows:>7,} routed rows, {what} {ms:>6,} ms, whole batch {trigger_ms:>6,} ms", flush=True)
-    later = [ms for _, ms, _ in batches[1:]] or [batches[0][1]]
+    for rows, ms, trigger_ms, cpu_ms in batches:
+        print(
+            f"  {label}: {rows:>7,} routed rows, {what} {ms:>6,} ms, whole batch {trigger_ms:>6,} ms, "
+            f"JVM CPU {cpu_ms:>6,} ms",
+            flush=True,
+        )
+    later = [ms for _, ms, _, _ in batches[1:]] or [batches[0][1]]
     print(f"{label}: {what} min {min(later):,} ms, median {statistics.median(later):,.0f} ms", flush=True)
     if stages == "batch":
-        whole = [t for _, _, t in batches[1:]] or [batches[0][2]]
+        whole = [t for _, _, t, _ in batches[1:]] or [batches[0][2]]
         median = statistics.median(whole)
         print(f"{label}: whole batch (triggerExecution) min {min(whole):,} ms, median {median:,.0f} ms", flush=True)
         if label == "storm":
             print(f"storm: Spark alone, ratio of the median to the 2 s target {median / 2000:.2f}", flush=True)
 
 
-def compare(by_json: list[tuple[int, int, int]], by_headers: list[tuple[int, int, int]], stages: str) -> None:
+def compare(by_json: list[tuple[int, ...]], by_headers: list[tuple[int, ...]], stages: str) -> None:
     """The medians of the storm batches routed from the JSON and from the headers (first batch apart), their ratio."""
-    for index, what in ((1, "read stage" if stages == "read" else "addBatch"), (2, "whole batch")):
+    for index, what in ((1, "read stage" if stages == "read" else "addBatch"), (2, "whole batch"), (3, "JVM CPU")):
         json_ms = statistics.median(batch[index] for batch in by_json[1:])
         headers_ms = statistics.median(batch[index] for batch in by_headers[1:])
         print(
@@ -358,7 +375,7 @@ def main() -> None:
         base = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
         for routing, topic in storm_topics.items():
             print(f"storm ({routing}): {with_route_header(spark, bootstrap, topic):,} records with the route header")
-        storms: dict[str, list[tuple[int, int, int]]] = {routing: [] for routing in routings}
+        storms: dict[str, list[tuple[int, int, int, int]]] = {routing: [] for routing in routings}
         for round_ in range(args.rounds):
             for routing, topic in storm_topics.items():
                 batches = run_query(
@@ -370,7 +387,8 @@ def main() -> None:
                     args.stages,
                 )
                 storms[routing].extend(batches if not storms[routing] else batches[1:])  # one warm-up batch
-                print(f"  round {round_ + 1}, {routing} routing: {[ms for _, _, ms in batches]} ms", flush=True)
+                whole, cpu = [batch[2] for batch in batches], [batch[3] for batch in batches]
+                print(f"  round {round_ + 1}, {routing}: whole batch {whole} ms, JVM CPU {cpu} ms", flush=True)
         for routing in routings:
             summary("storm" if len(routings) == 1 else f"storm ({routing})", storms[routing], args.stages)
         if len(routings) == 2:
