@@ -2,7 +2,7 @@
 reading its JSON (streaming/route.py, `route_in_jvm`).
 
 elrwatch's producers (`elrwatch produce`, both bridges, the agent: `kafkaio.produce.key_and_headers`) set them on
-every valid event line, from the same parse as the line's key:
+every valid event line, from the same parse as the line's key, as its first headers, in this order:
 
 * `ROUTE_HEADER` (``elrwatch.route.v1``): ``<topicId>:<partitionId>`` (UTF-8) for a record of a type the registry
   routes to its partition's bucket (state/record_types.py) with a string topic id and a partition id > 0 (a JSON
@@ -16,8 +16,10 @@ A line that is not a valid event (not JSON, no string ``type``, ``data`` not an 
 line get neither header, nor does a line from a foreign producer: the job reads the routing fields from its JSON.
 A header is only a placement: the bucket parses every line it gets and applies only what it owns; a line placed in
 a bucket that does not own it (a wrong or forged header) is quarantined there as a ``conflict``
-(``bucket_input._records``). The version is in the names: a future contract uses new names, and a job reads only
-the names it knows (a line with unknown ones takes the JSON route).
+(``bucket_input._records``). The job reads the route header at position 0 and the offset header at position 1 of
+the record's headers (Spark SQL reads a position without a per-row lambda), checking their names: a line whose first
+header is another one takes the JSON route. The version is in the names: a future contract uses new names, and a
+job reads only the names it knows (a line with unknown ones takes the JSON route).
 """
 
 from __future__ import annotations

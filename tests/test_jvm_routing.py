@@ -144,14 +144,15 @@ def _random_stream(seed: int) -> list[str]:
 
 def test_headers_route_each_line_as_its_json_does(spark, seed: int = 1):
     """The same rows whether a line is routed from elrwatch's headers, from its JSON (no headers, an empty header
-    list, a header version this job does not know) or a mix of them."""
+    list, a header version this job does not know, the contract's headers not first or not in order) or a mix of
+    them."""
     lines = _random_stream(seed)
     from_json = _routed(spark, lines)
     produced = _producer_headers(lines)
     assert sum(h is not None and any(k == ROUTE_HEADER and v != EVERY_BUCKET for k, v in h) for h in produced) > 100
     rng = random.Random(seed)
     unknown = [("elrwatch.route.v0", b"garbage"), ("elrwatch.route.v2", b"x:1")]
-    mixed = [rng.choice([h, None, [], unknown, [*unknown, *(h or [])]]) for h in produced]
+    mixed = [rng.choice([h, None, [], unknown, [*unknown, *(h or [])], (h or [])[::-1]]) for h in produced]
     for headers in (produced, [None] * len(lines), mixed):
         pd.testing.assert_frame_equal(_routed(spark, lines, headers), from_json)
 
