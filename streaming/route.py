@@ -123,13 +123,14 @@ def route_in_jvm(events: Any, buckets: int) -> Any:
 
     A line with the routing header (kafkaio/headers.py, set by elrwatch's producers) is placed from its headers
     alone: ``crc32(<route header>) % buckets`` as `KIND_RAW`, or every bucket for `headers.EVERY_BUCKET`; its
-    ``moff`` is the offset header (-1 without one). Its JSON is not read. A line without it as its first header (an old
-    topic, a foreign producer, a header version this job does not know) is routed from its JSON: a partition record whose type,
-    topic id and partition id (> 0) the JVM's JSON reader found goes to ``crc32("<topicId>:<partitionId>") %
-    buckets`` (``routing.bucket_of``) as `KIND_RAW`; every other line (other types, partition 0, anything malformed
-    or in kafka-dump-log's text form) goes to every bucket as `KIND_RAW_BROADCAST`, and each bucket parses it and
-    applies only what it owns (``bucket.apply_rows``; a line placed in a bucket that does not own it is quarantined
-    there as a conflict). Same columns as `ROUTED_SCHEMA`; ``rec`` is the raw line.
+    ``moff`` is the offset header (-1 without one). Its JSON is not read. A line without it as its first header (an
+    old topic, a foreign producer, a header version this job does not know) is routed from its JSON: a partition
+    record whose type, topic id and partition id (> 0) the JVM's JSON reader found goes to
+    ``crc32("<topicId>:<partitionId>") % buckets`` (``routing.bucket_of``) as `KIND_RAW`; every other line (other
+    types, partition 0, anything malformed or in kafka-dump-log's text form) goes to every bucket as
+    `KIND_RAW_BROADCAST`, and each bucket parses it and applies only what it owns (``bucket.apply_rows``; a line
+    placed in a bucket that does not own it is quarantined there as a conflict). Same columns as `ROUTED_SCHEMA`;
+    ``rec`` is the raw line.
     """
     from pyspark.sql import functions as F
 
