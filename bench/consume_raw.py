@@ -82,13 +82,14 @@ def consume_all_jvm(bootstrap: str, topic: str, records: int, heap: str = "512m"
 
 
 class JvmProducer:
-    """Kafka's own ConsoleProducer fed ``key<TAB>value`` lines on stdin, with `elrwatch produce`'s keys: publishes a
-    burst of events about as fast as a controller writes them (≈ 10x kafka-python's producer, which on these 2 cores
-    also takes a core from the job under test). The JVM starts when the object is made (make it ahead of a timed
+    """Kafka's own ConsoleProducer fed ``key<TAB>value`` lines on stdin, with `elrwatch produce`'s keys (and with
+    ``headers``, its routing headers: kafkaio/headers.py): publishes a burst of events about as fast as a controller
+    writes them (≈ 10x kafka-python's producer, which on these 2 cores also takes a core from the job under test). The JVM starts when the object is made (make it ahead of a timed
     burst) and waits on its stdin; `send` (once) returns when Kafka acknowledged every line (the producer flushes
     and exits when its stdin closes)."""
 
-    def __init__(self, bootstrap: str, topic: str, heap: str = "512m") -> None:
+    def __init__(self, bootstrap: str, topic: str, heap: str = "512m", headers: bool = False) -> None:
+        self.headers = headers
         cmd = [
             "java",
             f"-Xmx{heap}",
@@ -105,6 +106,7 @@ class JvmProducer:
             "parse.key=true",
             "--reader-property",
             "key.separator=\t",
+            *(("--reader-property", "parse.headers=true") if headers else ()),
             "--command-property",
             "linger.ms=20",
             "--command-property",
@@ -119,7 +121,15 @@ class JvmProducer:
         from elrwatch.kafkaio.produce import EventKeys
 
         keys = EventKeys()
-        payload = b"".join(keys(line) + b"\t" + line.rstrip(b"\n") + b"\n" for line in lines)
+        if self.headers:  # ``name:value,...<TAB>key<TAB>value`` (a name ends at its first ':'): the routing headers
+            rows = []
+            for line in lines:
+                key, headers = keys.with_headers(line)
+                named = b",".join(name.encode() + b":" + value for name, value in headers)
+                rows.append(named + b"\t" + key + b"\t" + line.rstrip(b"\n") + b"\n")
+            payload = b"".join(rows)
+        else:
+            payload = b"".join(keys(line) + b"\t" + line.rstrip(b"\n") + b"\n" for line in lines)
         proc = self.proc
         assert proc.stdin is not None and proc.stderr is not None
         first = time.monotonic()

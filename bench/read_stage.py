@@ -16,6 +16,7 @@ in Spark SQL), then
     python bench/read_stage.py --source kafka-native --jit c1     # then --jit c2, interleaved, several times
     python bench/read_stage.py --stages batch                      # Spark's share of a storm batch
     python bench/read_stage.py --stages live                       # Spark's share of storm -> gauges
+    python bench/read_stage.py --stages batch --routing both --rounds 2   # JSON route vs routing headers
     python bench/read_stage.py --source kafka --bootstrap-servers HOST:PORT   # an existing broker
 
 Without ``--bootstrap-servers`` it starts a 1-broker Kafka (devtools/kafka_cluster.py). Two queries, one Spark
@@ -23,6 +24,11 @@ session: ``--storms`` batches of a broker's fence (≈ ``--storm-partitions`` Pa
 Kafka's ConsoleProducer, one storm a batch), then ``--floor-batches`` batches of about one record per partition of
 the event topic (the floor). Prints each batch's rows and read stage (ms), then min / median of each query
 (the first storm batch, which starts the Python workers and compiles Spark's code, apart).
+
+``--routing`` (kafka-native): ``json`` publishes the storms with keys only, so Spark SQL routes each line from its
+JSON (``from_json``); ``headers`` with the routing headers elrwatch's producers set (kafkaio/headers.py), so each
+line is placed from its headers; ``both`` publishes each to a topic of its own and runs their storm queries in
+turn, ``--rounds`` times, in one Spark session, then prints each one's medians and their ratio.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from consume_raw import JvmProducer
 
 from elrwatch.devtools.kafka_cluster import KafkaCluster
 from elrwatch.kafkaio.clients import create_topic
+from elrwatch.kafkaio.headers import ROUTE_HEADER
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.accelerators import QUICK_START_OPTIONS
 from elrwatch.streaming.route import route_in_jvm
@@ -84,10 +91,20 @@ def counted_by_bucket(events):
     )
 
 
+def jvm_cpu_ms(spark) -> int:
+    """CPU time (user + system, ms) Spark's JVM used so far: on a loaded machine a batch's wall time grows with the
+    load, its CPU time much less."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 // os.sysconf("SC_CLK_TCK")
+
+
 def run_query(
     spark, source: str, options: dict[str, str], batches: int, checkpoint: str, stages: str = "read"
-) -> list[tuple[int, int, int]]:
-    """(rows, addBatch ms, triggerExecution ms) of each of the first ``batches`` non-empty micro-batches."""
+) -> list[tuple[int, int, int, int]]:
+    """(rows, addBatch ms, triggerExecution ms, the JVM's CPU ms) of each of the first ``batches`` non-empty
+    micro-batches (the CPU time from the previous batch's end, seen by polling, to its end)."""
     if source == "kafka":
         events = read_stream(spark, source, {**options, ROUTE_BUCKETS_OPTION: str(BUCKETS)})
     else:
@@ -97,6 +114,7 @@ def run_query(
     else:
         query = events.writeStream.format("noop")
     query = query.option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds")
+    cpu = [jvm_cpu_ms(spark)]
     running = query.start()
     seen: list[tuple[int, int, int]] = []
     try:
@@ -111,14 +129,22 @@ def run_query(
                 (p["numInputRows"], p["durationMs"].get("addBatch", 0), p["durationMs"].get("triggerExecution", 0))
                 for p in progress
             ]
-            time.sleep(0.2)
+            if len(seen) >= len(cpu):
+                cpu.extend([jvm_cpu_ms(spark)] * (len(seen) + 1 - len(cpu)))
+            time.sleep(0.1)
     finally:
         running.stop()
-    return seen[:batches]
+    return [(*batch, cpu[i + 1] - cpu[i]) for i, batch in enumerate(seen[:batches])]
 
 
 def run_live(
-    spark, options: dict[str, str], checkpoint: str, bootstrap: str, topic: str, storms: list[list[bytes]]
+    spark,
+    options: dict[str, str],
+    checkpoint: str,
+    bootstrap: str,
+    topic: str,
+    storms: list[list[bytes]],
+    headers: bool = False,
 ) -> list[tuple[float, list[int]]]:
     """For each storm (published while the ``--stages batch`` query runs with a 250 ms trigger): (seconds from its
     last acknowledged record to the end of the foreachBatch holding its last row, the routed rows of each batch it
@@ -154,7 +180,7 @@ def run_live(
     try:
         wait_quiet()
         for index, lines in enumerate(storms):
-            producer = JvmProducer(bootstrap, topic)
+            producer = JvmProducer(bootstrap, topic, headers=headers)
             time.sleep(3)  # the producer's JVM starts ahead of its burst, as in bench/streaming.py
             start = len(finished)
             _, _, t_last = producer.send(lines)
@@ -188,18 +214,49 @@ def run_live(
     return results
 
 
-def summary(label: str, batches: list[tuple[int, int, int]], stages: str = "read") -> None:
+def summary(label: str, batches: list[tuple[int, int, int, int]], stages: str = "read") -> None:
     what = "read stage" if stages == "read" else "addBatch"
-    for rows, ms, trigger_ms in batches:
-        print(f"  {label}: {rows:>7,} routed rows, {what} {ms:>6,} ms, whole batch {trigger_ms:>6,} ms", flush=True)
-    later = [ms for _, ms, _ in batches[1:]] or [batches[0][1]]
+    for rows, ms, trigger_ms, cpu_ms in batches:
+        print(
+            f"  {label}: {rows:>7,} routed rows, {what} {ms:>6,} ms, whole batch {trigger_ms:>6,} ms, "
+            f"JVM CPU {cpu_ms:>6,} ms",
+            flush=True,
+        )
+    later = [ms for _, ms, _, _ in batches[1:]] or [batches[0][1]]
     print(f"{label}: {what} min {min(later):,} ms, median {statistics.median(later):,.0f} ms", flush=True)
     if stages == "batch":
-        whole = [t for _, _, t in batches[1:]] or [batches[0][2]]
+        whole = [t for _, _, t, _ in batches[1:]] or [batches[0][2]]
         median = statistics.median(whole)
         print(f"{label}: whole batch (triggerExecution) min {min(whole):,} ms, median {median:,.0f} ms", flush=True)
         if label == "storm":
             print(f"storm: Spark alone, ratio of the median to the 2 s target {median / 2000:.2f}", flush=True)
+
+
+def compare(by_json: list[tuple[int, ...]], by_headers: list[tuple[int, ...]], stages: str) -> None:
+    """The medians of the storm batches routed from the JSON and from the headers (first batch apart), their ratio."""
+    for index, what in ((1, "read stage" if stages == "read" else "addBatch"), (2, "whole batch"), (3, "JVM CPU")):
+        json_ms = statistics.median(batch[index] for batch in by_json[1:])
+        headers_ms = statistics.median(batch[index] for batch in by_headers[1:])
+        print(
+            f"storm, {what} median: JSON route {json_ms:,.0f} ms, header route {headers_ms:,.0f} ms, "
+            f"ratio headers / JSON {headers_ms / json_ms:.2f}",
+            flush=True,
+        )
+
+
+def with_route_header(spark, bootstrap: str, topic: str) -> int:
+    """How many of ``topic``'s records carry the routing header (kafkaio/headers.py): Spark's Kafka source read
+    them as the job does."""
+    from pyspark.sql import functions as F
+
+    records = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    return records.where(F.exists("headers", lambda h: h["key"] == F.lit(ROUTE_HEADER))).count()
 
 
 def spark_session(jars: list[str], jit: str, shuffle_partitions: int):
@@ -226,12 +283,14 @@ def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: 
     create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
     spark = spark_session(jars, args.jit, 1)
     print(
-        f"kafka-native, JIT {args.jit}, stages live (trigger 250 ms), {len(lines):,} records a storm, "
+        f"kafka-native, JIT {args.jit}, stages live (trigger 250 ms), {args.routing} routing, "
+        f"{len(lines):,} records a storm, "
         f"{args.event_partitions} event-topic partitions, load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", "topic": topic}
-    results = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines] * args.storms)
+    headers = args.routing == "headers"
+    results = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines] * args.storms, headers)
     for seconds, taken in results:
         print(f"  storm: {seconds:.2f} s after its last record, batches of {taken} routed rows", flush=True)
     latencies = [seconds for seconds, _ in results]
@@ -240,7 +299,7 @@ def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: 
         f"storm (live): Spark alone, last record -> sink min {min(latencies):.2f} s, median {median:.2f} s", flush=True
     )
     print(f"storm (live): Spark alone, ratio of the median to the 2 s target {median / 2:.2f}", flush=True)
-    floors = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines[:1]] * args.floor_batches)
+    floors = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines[:1]] * args.floor_batches, headers)
     floor = statistics.median(seconds for seconds, _ in floors)
     print(f"floor (live): one record -> sink median {floor:.2f} s", flush=True)
     print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
@@ -263,6 +322,13 @@ def main() -> None:
     ap.add_argument("--event-partitions", type=int, default=8, help="partitions of the event topic")
     ap.add_argument("--storms", type=int, default=4)
     ap.add_argument("--floor-batches", type=int, default=6)
+    ap.add_argument(
+        "--routing",
+        choices=("json", "headers", "both"),
+        default="json",
+        help="kafka-native: route each line from its JSON, from elrwatch's routing headers, or both in turn",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="storm queries of each routing, taken in turn")
     args = ap.parse_args()
 
     jars = sorted(glob.glob(str(SPARK_JARS / "*.jar")))
@@ -276,38 +342,57 @@ def main() -> None:
     try:
         lines = storm_lines(args.partitions, args.storm_partitions)
         tag = uuid.uuid4().hex[:8]
+        if args.routing != "json" and args.source != "kafka-native":
+            raise SystemExit("--routing headers and both: Spark's Kafka source, --source kafka-native")
         if args.stages == "live":
+            if args.routing == "both":
+                raise SystemExit("--stages live takes --routing json or headers")
             if args.source != "kafka-native":
                 raise SystemExit("--stages live runs the job's default source, kafka-native")
             if args.storms < 2 or args.floor_batches < 2:
                 raise SystemExit("--stages live needs --storms and --floor-batches of 2 or more (the first warms up)")
             live_main(args, jars, bootstrap, lines, f"live-{tag}", work)
             return
-        storm_topic, floor_topic = f"read-stage-storm-{tag}", f"read-stage-floor-{tag}"
-        for topic in (storm_topic, floor_topic):
+        routings = ("json", "headers") if args.routing == "both" else (args.routing,)
+        storm_topics = {routing: f"read-stage-storm-{routing}-{tag}" for routing in routings}
+        floor_topic = f"read-stage-floor-{tag}"
+        for topic in (*storm_topics.values(), floor_topic):
             create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
-        for _ in range(args.storms):
-            JvmProducer(bootstrap, storm_topic).send(lines)
+        for routing, topic in storm_topics.items():
+            for _ in range(args.storms):
+                JvmProducer(bootstrap, topic, headers=routing == "headers").send(lines)
         floor_records = args.event_partitions * args.floor_batches
-        JvmProducer(bootstrap, floor_topic).send(lines[:: max(1, len(lines) // floor_records)][:floor_records])
+        floor_lines = lines[:: max(1, len(lines) // floor_records)][:floor_records]
+        JvmProducer(bootstrap, floor_topic, headers=routings[0] == "headers").send(floor_lines)
 
         # --stages batch: one state task and the state store, as the job runs locally (streaming/query.py)
         spark = spark_session(jars, args.jit, 1 if args.stages == "batch" else BUCKETS)
         print(
-            f"{args.source}, JIT {args.jit}, stages {args.stages}, {len(lines):,} records a storm, {args.event_partitions} event-topic "
-            f"partitions, load {os.getloadavg()[0]:.1f}",
+            f"{args.source}, JIT {args.jit}, stages {args.stages}, {args.routing} routing, {len(lines):,} records a "
+            f"storm, {args.event_partitions} event-topic partitions, load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         base = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
-        storms = run_query(
-            spark,
-            args.source,
-            {**base, "topic": storm_topic, "maxOffsetsPerTrigger": str(len(lines))},
-            args.storms,
-            f"{work}/storm",
-            args.stages,
-        )
-        summary("storm", storms, args.stages)
+        for routing, topic in storm_topics.items():
+            print(f"storm ({routing}): {with_route_header(spark, bootstrap, topic):,} records with the route header")
+        storms: dict[str, list[tuple[int, int, int, int]]] = {routing: [] for routing in routings}
+        for round_ in range(args.rounds):
+            for routing, topic in storm_topics.items():
+                batches = run_query(
+                    spark,
+                    args.source,
+                    {**base, "topic": topic, "maxOffsetsPerTrigger": str(len(lines))},
+                    args.storms,
+                    f"{work}/storm-{routing}-{round_}",
+                    args.stages,
+                )
+                storms[routing].extend(batches if not storms[routing] else batches[1:])  # one warm-up batch
+                whole, cpu = [batch[2] for batch in batches], [batch[3] for batch in batches]
+                print(f"  round {round_ + 1}, {routing}: whole batch {whole} ms, JVM CPU {cpu} ms", flush=True)
+        for routing in routings:
+            summary("storm" if len(routings) == 1 else f"storm ({routing})", storms[routing], args.stages)
+        if len(routings) == 2:
+            compare(storms["json"], storms["headers"], args.stages)
         floor = run_query(
             spark,
             args.source,

@@ -106,7 +106,8 @@ class Publisher(Protocol):
 
 
 class KafkaPublisher:
-    """Publishes to the event topic with ``elrwatch produce``'s keys (per-topic and per-broker order kept)."""
+    """Publishes to the event topic with ``elrwatch produce``'s keys (per-topic and per-broker order kept) and
+    routing headers (kafkaio/headers.py)."""
 
     def __init__(self, options: dict[str, str], topic: str, timeout_s: float = 30.0) -> None:
         self.topic = topic
@@ -119,7 +120,10 @@ class KafkaPublisher:
         self.keys.learn(name, topic_id)
 
     def publish(self, lines: list[bytes]) -> None:
-        futures = [self.producer.send(self.topic, key=self.keys(line), value=line) for line in lines]
+        futures = []
+        for line in lines:
+            key, headers = self.keys.with_headers(line)
+            futures.append(self.producer.send(self.topic, key=key, value=line, headers=headers))
         self.producer.flush(self.timeout_s)
         for future in futures:
             future.get(timeout=self.timeout_s)  # raises the send's error

@@ -98,6 +98,7 @@ def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
         "kafka.default.api.timeout.ms": str(cfg["request_timeout_ms"]),
         "kafka.fetch.max.wait.ms": str(READER_FETCH_MAX_WAIT_MS),
         "kafka.max.poll.records": str(NATIVE_MAX_POLL_RECORDS),
+        "includeHeaders": "true",  # the routing headers (kafkaio/headers.py): routed without reading the JSON
     }
     if options.get("maxOffsetsPerTrigger"):
         out["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]

@@ -9,6 +9,9 @@ from its registry entry (state/record_types.py, ``message_key``):
   the stateless :func:`key_of` and an unknown name key them by type name);
 * broker records (register, change, fence, unfence, unregister): ``broker:<id>``;
 * every other type: the type name; lines that are not valid events: ``invalid``.
+
+Every valid event line also carries the routing headers of the event topic's contract (kafkaio/headers.py), from
+the same parse (`key_and_headers`): the job places the line from them without reading its JSON.
 Records of one topic (hence of one partition) and of one broker therefore keep their order; across keys the job
 re-orders each micro-batch by metadata offset (``"offset"`` in the envelope, always set by the simulator and the
 generator). A topic's min ISR change and the ELR clearing that follows it must stay in order with its partition
@@ -27,6 +30,7 @@ from typing import Any
 import orjson
 
 from elrwatch.kafkaio.clients import make_producer
+from elrwatch.kafkaio.headers import Headers, routing_headers
 from elrwatch.state.record_types import message_key
 
 
@@ -35,22 +39,32 @@ def key_of(line: bytes | str, topic_ids: dict[str, str] | None = None) -> bytes:
 
     ``topic_ids``: topic name -> id, learnt from TOPIC_RECORDs (updated here) and used for the records that name a
     topic (`EventKeys`)."""
+    return key_and_headers(line, topic_ids)[0]
+
+
+def key_and_headers(line: bytes | str, topic_ids: dict[str, str] | None = None) -> tuple[bytes, Headers]:
+    """The Kafka message key and headers of one event line, from one parse; never raises.
+
+    The headers (`kafkaio.headers`: what the job's routing needs) are set on a valid envelope line only: a
+    kafka-dump-log text line and a line that is not a valid event get none (the job reads their JSON)."""
     text = line.decode("utf-8", "replace") if isinstance(line, bytes | bytearray) else line
     stripped = text.strip()
-    if stripped.startswith("|"):
+    dump_line = stripped.startswith("|")
+    if dump_line:
         marker = stripped.find("payload:")
         if marker < 0:
-            return b"other"
+            return b"other", []
         stripped = stripped[marker + len("payload:") :].strip()
     try:
         envelope = orjson.loads(stripped)
         type_name = envelope["type"]
         data = envelope.get("data") or {}
     except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
-        return b"invalid"
+        return b"invalid", []
     if not isinstance(type_name, str) or not isinstance(data, dict):
-        return b"invalid"
-    return message_key(type_name, data, topic_ids)
+        return b"invalid", []
+    key = message_key(type_name, data, topic_ids)
+    return key, [] if dump_line else routing_headers(envelope, type_name, data)
 
 
 class EventKeys:
@@ -66,6 +80,10 @@ class EventKeys:
 
     def __call__(self, line: bytes | str) -> bytes:
         return key_of(line, self.topic_ids)
+
+    def with_headers(self, line: bytes | str) -> tuple[bytes, Headers]:
+        """The line's key and its routing headers (`key_and_headers`)."""
+        return key_and_headers(line, self.topic_ids)
 
 
 @dataclass
@@ -84,7 +102,8 @@ def produce_lines(
     out: Any = sys.stderr,
     producer: Any = None,
 ) -> ProduceResult:
-    """Send every non-blank line (value = the line, key = `EventKeys`). ``rate`` > 0 paces to events/s."""
+    """Send every non-blank line (value = the line, key and headers = `EventKeys.with_headers`). ``rate`` > 0
+    paces to events/s."""
     own = producer is None
     producer = producer or make_producer(options)
     started = last_report = time.monotonic()
@@ -96,7 +115,8 @@ def produce_lines(
             value = value.rstrip(b"\r\n")
             if not value.strip():
                 continue
-            producer.send(topic, key=keys(value), value=value)
+            key, headers = keys.with_headers(value)
+            producer.send(topic, key=key, value=value, headers=headers)
             sent += 1
             if rate > 0:
                 ahead = started + sent / rate - time.monotonic()

@@ -8,8 +8,9 @@ lines the JVM placed in this bucket (`route.KIND_RAW`, the event topic's partiti
 order) is parsed as columns (`line_blocks`, `state.partitions.columnar.parse`), its certain partition records of
 this bucket given as `LineBlock`s (admitted as vectors); every other line is parsed here one by one
 (`records.parse_line`). A line sent to every bucket (`route.KIND_RAW_BROADCAST`) is applied by each bucket only as
-far as it owns it, and what is not a record is reported by bucket 0; a line placed here that the core's parse
-would place elsewhere is quarantined as a ``conflict``, never dropped silently.
+far as it owns it, and what is not a record is reported by bucket 0; a line placed here (by its routing header or
+by the JVM's read of its JSON) that the core's parse would place elsewhere, or in every bucket, is quarantined as
+a ``conflict`` and applied nowhere, never dropped silently.
 
 No Spark import.
 """
@@ -153,14 +154,9 @@ def _records(
                 continue
             record = parsed
             owner = targets(record.type, record.data, buckets)
-            if owner != ALL_BUCKETS and owner != bucket:
-                if kind == KIND_RAW:  # the JVM placed it here, its owner never sees it: say so, loudly
-                    message = (
-                        f"routed to bucket {bucket}, owned by bucket {owner}: the JVM's and the core's parse "
-                        "of this line disagree"
-                    )
-                    raw = (rec or b"").decode("utf-8", "replace")
-                    report_error(RecordError(record.position, "conflict", "topicId", message, raw, record.type))
+            if owner != bucket and (owner != ALL_BUCKETS or kind == KIND_RAW):
+                if kind == KIND_RAW:  # placed here alone, its owner (or every other bucket) never sees it: loudly
+                    report_error(_conflict(record, rec, bucket, owner))
                 continue
             # the owner reports its partition's records; of the rest (every bucket's), bucket 0, or partition 0's owner
             reports = owner == bucket or (
@@ -181,6 +177,19 @@ def _records(
             counts.ignored_lines += 1
             continue
         yield rec, record, reports
+
+
+def _conflict(record: Record, line: bytes | None, bucket: int, owner: int) -> RecordError:
+    """The quarantined record of a line placed in ``bucket`` alone (`KIND_RAW`: by its routing header, or by the
+    JVM's read of its JSON) that the core's parse gives to ``owner`` (a bucket, or `ALL_BUCKETS`). It is applied
+    nowhere: the bucket that got it does not own it, and its owner never sees it."""
+    where = "every bucket" if owner == ALL_BUCKETS else f"bucket {owner}"
+    message = (
+        f"routed to bucket {bucket} alone, owned by {where}: the routing (a wrong routing header, or the JVM's "
+        "read of the line) and the core's parse of this line disagree; not applied"
+    )
+    raw = (line or b"").decode("utf-8", "replace")
+    return RecordError(record.position, "conflict", "topicId", message, raw, record.type)
 
 
 def line_blocks(

@@ -9,9 +9,10 @@ job passes them ``routeBuckets``: one Python worker per read task instead of two
 
 Spark's JVM Kafka source (``kafka-native``) is routed in the JVM (`route_in_jvm`): Spark SQL reads only what
 routing needs (record type, topic id, partition id, metadata offset) and computes the bucket, so the read stage
-has no Python worker. Its rows carry the raw line (kind `KIND_RAW`: placed with certainty in its partition's
-bucket; `KIND_RAW_BROADCAST`: sent to every bucket because routing could not place it) and the bucket parses it
-(``bucket.apply_rows``), checking that it owns what it applies. Spark is imported only inside `route_in_jvm`.
+has no Python worker. A line from elrwatch's producers carries these in its headers (kafkaio/headers.py) and is
+placed from them without its JSON being read. Its rows carry the raw line (kind `KIND_RAW`: placed in its
+partition's bucket; `KIND_RAW_BROADCAST`: sent to every bucket because routing could not place it) and the bucket
+parses it (``bucket.apply_rows``), checking that it owns what it applies. Spark is imported only inside `route_in_jvm`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
+from elrwatch.kafkaio.headers import EVERY_BUCKET, OFFSET_HEADER, ROUTE_HEADER
 from elrwatch.state.record_types import PARTITION_ID, TOPIC_ID, partition_routed_names
 from elrwatch.state.records import Ignored, Record, RecordError, parse_line
 from elrwatch.state.routing import ALL_BUCKETS, targets
@@ -116,31 +118,74 @@ def decode_record(blob: bytes) -> Any:
 
 
 def route_in_jvm(events: Any, buckets: int) -> Any:
-    """Route Spark's Kafka source rows (``value`` binary, ``topic``, ``partition``, ``offset``) in Spark SQL.
+    """Route Spark's Kafka source rows (``value`` binary, ``topic``, ``partition``, ``offset``, and ``headers`` when
+    the source includes them) in Spark SQL.
 
-    A partition record whose type, topic id and partition id (> 0) the JVM's JSON reader found goes to
+    A line with the routing header (kafkaio/headers.py, set by elrwatch's producers) is placed from its headers
+    alone: ``crc32(<route header>) % buckets`` as `KIND_RAW`, or every bucket for `headers.EVERY_BUCKET`; its
+    ``moff`` is the offset header (-1 without one). Its JSON is not read. A line without it as its first header (an
+    old topic, a foreign producer, a header version this job does not know) is routed from its JSON: a partition
+    record whose type, topic id and partition id (> 0) the JVM's JSON reader found goes to
     ``crc32("<topicId>:<partitionId>") % buckets`` (``routing.bucket_of``) as `KIND_RAW`; every other line (other
     types, partition 0, anything malformed or in kafka-dump-log's text form) goes to every bucket as
-    `KIND_RAW_BROADCAST`, and each bucket parses it and applies only what it owns (``bucket.apply_rows``). Same
-    columns as `ROUTED_SCHEMA`; ``rec`` is the raw line.
+    `KIND_RAW_BROADCAST`, and each bucket parses it and applies only what it owns (``bucket.apply_rows``; a line
+    placed in a bucket that does not own it is quarantined there as a conflict). Same columns as `ROUTED_SCHEMA`;
+    ``rec`` is the raw line.
     """
     from pyspark.sql import functions as F
 
-    # The JSON is parsed in a projection of its own: Spark would evaluate a from_json referenced from several
-    # expressions of the same projection once per reference.
-    parsed = events.select(
-        "value", "topic", "partition", "offset", F.from_json(F.col("value").cast("string"), _ROUTING_SCHEMA).alias("h")
+    if "headers" in events.columns:
+        # The contract's headers by position (the route header first, the offset header second: kafkaio/headers.py),
+        # name checked: `get` is null out of bounds (never an error under ANSI mode), and no per-row lambda (Spark
+        # evaluates `filter(headers, h -> ...)` interpreted, which cost what skipping the JSON read saved).
+        def header(name: str, position: int) -> str:
+            item = f"get(headers, {position})"
+            return f"CASE WHEN {item}.key = '{name}' THEN {item}.value END"
+
+        with_headers = events.select(
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            F.expr(header(ROUTE_HEADER, 0)).alias("route"),
+            F.expr(f"try_cast(cast({header(OFFSET_HEADER, 1)} AS STRING) AS BIGINT)").alias("route_offset"),
+        )
+    else:
+        with_headers = events.select(
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            F.lit(None).cast("binary").alias("route"),
+            F.lit(None).cast("long").alias("route_offset"),
+        )
+    # The JSON is parsed in a projection of its own (Spark would evaluate a from_json referenced from several
+    # expressions of the same projection once per reference), and only for a line without the routing header (the
+    # conditional is evaluated per row: its other branch is not).
+    by_header = F.col("route").isNotNull()
+    parsed = with_headers.select(
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "route",
+        "route_offset",
+        F.when(~by_header, F.from_json(F.col("value").cast("string"), _ROUTING_SCHEMA)).alias("h"),
     )
     topic_id, partition_id = F.col(f"h.data.{TOPIC_ID}"), F.col(f"h.data.{PARTITION_ID}")
-    placed = F.expr(jvm_placed_condition("h"))
-    bucket = F.pmod(F.crc32(F.concat(topic_id, F.lit(":"), partition_id.cast("string")).cast("binary")), F.lit(buckets))
+    placed = F.when(by_header, F.col("route") != F.lit(EVERY_BUCKET)).otherwise(F.expr(jvm_placed_condition("h")))
+    identity = F.when(by_header, F.col("route")).otherwise(
+        F.concat(topic_id, F.lit(":"), partition_id.cast("string")).cast("binary")
+    )
+    bucket = F.pmod(F.crc32(identity), F.lit(buckets))
     every = F.array(*[F.lit(b) for b in range(buckets)])
     src = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
+    moff = F.when(by_header, F.col("route_offset")).otherwise(F.col("h.offset"))
     return parsed.select(
         F.explode(F.when(placed, F.array(bucket.cast("int"))).otherwise(every)).alias("bucket"),
         src.alias("src"),
         F.col("offset").alias("seq"),
-        F.coalesce(F.col("h.offset"), F.lit(-1)).cast("long").alias("moff"),
+        F.coalesce(moff, F.lit(-1)).cast("long").alias("moff"),
         F.when(placed, F.lit(KIND_RAW)).otherwise(F.lit(KIND_RAW_BROADCAST)).cast("tinyint").alias("kind"),
         F.col("value").cast("binary").alias("rec"),
     )

@@ -572,5 +572,6 @@ def read_stream(spark: Any, source: str, options: Mapping[str, str]) -> Any:
             "partition",
             "offset",
             "timestamp",
+            "headers",  # the routing headers of elrwatch's producers (kafkaio/headers.py), read by route_in_jvm
         )
     raise SourceError(f"unknown source {source!r} (kafka, kafka-native, files)")

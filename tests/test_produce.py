@@ -11,7 +11,8 @@ import time
 import orjson
 import pytest
 
-from elrwatch.kafkaio.produce import EventKeys, key_of
+from elrwatch.kafkaio.headers import EVERY_BUCKET, OFFSET_HEADER, ROUTE_HEADER
+from elrwatch.kafkaio.produce import EventKeys, key_and_headers, key_of
 from elrwatch.state.eventgen import simulated_lines
 
 
@@ -91,6 +92,63 @@ def test_a_topics_config_and_elr_clearing_share_its_key_once_its_name_is_known()
     assert key_of(config) == b"CONFIG_RECORD"  # the stateless form
 
 
+def test_routing_headers_of_each_record_class():
+    """The routing headers (kafkaio/headers.py) come from the key's parse: a partition-routed record with a topic id
+    and a partition id > 0 is placed by ``<topicId>:<partitionId>``, every other valid event goes to every bucket,
+    the offset header is the envelope's; invalid lines and kafka-dump-log text lines get none."""
+
+    def envelope(type_name: str, data: dict, offset: object = 17) -> str:
+        return json.dumps({"type": type_name, "version": 0, "data": data, "offset": offset})
+
+    def headers(line: str) -> list[tuple[str, bytes]]:
+        key, got = key_and_headers(line)
+        assert key == key_of(line)  # one parse, the same key
+        return got
+
+    placed = [(ROUTE_HEADER, b"tid:3"), (OFFSET_HEADER, b"17")]
+    every = [(ROUTE_HEADER, EVERY_BUCKET), (OFFSET_HEADER, b"17")]
+    for type_name in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD"):
+        assert headers(envelope(type_name, {"topicId": "tid", "partitionId": 3})) == placed
+        assert headers(envelope(type_name, {"topicId": "tid", "partitionId": 0})) == every  # partition 0
+    assert headers(envelope("PARTITION_CHANGE_RECORD", {"topicId": "tid", "partitionId": 3}, None)) == placed[:1]
+    assert headers(envelope("PARTITION_CHANGE_RECORD", {"topicId": "tid", "partitionId": 3}, "17")) == placed[:1]
+    # what Spark's JSON reader would not read as a string topic id and an INT partition id > 0: every bucket
+    for data in (
+        {"topicId": "tid", "partitionId": "3"},
+        {"topicId": "tid", "partitionId": 3.0},
+        {"topicId": "tid", "partitionId": True},
+        {"topicId": "tid", "partitionId": 1 << 31},
+        {"topicId": "tid", "partitionId": -1},
+        {"topicId": 5, "partitionId": 3},
+        {"partitionId": 3},
+    ):
+        assert headers(envelope("PARTITION_CHANGE_RECORD", data)) == every, data
+    for line in (  # types sent to every bucket, unknown and skipped types
+        envelope("TOPIC_RECORD", {"name": "a", "topicId": "tid"}),
+        envelope("FENCE_BROKER_RECORD", {"id": 5, "epoch": 1}),
+        envelope("CONFIG_RECORD", {"resourceType": 2, "resourceName": "a", "name": "min.insync.replicas"}),
+        envelope("NO_OP_RECORD", {}),
+        envelope("SOMETHING_NEW", {"topicId": "tid", "partitionId": 3}),
+        '{"type":"FENCE_BROKER_RECORD","version":0,"data":null,"offset":17}',
+    ):
+        assert headers(line) == every, line
+    pcr = envelope("PARTITION_CHANGE_RECORD", {"topicId": "tid", "partitionId": 3})
+    for line in (  # not valid events, and kafka-dump-log text lines: no headers (the job reads their JSON)
+        "garbage",
+        "",
+        "[1, 2]",
+        '{"version":0,"data":{}}',
+        '{"type":5,"version":0,"data":{}}',
+        '{"type":"TOPIC_RECORD","version":0,"data":[1]}',
+        f"| offset: 4 CreateTime: 1 keySize: -1 valueSize: 9 payload: {pcr}",
+        f"| payload: {pcr}",
+        "| offset: 0 CreateTime: 1 SnapshotHeader {}",
+    ):
+        assert headers(line) == [], line
+    keys = EventKeys()
+    assert keys.with_headers(pcr) == (keys(pcr), placed)
+
+
 @pytest.mark.e2e
 def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     from kafka import KafkaConsumer, TopicPartition
@@ -142,6 +200,7 @@ def test_produce_cli_publishes_keyed_lines(kafka_server, fresh_topic, tmp_path):
     want_keys = _keys_in_order(lines)
     for record in got:
         assert record.key == want_keys[record.value]
+        assert record.headers == key_and_headers(record.value)[1] and record.headers  # the routing headers
         by_key.setdefault(record.key, set()).add(record.partition)
     assert all(len(parts) == 1 for parts in by_key.values())  # one key, one partition: order kept
     order = {line: i for i, line in enumerate(lines)}

@@ -211,6 +211,7 @@ def test_security_options_pass_through(tmp_path, monkeypatch):
     assert native["subscribe"] == "t" and native["kafka.security.protocol"] == "SASL_SSL"
     # the read tuning reaches Spark's consumer (kafkaio/config.py says why)
     assert native["kafka.fetch.max.wait.ms"] == "10" and native["kafka.max.poll.records"] == "10000"
+    assert native["includeHeaders"] == "true"  # the routing headers (kafkaio/headers.py)
     with pytest.raises(SourceError, match="not set"):
         kafka_python_config({**opts, "ssl.password.env": "EW_TEST_UNSET_VAR"})
     with pytest.raises(SourceError, match="not supported"):

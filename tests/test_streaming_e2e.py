@@ -100,6 +100,41 @@ def _produce(kafka, path: Path, topic: str, partitions: int, *connection: str) -
     return done
 
 
+def _produce_mixed(kafka, path: Path, topic: str, partitions: int) -> None:
+    """``path``'s lines published to ``topic`` (created) with `elrwatch produce`'s keys, as a mixed topic: most
+    lines with the routing headers of elrwatch's producers (kafkaio/headers.py), some without headers (an old topic,
+    a foreign producer), some with a header version the job does not know, and wrong headers the buckets' own parse
+    makes harmless (a partition's record sent to every bucket, an invalid line placed in one bucket)."""
+    from elrwatch.kafkaio.clients import create_topic, make_producer
+    from elrwatch.kafkaio.headers import EVERY_BUCKET, ROUTE_HEADER
+    from elrwatch.kafkaio.produce import EventKeys
+
+    options = {"bootstrap.servers": kafka.bootstrap}
+    create_topic(options, topic, partitions)
+    producer = make_producer(options)
+    keys = EventKeys()
+    kinds = {"elrwatch": 0, "none": 0, "unknown version": 0, "every bucket": 0, "invalid placed": 0}
+    try:
+        for i, line in enumerate(path.read_bytes().splitlines()):
+            key, headers = keys.with_headers(line)
+            if not headers:  # not a valid event: placed in one bucket, which reports it as the replay does
+                kind, headers = "invalid placed", [(ROUTE_HEADER, b"x:1")]
+            else:
+                kind = ("elrwatch", "elrwatch", "none", "unknown version", "every bucket")[i % 5]
+            if kind == "none":
+                headers = []
+            elif kind == "unknown version":
+                headers = [("elrwatch.route.v0", b"?"), ("elrwatch.offset.v0", b"-5")]
+            elif kind == "every bucket":
+                headers = [(ROUTE_HEADER, EVERY_BUCKET), *headers[1:]]
+            kinds[kind] += 1
+            producer.send(topic, key=key, value=line, headers=headers)
+        producer.flush(60)
+    finally:
+        producer.close(10)
+    assert all(kinds.values()), kinds
+
+
 def _store_doc(url: str, password_file: str | None = None) -> dict | None:
     from elrwatch.store import StatusStore
 
@@ -246,7 +281,8 @@ def _poll(condition, timeout: float, what: str, job: StreamJob | None = None):
 @KAFKA_SOURCES
 def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_path, source):
     """3-partition event topic, malformed + duplicate records mixed in, continuous trigger, metrics scraped, on both
-    Kafka sources."""
+    Kafka sources. A mixed topic: lines with and without the routing headers, and with wrong ones (`_produce_mixed`;
+    the Python source ignores headers)."""
     from elrwatch.devtools.kafka_cluster import free_port
     from elrwatch.streaming.metrics import scrape
 
@@ -254,7 +290,7 @@ def test_kafka_to_store_and_metrics_equal_replay(kafka_server, fresh_topic, tmp_
     oracle = _replay(events)
     assert oracle["quarantined"]["count"] >= len(MALFORMED) and oracle["counts"]["duplicates"] >= 3
     topic = fresh_topic("meta-e2e")
-    _produce(kafka_server, events, topic, 3)
+    _produce_mixed(kafka_server, events, topic, 3)
     url = f"sqlite:///{tmp_path}/store.db"
     port = free_port()
     job = StreamJob(
