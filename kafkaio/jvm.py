@@ -99,8 +99,9 @@ def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
         "kafka.fetch.max.wait.ms": str(READER_FETCH_MAX_WAIT_MS),
         "kafka.max.poll.records": str(NATIVE_MAX_POLL_RECORDS),
     }
-    if options.get("maxOffsetsPerTrigger"):
-        out["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]
+    for limit in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if options.get(limit):
+            out[limit] = options[limit]
     # PEM files: Kafka's Java client reads them with type PEM (by location, or the key store as values).
     if cfg.get("ssl_cafile"):
         out["kafka.ssl.truststore.type"] = "PEM"
