@@ -336,7 +336,7 @@ def spark_alone(workdir: str, name: str, *args: str) -> dict:
         ).returncode
     text = Path(log).read_text(errors="replace")
     for line in text.splitlines():
-        if not line.startswith(
+        if " WARN " not in line and not line.startswith(
             ("WARNING", "Using Spark's default log4j", "Setting default log level", "To adjust logging")
         ):
             print(f"  [spark alone] {line[:300]}", flush=True)
