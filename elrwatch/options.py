@@ -118,7 +118,7 @@ MinRecordsPerBatch = Annotated[
     option(
         "--min-records-per-batch",
         "kafka-native: a micro-batch waits for this many events or --max-batch-delay (Spark's minOffsetsPerTrigger; "
-        "default: no wait).",
+        "default: no wait; not with --available-now).",
         min=1,
     ),
 ]

@@ -165,8 +165,9 @@ class JobConfig:
 
     def batch_wait_options(self) -> dict[str, str]:
         """Spark's Kafka source's wait for a fuller batch (``minOffsetsPerTrigger``, ``maxTriggerDelay``): none by
-        default; ValueError for another source, or a delay without a minimum (Spark would ignore it)."""
-        if self.min_records_per_batch is None and self.max_batch_delay is None:
+        default, nor with ``--available-now`` (which reads what is there and stops: a delayed last batch would end it
+        early); ValueError for another source, or a delay without a minimum (Spark would ignore it)."""
+        if self.available_now or (self.min_records_per_batch is None and self.max_batch_delay is None):
             return {}
         if self.source != "kafka-native":
             raise ValueError("--min-records-per-batch and --max-batch-delay need --source kafka-native")

@@ -36,6 +36,17 @@ def test_a_minimum_and_a_delay_reach_spark(delay: str | None, spark_delay: str |
     assert native.get("maxTriggerDelay") == spark_delay
 
 
+def test_available_now_reads_without_a_wait() -> None:
+    config = JobConfig(
+        kafka=KafkaSettings(bootstrap_servers="b:9092"),
+        topic="t",
+        available_now=True,
+        min_records_per_batch=50_000,
+        max_batch_delay="1s",
+    )
+    assert not set(WAIT_OPTIONS) & set(_native(config))
+
+
 @pytest.mark.parametrize(
     ("values", "error"),
     [
