@@ -57,6 +57,7 @@ from elrwatch.devtools.kafka_cluster import KafkaCluster
 from elrwatch.kafkaio.clients import create_topic, make_producer
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.accelerators import QUICK_START_OPTIONS
+from elrwatch.streaming.config import parse_trigger
 from elrwatch.streaming.route import route_in_jvm
 from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, read_stream
 
@@ -200,8 +201,10 @@ def run_live(
 ) -> list[tuple[float, list[int]]]:
     """For each storm (published while the ``--stages batch`` query runs with a 250 ms trigger): (seconds from its
     last acknowledged record to the end of the foreachBatch holding its last row, the routed rows of each batch it
-    took). The first storm also learns how many routed rows a storm makes."""
+    took). The first storm also learns how many routed rows a storm makes: its batches until none for 3 s more than
+    the source's ``maxTriggerDelay`` (the longest a batch of its last records may wait)."""
     query = LiveQuery(spark, options, checkpoint, buckets)
+    quiet_s = 3.0 + trigger_delay_s(options)
     finished = query.finished
     results: list[tuple[float, list[int]]] = []
     per_storm = 0
@@ -214,7 +217,7 @@ def run_live(
             _, _, t_last = producer.send(lines)
             if index == 0:  # its first batch, then no batch for 3 s
                 query.wait_until(lambda start=start: len(finished) > start, "the first storm's first batch")
-                query.wait_quiet()
+                query.wait_quiet(quiet_s)
                 per_storm = sum(rows for _, rows, _ in finished[start:])
                 continue
             query.wait_until(
@@ -233,6 +236,13 @@ def run_live(
     finally:
         query.stop()
     return results
+
+
+def trigger_delay_s(options: dict[str, str]) -> float:
+    """The source's ``maxTriggerDelay`` in seconds (0 without ``minOffsetsPerTrigger``, when Spark ignores it)."""
+    if not options.get("minOffsetsPerTrigger"):
+        return 0.0
+    return int(parse_trigger(options.get("maxTriggerDelay", "15m")).removesuffix(" milliseconds")) / 1000
 
 
 def run_freshness(
