@@ -16,25 +16,31 @@ in Spark SQL), then
     python bench/read_stage.py --source kafka-native --jit c1     # then --jit c2, interleaved, several times
     python bench/read_stage.py --stages batch                      # Spark's share of a storm batch
     python bench/read_stage.py --stages live                       # Spark's share of storm -> gauges
-    python bench/read_stage.py --stages batch --routing both --rounds 2   # JSON route vs routing headers
     python bench/read_stage.py --source kafka --bootstrap-servers HOST:PORT   # an existing broker
+    python bench/read_stage.py --stages wait --partitions 100000 --storm-partitions 20000   # one batch per storm?
+
+* ``--stages wait``: what Spark's Kafka source options ``minOffsetsPerTrigger`` / ``maxTriggerDelay`` (the job's
+  ``--min-records-per-batch`` / ``--max-batch-delay``) do, in one run: for no wait (Spark's default) and for each
+  ``--batch-waits MIN:DELAY`` (MIN ``storm``: the storm's record count), a ``--stages live`` query over the storms
+  (each storm's batches and last record -> sink), then freshness at ``--rate`` events/s (one event-topic
+  partition; each event's send -> the end of the ``foreachBatch`` holding it, p50 / p99, the first 5 s apart).
+
+``bench/streaming.py`` runs this script beside the job (Spark alone in the same run): ``--lines-file`` publishes its
+storm's records, ``--topic`` with ``--stages batch`` reads an existing topic (its churn) ``--max-offsets-per-trigger``
+a batch, and ``--json-out`` writes the figures it parses.
 
 Without ``--bootstrap-servers`` it starts a 1-broker Kafka (devtools/kafka_cluster.py). Two queries, one Spark
 session: ``--storms`` batches of a broker's fence (≈ ``--storm-partitions`` PartitionChangeRecords, published by
 Kafka's ConsoleProducer, one storm a batch), then ``--floor-batches`` batches of about one record per partition of
 the event topic (the floor). Prints each batch's rows and read stage (ms), then min / median of each query
 (the first storm batch, which starts the Python workers and compiles Spark's code, apart).
-
-``--routing`` (kafka-native): ``json`` publishes the storms with keys only, so Spark SQL routes each line from its
-JSON (``from_json``); ``headers`` with the routing headers elrwatch's producers set (kafkaio/headers.py), so each
-line is placed from its headers; ``both`` publishes each to a topic of its own and runs their storm queries in
-turn, ``--rounds`` times, in one Spark session, then prints each one's medians and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import statistics
@@ -48,10 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from consume_raw import JvmProducer
 
 from elrwatch.devtools.kafka_cluster import KafkaCluster
-from elrwatch.kafkaio.clients import create_topic
+from elrwatch.kafkaio.clients import create_topic, make_producer
 from elrwatch.kafkaio.headers import ROUTE_HEADER
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.accelerators import QUICK_START_OPTIONS
+from elrwatch.streaming.config import parse_trigger
 from elrwatch.streaming.route import route_in_jvm
 from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, read_stream
 
@@ -71,15 +78,18 @@ def storm_lines(partitions: int, storm: int) -> list[bytes]:
 
 
 def count_rows(key: tuple, frames, state):
-    """The state function of ``--stages batch``: counts its rows (touching the raw lines, as a bucket reads them)."""
+    """The state function of ``--stages batch``: counts its rows (touching the raw lines, as a bucket reads them)
+    and keeps the highest event-topic offset it saw (which tells a freshness run which events a batch held)."""
     import pandas as pd
 
-    rows = 0
+    rows, last = 0, -1
     for frame in frames:
         rows += len(frame)
         frame["rec"].to_numpy()
+        if len(frame):
+            last = max(last, int(frame["seq"].max()))
     state.update(((state.get[0] if state.exists else 0) + rows,))
-    yield pd.DataFrame({"bucket": [int(key[0])], "rows": [rows]})
+    yield pd.DataFrame({"bucket": [int(key[0])], "rows": [rows], "last": [last]})
 
 
 def counted_by_bucket(events):
@@ -87,7 +97,7 @@ def counted_by_bucket(events):
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return events.groupBy("bucket").applyInPandasWithState(
-        count_rows, "bucket int, rows long", "rows long", "append", GroupStateTimeout.NoTimeout
+        count_rows, "bucket int, rows long, last long", "rows long", "append", GroupStateTimeout.NoTimeout
     )
 
 
@@ -101,14 +111,20 @@ def jvm_cpu_ms(spark) -> int:
 
 
 def run_query(
-    spark, source: str, options: dict[str, str], batches: int, checkpoint: str, stages: str = "read"
+    spark,
+    source: str,
+    options: dict[str, str],
+    batches: int,
+    checkpoint: str,
+    stages: str = "read",
+    buckets: int = BUCKETS,
 ) -> list[tuple[int, int, int, int]]:
     """(rows, addBatch ms, triggerExecution ms, the JVM's CPU ms) of each of the first ``batches`` non-empty
     micro-batches (the CPU time from the previous batch's end, seen by polling, to its end)."""
     if source == "kafka":
-        events = read_stream(spark, source, {**options, ROUTE_BUCKETS_OPTION: str(BUCKETS)})
+        events = read_stream(spark, source, {**options, ROUTE_BUCKETS_OPTION: str(buckets)})
     else:
-        events = route_in_jvm(read_stream(spark, source, options), BUCKETS)
+        events = route_in_jvm(read_stream(spark, source, options), buckets)
     if stages == "batch":
         query = counted_by_bucket(events).writeStream.foreachBatch(lambda frame, _batch_id: frame.collect())
     else:
@@ -137,6 +153,57 @@ def run_query(
     return [(*batch, cpu[i + 1] - cpu[i]) for i, batch in enumerate(seen[:batches])]
 
 
+class LiveQuery:
+    """The job's stages (``kafka-native``, JVM routing, ``count_rows``, ``foreachBatch``) as one query running with
+    the job's storm trigger; the end of each non-empty ``foreachBatch`` is recorded as it happens."""
+
+    def __init__(
+        self, spark, options: dict[str, str], checkpoint: str, buckets: int = BUCKETS, trigger: str = "250 milliseconds"
+    ) -> None:
+        counted = counted_by_bucket(route_in_jvm(read_stream(spark, "kafka-native", options), buckets))
+        self.finished: list[tuple[float, int, int]] = []  # (monotonic end of the sink, routed rows, last offset)
+
+        def sink(frame, _batch_id: int) -> None:
+            rows, last = 0, -1
+            for row in frame.collect():
+                rows += row["rows"]
+                last = max(last, row["last"])
+            if rows:
+                self.finished.append((time.monotonic(), rows, last))
+
+        self.running = (
+            counted.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=trigger)
+            .start()
+        )
+
+    def check(self) -> None:
+        """Raise the query's failure, if it failed."""
+        if self.running.exception() is not None:
+            raise RuntimeError(str(self.running.exception()))
+
+    def wait_until(self, condition, what: str, timeout: float = 900.0, every: float = 0.02) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            self.check()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+            time.sleep(every)
+
+    def wait_quiet(self, seconds: float = 3.0) -> None:
+        """Until no batch has ended for ``seconds``."""
+
+        def quiet() -> bool:
+            last = self.finished[-1][0] if self.finished else 0.0
+            return time.monotonic() - last >= seconds
+
+        self.wait_until(quiet, "the query going quiet", every=0.1)
+
+    def stop(self) -> None:
+        self.running.stop()
+
+
 def run_live(
     spark,
     options: dict[str, str],
@@ -144,74 +211,106 @@ def run_live(
     bootstrap: str,
     topic: str,
     storms: list[list[bytes]],
+    buckets: int = BUCKETS,
     headers: bool = False,
 ) -> list[tuple[float, list[int]]]:
     """For each storm (published while the ``--stages batch`` query runs with a 250 ms trigger): (seconds from its
     last acknowledged record to the end of the foreachBatch holding its last row, the routed rows of each batch it
-    took). The first storm also learns how many routed rows a storm makes."""
-    counted = counted_by_bucket(route_in_jvm(read_stream(spark, "kafka-native", options), BUCKETS))
-    finished: list[tuple[float, int]] = []  # (monotonic end of the sink, routed rows) of each non-empty batch
-
-    def sink(frame, _batch_id: int) -> None:
-        rows = sum(row["rows"] for row in frame.collect())
-        if rows:
-            finished.append((time.monotonic(), rows))
-
-    running = (
-        counted.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="250 milliseconds")
-        .start()
-    )
-
-    def wait_quiet(seconds: float = 3.0) -> None:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            if running.exception() is not None:
-                raise RuntimeError(str(running.exception()))
-            last = finished[-1][0] if finished else 0.0
-            if time.monotonic() - last >= seconds:
-                return
-            time.sleep(0.1)
-        raise TimeoutError("the query did not go quiet in 900 s")
-
+    took). The first storm also learns how many routed rows a storm makes: its batches until none for 3 s more than
+    the source's ``maxTriggerDelay`` (the longest a batch of its last records may wait)."""
+    query = LiveQuery(spark, options, checkpoint, buckets)
+    quiet_s = 3.0 + trigger_delay_s(options)
+    finished = query.finished
     results: list[tuple[float, list[int]]] = []
     per_storm = 0
     try:
-        wait_quiet()
+        query.wait_quiet()
         for index, lines in enumerate(storms):
             producer = JvmProducer(bootstrap, topic, headers=headers)
             time.sleep(3)  # the producer's JVM starts ahead of its burst, as in bench/streaming.py
             start = len(finished)
             _, _, t_last = producer.send(lines)
-            if index == 0:
-                deadline = time.monotonic() + 900
-                while len(finished) == start:  # its first batch, then no batch for 3 s
-                    if running.exception() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"the first storm made no batch: {running.exception()}")
-                    time.sleep(0.05)
-                wait_quiet()
-                per_storm = sum(rows for _, rows in finished[start:])
+            if index == 0:  # its first batch, then no batch for 3 s
+                query.wait_until(lambda start=start: len(finished) > start, "the first storm's first batch")
+                query.wait_quiet(quiet_s)
+                per_storm = sum(rows for _, rows, _ in finished[start:])
                 continue
-            deadline = time.monotonic() + 900
-            while sum(rows for _, rows in finished[start:]) < per_storm:
-                if running.exception() is not None:
-                    raise RuntimeError(str(running.exception()))
-                if time.monotonic() > deadline:
-                    raise TimeoutError("a storm's rows did not all arrive in 900 s")
-                time.sleep(0.02)
+            query.wait_until(
+                lambda start=start, want=per_storm: sum(rows for _, rows, _ in finished[start:]) >= want,
+                "a storm's rows",
+            )
             done, taken, seen = 0.0, [], 0
-            for when, rows in finished[start:]:
+            for when, rows, _ in finished[start:]:
                 taken.append(rows)
                 seen += rows
                 if seen >= per_storm:
                     done = when
                     break
             results.append((done - t_last, taken))
-            wait_quiet()
+            query.wait_quiet()
     finally:
-        running.stop()
+        query.stop()
     return results
+
+
+def trigger_delay_s(options: dict[str, str]) -> float:
+    """The source's ``maxTriggerDelay`` in seconds (0 without ``minOffsetsPerTrigger``, when Spark ignores it)."""
+    if not options.get("minOffsetsPerTrigger"):
+        return 0.0
+    return int(parse_trigger(options.get("maxTriggerDelay", "15m")).removesuffix(" milliseconds")) / 1000
+
+
+def run_freshness(
+    spark,
+    options: dict[str, str],
+    checkpoint: str,
+    bootstrap: str,
+    topic: str,
+    rate: float,
+    seconds: float,
+    buckets: int = BUCKETS,
+    warmup: float = 5.0,
+) -> list[float]:
+    """Churn events sent at ``rate``/s for ``seconds`` (kafka-python, acks=1, as bench/streaming.py's freshness
+    phase) to ``topic``, a new topic of one partition (event i at offset i), while the query runs: each event's
+    seconds from its send to the end of the ``foreachBatch`` holding it, sorted (the first ``warmup`` s apart)."""
+    gen = EventGenerator(topics=10, partitions=1000, brokers=6, seed=2)
+    for _ in gen.bootstrap():
+        pass
+    churn = gen.churn(10**9)
+    query = LiveQuery(spark, options, checkpoint, buckets)
+    opts = {"bootstrap.servers": bootstrap, "topic": topic}
+    producer = make_producer(opts, acks=1, linger_ms=50, max_in_flight_requests_per_connection=1)
+    sent: list[float] = []  # monotonic send time of event i
+    try:
+        query.wait_quiet()
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            delay = started + len(sent) / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            sent.append(time.monotonic())
+            producer.send(topic, key=b"x", value=next(churn))
+            if len(sent) % 20 == 0:
+                producer.flush()
+        producer.flush()
+        last = len(sent) - 1
+        query.wait_until(lambda: bool(query.finished) and query.finished[-1][2] >= last, "the last fresh event")
+    finally:
+        producer.close()
+        query.stop()
+    latencies, batch = [], 0
+    for offset, when in enumerate(sent):
+        while query.finished[batch][2] < offset:
+            batch += 1
+        if when >= started + warmup:
+            latencies.append(query.finished[batch][0] - when)
+    return sorted(latencies)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """The ``fraction`` percentile of ascending values, as bench/streaming.py's freshness phase takes it."""
+    return sorted_values[max(0, int(len(sorted_values) * fraction) - 1)]
 
 
 def summary(label: str, batches: list[tuple[int, int, int, int]], stages: str = "read") -> None:
@@ -278,6 +377,26 @@ def spark_session(jars: list[str], jit: str, shuffle_partitions: int):
     return spark
 
 
+def storm_figures(results: list[tuple[float, list[int]]], label: str) -> dict[str, object]:
+    """Print each storm's latency and batches, then min / median; the figures for ``--json-out``."""
+    for seconds, taken in results:
+        print(f"  {label}: {seconds:.2f} s after its last record, batches of {taken} routed rows", flush=True)
+    latencies = [seconds for seconds, _ in results]
+    median = statistics.median(latencies)
+    one_batch = sum(len(taken) == 1 for _, taken in results)
+    print(
+        f"{label}: Spark alone, last record -> sink min {min(latencies):.2f} s, median {median:.2f} s; "
+        f"{one_batch} of {len(results)} storms in one batch",
+        flush=True,
+    )
+    return {
+        "storm_s": latencies,
+        "storm_median_s": median,
+        "storm_batches": [taken for _, taken in results],
+        "storms_in_one_batch": one_batch,
+    }
+
+
 def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: list[bytes], topic: str, work: str):
     """``--stages live``: storms and single records published while the query runs; each one's latency."""
     create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
@@ -290,20 +409,119 @@ def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: 
     )
     options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", "topic": topic}
     headers = args.routing == "headers"
-    results = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines] * args.storms, headers)
-    for seconds, taken in results:
-        print(f"  storm: {seconds:.2f} s after its last record, batches of {taken} routed rows", flush=True)
-    latencies = [seconds for seconds, _ in results]
-    median = statistics.median(latencies)
-    print(
-        f"storm (live): Spark alone, last record -> sink min {min(latencies):.2f} s, median {median:.2f} s", flush=True
+    results = run_live(
+        spark, options, f"{work}/live", bootstrap, topic, [lines] * args.storms, args.buckets, headers=headers
     )
+    figures = storm_figures(results, "storm (live)")
+    median = figures["storm_median_s"]
     print(f"storm (live): Spark alone, ratio of the median to the 2 s target {median / 2:.2f}", flush=True)
-    floors = run_live(spark, options, f"{work}/live", bootstrap, topic, [lines[:1]] * args.floor_batches, headers)
-    floor = statistics.median(seconds for seconds, _ in floors)
-    print(f"floor (live): one record -> sink median {floor:.2f} s", flush=True)
-    print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
+    if args.floor_batches:
+        floors = run_live(
+            spark,
+            options,
+            f"{work}/live",
+            bootstrap,
+            topic,
+            [lines[:1]] * args.floor_batches,
+            args.buckets,
+            headers=headers,
+        )
+        figures["floor_median_s"] = statistics.median(seconds for seconds, _ in floors)
+        print(f"floor (live): one record -> sink median {figures['floor_median_s']:.2f} s", flush=True)
+    figures["load_end"] = os.getloadavg()[0]
+    print(f"load at the end {figures['load_end']:.1f}", flush=True)
     spark.stop()
+    return figures
+
+
+def batch_waits(text: str, storm_records: int) -> list[tuple[int, str]]:
+    """``--batch-waits``: ``MIN:DELAY,...`` (MIN ``storm``: the storm's record count) as (min offsets, delay)."""
+    waits = []
+    for item in filter(None, text.split(",")):
+        least, _, delay = item.partition(":")
+        if not delay:
+            raise SystemExit(f"--batch-waits: MIN:DELAY, e.g. storm:500ms, got {item!r}")
+        waits.append((storm_records if least == "storm" else int(least), delay))
+    return waits
+
+
+def wait_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: list[bytes], tag: str, work: str):
+    """``--stages wait``: for no wait, then each ``--batch-waits``, the storms (``--stages live``) and freshness at
+    ``--rate``; one Spark session, a new topic and query for each."""
+    spark = spark_session(jars, args.jit, 1)
+    print(
+        f"kafka-native, JIT {args.jit}, stages wait (trigger 250 ms), {len(lines):,} records a storm, "
+        f"{args.event_partitions} event-topic partitions, freshness at {args.rate:g}/s for {args.seconds:g} s, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    variants: list[tuple[str, dict[str, str]]] = [("no wait", {})]
+    for least, delay in batch_waits(args.batch_waits, len(lines)):
+        label = f"minOffsetsPerTrigger {least}, maxTriggerDelay {delay}"
+        variants.append((label, {"minOffsetsPerTrigger": str(least), "maxTriggerDelay": delay}))
+    out: dict[str, object] = {}
+    for index, (label, wait) in enumerate(variants):
+        storm_topic, fresh_topic = f"wait-storm-{tag}-{index}", f"wait-fresh-{tag}-{index}"
+        create_topic({"bootstrap.servers": bootstrap}, storm_topic, args.event_partitions)
+        create_topic({"bootstrap.servers": bootstrap}, fresh_topic, 1)
+        base = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", **wait}
+        print(f"{label}: load {os.getloadavg()[0]:.1f}", flush=True)
+        results = run_live(
+            spark,
+            {**base, "topic": storm_topic},
+            f"{work}/wait-storm-{index}",
+            bootstrap,
+            storm_topic,
+            [lines] * args.storms,
+            args.buckets,
+        )
+        figures = storm_figures(results, f"{label}, storm")
+        latencies = run_freshness(
+            spark,
+            {**base, "topic": fresh_topic},
+            f"{work}/wait-fresh-{index}",
+            bootstrap,
+            fresh_topic,
+            args.rate,
+            args.seconds,
+            args.buckets,
+        )
+        figures["fresh_p50_s"] = latencies[len(latencies) // 2]
+        figures["fresh_p99_s"] = latencies[int(len(latencies) * 0.99) - 1]
+        figures["load"] = os.getloadavg()[0]
+        print(
+            f"{label}: freshness at {args.rate:g}/s (send -> sink) p50 {figures['fresh_p50_s']:.2f} s, "
+            f"p99 {figures['fresh_p99_s']:.2f} s; load {figures['load']:.1f}",
+            flush=True,
+        )
+        out[label] = figures
+    spark.stop()
+    return out
+
+
+def cap_main(args: argparse.Namespace, jars: list[str], bootstrap: str, work: str) -> dict[str, object]:
+    """``--stages batch --topic T``: Spark alone's events/s cap over an existing topic (e.g. bench/streaming.py's
+    churn) read ``--max-offsets-per-trigger`` a batch, back to back: the routed rows of the batches after the first
+    over their ``triggerExecution``."""
+    spark = spark_session(jars, args.jit, 1)
+    print(
+        f"{args.source}, JIT {args.jit}, stages batch, topic {args.topic} read {args.max_offsets_per_trigger:,} a "
+        f"batch, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    options = {
+        "bootstrap.servers": bootstrap,
+        "startingOffsets": "earliest",
+        "topic": args.topic,
+        "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger),
+    }
+    batches = run_query(spark, args.source, options, args.batches, f"{work}/cap", "batch", args.buckets)
+    summary("batch", batches, "batch")
+    later = batches[1:] or batches
+    rate = sum(rows for rows, _, _ in later) / (sum(ms for _, _, ms in later) / 1000)
+    print(f"Spark alone's cap: {rate:,.0f} events/s (the batches after the first)", flush=True)
+    spark.stop()
+    return {"batches": batches, "events_per_s": rate, "load_end": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -312,16 +530,19 @@ def main() -> None:
     ap.add_argument("--jit", choices=("c1", "c2"), default="c1", help="c1: as the job runs (C1 only)")
     ap.add_argument(
         "--stages",
-        choices=("read", "batch", "live"),
+        choices=("read", "batch", "live", "wait"),
         default="read",
-        help="read: the read stage; batch: the job's stages; live: the job's stages, storms published while it runs",
+        help="read: the read stage; batch: the job's stages; live: the job's stages, storms published while it "
+        "runs; wait: live and freshness without and with --batch-waits",
     )
     ap.add_argument("--bootstrap-servers", help="an existing broker (default: start a 1-broker Kafka)")
     ap.add_argument("--partitions", type=int, default=1_000_000, help="metadata partitions of the storm's cluster")
     ap.add_argument("--storm-partitions", type=int, default=100_000)
+    ap.add_argument("--lines-file", help="the storm's records, one a line (default: a fence on --partitions)")
     ap.add_argument("--event-partitions", type=int, default=8, help="partitions of the event topic")
+    ap.add_argument("--buckets", type=int, default=BUCKETS, help="the routing's buckets")
     ap.add_argument("--storms", type=int, default=4)
-    ap.add_argument("--floor-batches", type=int, default=6)
+    ap.add_argument("--floor-batches", type=int, default=6, help="live: one-record batches after the storms (0: none)")
     ap.add_argument(
         "--routing",
         choices=("json", "headers", "both"),
@@ -329,85 +550,120 @@ def main() -> None:
         help="kafka-native: route each line from its JSON, from elrwatch's routing headers, or both in turn",
     )
     ap.add_argument("--rounds", type=int, default=1, help="storm queries of each routing, taken in turn")
+    ap.add_argument("--topic", help="batch: read this existing topic (Spark alone's cap) instead of storms")
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=100_000, help="batch with --topic: a batch's cap")
+    ap.add_argument("--batches", type=int, default=3, help="batch with --topic: batches read")
+    ap.add_argument(
+        "--batch-waits",
+        default="storm:500ms,storm:1s",
+        help="wait: MIN:DELAY,... minOffsetsPerTrigger and maxTriggerDelay to measure beside no wait (MIN storm: "
+        "the storm's record count)",
+    )
+    ap.add_argument("--rate", type=float, default=1000.0, help="wait: freshness events/s")
+    ap.add_argument("--seconds", type=float, default=35.0, help="wait: freshness duration (the first 5 s apart)")
+    ap.add_argument("--json-out", help="write the figures here as JSON (live, wait, batch with --topic)")
     args = ap.parse_args()
 
     jars = sorted(glob.glob(str(SPARK_JARS / "*.jar")))
     if args.source == "kafka-native" and not jars:
         raise SystemExit(f"--source kafka-native needs Spark's Kafka connector in {SPARK_JARS} (make spark-jars)")
+    if args.stages in ("live", "wait") and args.source != "kafka-native":
+        raise SystemExit(f"--stages {args.stages} runs the job's default source, kafka-native")
+    if args.stages in ("live", "wait") and args.storms < 2:
+        raise SystemExit(f"--stages {args.stages} needs --storms of 2 or more (the first warms up)")
+    if args.stages == "live" and args.floor_batches == 1:
+        raise SystemExit("--stages live needs --floor-batches of 0 or 2 or more (the first warms up)")
+    if args.topic and args.stages != "batch":
+        raise SystemExit("--topic is for --stages batch")
     kafka = None
     if args.bootstrap_servers is None:
         kafka = KafkaCluster(brokers=1).start()
     bootstrap = args.bootstrap_servers or kafka.bootstrap
     work = f"/tmp/elrwatch-read-stage-{uuid.uuid4().hex[:8]}"
+    figures: dict[str, object] | None = None
     try:
-        lines = storm_lines(args.partitions, args.storm_partitions)
+        if args.lines_file:
+            lines = [line for line in Path(args.lines_file).read_bytes().splitlines() if line]
+        else:
+            lines = storm_lines(args.partitions, args.storm_partitions)
         tag = uuid.uuid4().hex[:8]
         if args.routing != "json" and args.source != "kafka-native":
             raise SystemExit("--routing headers and both: Spark's Kafka source, --source kafka-native")
+        if args.routing == "both" and args.stages != "batch" and args.stages != "read":
+            raise SystemExit(f"--stages {args.stages} takes --routing json or headers")
         if args.stages == "live":
-            if args.routing == "both":
-                raise SystemExit("--stages live takes --routing json or headers")
-            if args.source != "kafka-native":
-                raise SystemExit("--stages live runs the job's default source, kafka-native")
-            if args.storms < 2 or args.floor_batches < 2:
-                raise SystemExit("--stages live needs --storms and --floor-batches of 2 or more (the first warms up)")
-            live_main(args, jars, bootstrap, lines, f"live-{tag}", work)
-            return
-        routings = ("json", "headers") if args.routing == "both" else (args.routing,)
-        storm_topics = {routing: f"read-stage-storm-{routing}-{tag}" for routing in routings}
-        floor_topic = f"read-stage-floor-{tag}"
-        for topic in (*storm_topics.values(), floor_topic):
-            create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
-        for routing, topic in storm_topics.items():
-            for _ in range(args.storms):
-                JvmProducer(bootstrap, topic, headers=routing == "headers").send(lines)
-        floor_records = args.event_partitions * args.floor_batches
-        floor_lines = lines[:: max(1, len(lines) // floor_records)][:floor_records]
-        JvmProducer(bootstrap, floor_topic, headers=routings[0] == "headers").send(floor_lines)
-
-        # --stages batch: one state task and the state store, as the job runs locally (streaming/query.py)
-        spark = spark_session(jars, args.jit, 1 if args.stages == "batch" else BUCKETS)
-        print(
-            f"{args.source}, JIT {args.jit}, stages {args.stages}, {args.routing} routing, {len(lines):,} records a "
-            f"storm, {args.event_partitions} event-topic partitions, load {os.getloadavg()[0]:.1f}",
-            flush=True,
-        )
-        base = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
-        for routing, topic in storm_topics.items():
-            print(f"storm ({routing}): {with_route_header(spark, bootstrap, topic):,} records with the route header")
-        storms: dict[str, list[tuple[int, int, int, int]]] = {routing: [] for routing in routings}
-        for round_ in range(args.rounds):
-            for routing, topic in storm_topics.items():
-                batches = run_query(
-                    spark,
-                    args.source,
-                    {**base, "topic": topic, "maxOffsetsPerTrigger": str(len(lines))},
-                    args.storms,
-                    f"{work}/storm-{routing}-{round_}",
-                    args.stages,
-                )
-                storms[routing].extend(batches if not storms[routing] else batches[1:])  # one warm-up batch
-                whole, cpu = [batch[2] for batch in batches], [batch[3] for batch in batches]
-                print(f"  round {round_ + 1}, {routing}: whole batch {whole} ms, JVM CPU {cpu} ms", flush=True)
-        for routing in routings:
-            summary("storm" if len(routings) == 1 else f"storm ({routing})", storms[routing], args.stages)
-        if len(routings) == 2:
-            compare(storms["json"], storms["headers"], args.stages)
-        floor = run_query(
-            spark,
-            args.source,
-            {**base, "topic": floor_topic, "maxOffsetsPerTrigger": str(args.event_partitions)},
-            args.floor_batches,
-            f"{work}/floor",
-            args.stages,
-        )
-        summary("floor", floor, args.stages)
-        print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
-        spark.stop()
+            figures = live_main(args, jars, bootstrap, lines, f"live-{tag}", work)
+        elif args.stages == "wait":
+            figures = wait_main(args, jars, bootstrap, lines, tag, work)
+        elif args.topic:
+            figures = cap_main(args, jars, bootstrap, work)
+        else:
+            storms_and_floor(args, jars, bootstrap, lines, tag, work)
+        if args.json_out and figures is not None:
+            Path(args.json_out).write_text(json.dumps(figures))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if kafka is not None:
             kafka.stop()
+
+
+def storms_and_floor(
+    args: argparse.Namespace, jars: list[str], bootstrap: str, lines: list[bytes], tag: str, work: str
+):
+    """``--stages read`` / ``batch``: ``--storms`` storm batches (per routing, ``--rounds`` times in turn), then
+    ``--floor-batches`` of a few records."""
+    routings = ("json", "headers") if args.routing == "both" else (args.routing,)
+    storm_topics = {routing: f"read-stage-storm-{routing}-{tag}" for routing in routings}
+    floor_topic = f"read-stage-floor-{tag}"
+    for topic in (*storm_topics.values(), floor_topic):
+        create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
+    for routing, topic in storm_topics.items():
+        for _ in range(args.storms):
+            JvmProducer(bootstrap, topic, headers=routing == "headers").send(lines)
+    floor_records = args.event_partitions * args.floor_batches
+    floor_lines = lines[:: max(1, len(lines) // floor_records)][:floor_records]
+    JvmProducer(bootstrap, floor_topic, headers=routings[0] == "headers").send(floor_lines)
+
+    # --stages batch: one state task and the state store, as the job runs locally (streaming/query.py)
+    spark = spark_session(jars, args.jit, 1 if args.stages == "batch" else BUCKETS)
+    print(
+        f"{args.source}, JIT {args.jit}, stages {args.stages}, {args.routing} routing, {len(lines):,} records a "
+        f"storm, {args.event_partitions} event-topic partitions, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    base = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
+    for routing, topic in storm_topics.items():
+        print(f"storm ({routing}): {with_route_header(spark, bootstrap, topic):,} records with the route header")
+    storms: dict[str, list[tuple[int, int, int, int]]] = {routing: [] for routing in routings}
+    for round_ in range(args.rounds):
+        for routing, topic in storm_topics.items():
+            batches = run_query(
+                spark,
+                args.source,
+                {**base, "topic": topic, "maxOffsetsPerTrigger": str(len(lines))},
+                args.storms,
+                f"{work}/storm-{routing}-{round_}",
+                args.stages,
+            )
+            storms[routing].extend(batches if not storms[routing] else batches[1:])  # one warm-up batch
+            whole, cpu = [batch[2] for batch in batches], [batch[3] for batch in batches]
+            print(f"  round {round_ + 1}, {routing}: whole batch {whole} ms, JVM CPU {cpu} ms", flush=True)
+    for routing in routings:
+        summary("storm" if len(routings) == 1 else f"storm ({routing})", storms[routing], args.stages)
+    if len(routings) == 2:
+        compare(storms["json"], storms["headers"], args.stages)
+    floor = run_query(
+        spark,
+        args.source,
+        {**base, "topic": floor_topic, "maxOffsetsPerTrigger": str(args.event_partitions)},
+        args.floor_batches,
+        f"{work}/floor",
+        args.stages,
+        args.buckets,
+    )
+    summary("floor", floor, args.stages)
+    print(f"load at the end {os.getloadavg()[0]:.1f}", flush=True)
+    spark.stop()
 
 
 if __name__ == "__main__":

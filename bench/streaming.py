@@ -22,6 +22,13 @@ with its target.
   RSS: peak resident memory of the whole job (Python driver + JVM + Python workers) with that state.
   Then, after ``--idle-seconds`` of nothing (default 75: Spark stops Python workers idle for 60 s), one record to
   the gauges: the first batch of an incident after a quiet minute.
+* Spark alone, beside the job in the same run (the storm and throughput phases, on the same broker and event-topic
+  layout): ``bench/read_stage.py``, the job's own stages (Spark's Kafka source, the JVM routing,
+  ``groupBy(bucket).applyInPandasWithState`` with a state function that only counts rows, RocksDB state,
+  ``foreachBatch``) as a subprocess. Storm: ``--stages live`` over the settled storm's own records (same trigger,
+  published while its query runs; median of 3 after a warm-up storm), from the last acked record to the end of the
+  ``foreachBatch`` holding its last row. Throughput: ``--stages batch`` over the churn's copy topic, read 100k a batch:
+  Spark alone's events/s cap. Each figure is printed with the job's ratio to it.
 * restart: the job is SIGKILLed and restarted from its checkpoint with the big state; seconds from the
   restart to the first completed batch. ``--cold-restart`` drops the page cache first (root), as on a rebooted
   node: every jar, module, archive and state file is read from disk again.
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -228,6 +236,7 @@ def print_breakdown(
 
 EXTRA_JOB_ARGS: list[str] = []  # --job-args
 STORM_PRODUCER = ["jvm"]  # --storm-producer
+ROUTE_HEADERS = [True]  # --no-route-headers: the storm's records without elrwatch's routing headers (the JSON route)
 EVENT_PARTITIONS = [0]  # --event-partitions (0: one per 125k metadata partitions, at least 2)
 
 
@@ -309,6 +318,77 @@ def report(name: str, value: float, unit: str, target: str, ok: bool | None) -> 
     print(f"{name:<52} {value:>12,.2f} {unit:<10} target {target}{verdict}", flush=True)
 
 
+READ_STAGE = HERE / "read_stage.py"
+
+
+def spark_alone(workdir: str, name: str, *args: str) -> dict:
+    """``bench/read_stage.py args`` (Spark alone: the job's stages with a state function that only counts rows) as a
+    subprocess, its lines printed indented; the figures it writes with ``--json-out``."""
+    out = os.path.join(workdir, f"spark-alone-{name}.json")
+    log = os.path.join(workdir, f"spark-alone-{name}.log")
+    print(f"Spark alone ({name}): python bench/read_stage.py {shlex.join(args)}", flush=True)
+    with open(log, "w") as handle:
+        code = subprocess.run(
+            [sys.executable, str(READ_STAGE), *args, "--json-out", out],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            timeout=3600,
+            check=False,
+        ).returncode
+    text = Path(log).read_text(errors="replace")
+    for line in text.splitlines():
+        if " WARN " not in line and not line.startswith(
+            ("WARNING", "Using Spark's default log4j", "Setting default log level", "To adjust logging")
+        ):
+            print(f"  [spark alone] {line[:300]}", flush=True)
+    if code != 0 or not os.path.exists(out):
+        raise RuntimeError(f"Spark alone ({name}) failed (exit {code}); its log: {log}\n{text[-3000:]}")
+    return json.loads(Path(out).read_text())
+
+
+def spark_alone_storm(kafka: KafkaCluster, workdir: str, partitions: int, lines: list[bytes]) -> dict:
+    """Spark alone over the settled storm's records (``--stages live``, 3 storms after a warm-up one, then 3 single
+    records after a warm-up one), on its own topic laid out as the job's event topic."""
+    lines_file = os.path.join(workdir, "settled-storm.jsonl")
+    Path(lines_file).write_bytes(b"\n".join(line.rstrip(b"\n") for line in lines) + b"\n")
+    return spark_alone(
+        workdir,
+        "storm",
+        "--stages",
+        "live",
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--lines-file",
+        lines_file,
+        "--event-partitions",
+        str(event_topic_partitions(partitions)),
+        "--buckets",
+        "4",
+        "--storms",
+        "4",
+        "--floor-batches",
+        "4",
+        "--routing",
+        "headers" if ROUTE_HEADERS[0] else "json",
+    )
+
+
+def print_storm_ratio(source: str, job: dict, alone: dict) -> None:
+    """The settled storm and the floor, the job against Spark alone in the same run."""
+    x, y = job["storm_s"], alone["storm_median_s"]
+    print(
+        f"storm → gauges (--source {source}): job {x:.2f} s, Spark alone {y:.2f} s, ratio {x / y:.2f} "
+        "(target ≤ 1.5, then ≤ 1.2)",
+        flush=True,
+    )
+    if "floor_median_s" in alone:
+        x, y = job["floor_s"], alone["floor_median_s"]
+        print(
+            f"one record → gauges (--source {source}): job {x:.2f} s, Spark alone {y:.2f} s, ratio {x / y:.2f}",
+            flush=True,
+        )
+
+
 # ------------------------------------------------------------------------------------------------ phases
 
 
@@ -354,7 +434,7 @@ def publish(kafka: KafkaCluster, topic: str, lines: Iterable[bytes]) -> tuple[in
     producer's start, who published)."""
     began = time.monotonic()
     if STORM_PRODUCER[0] == "jvm":
-        sent = JvmProducer(kafka.bootstrap, topic).send(lines)[0]
+        sent = JvmProducer(kafka.bootstrap, topic, headers=ROUTE_HEADERS[0]).send(lines)[0]
         return sent, time.monotonic() - began, "Kafka ConsoleProducer (JVM)"
     opts = {"bootstrap.servers": kafka.bootstrap, "topic": topic}
     producer = fast_producer(opts)
@@ -444,6 +524,7 @@ def phase_throughput(
         )
     n_sent, seconds, who = publish(kafka, topic, churn)
     print(f"throughput: {n_sent:,} churn events produced in {seconds:.1f}s by {who}", flush=True)
+    rates: dict[str, float] = {}  # source -> the job's sustained events/s
     for source in sources:
         job = Job(workdir, f"throughput-{source}", **job_options(source), max_records_per_batch=THROUGHPUT_BATCH_CAP)
         peak = RssPeak(job.proc.pid)
@@ -454,6 +535,7 @@ def phase_throughput(
             continue
         (t0, _, e0), (t1, _, e1) = batches[0], batches[-1]
         rate = (e1 - e0) / (t1 - t0)  # by the batches' log lines, each after its store write (as before)
+        rates[source] = rate
         report(
             f"stream sustained on {partitions:,} partitions, --source {source} (churn batches 2..n)",
             rate,
@@ -483,6 +565,30 @@ def phase_throughput(
         )
         report(f"  RSS peak during the churn, {partitions:,} partitions", peak.mb, "MB", "<= 2,000", peak.mb <= 2000)
         peak.print_at_peak("the churn's peak")
+    # Spark alone over the same churn records (the copy topic, same layout), read as the job reads them
+    alone = spark_alone(
+        workdir,
+        "throughput",
+        "--stages",
+        "batch",
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--topic",
+        raw_topic,
+        "--max-offsets-per-trigger",
+        str(THROUGHPUT_BATCH_CAP),
+        "--batches",
+        str(max(2, n_churn // THROUGHPUT_BATCH_CAP)),
+        "--buckets",
+        "2",
+    )
+    cap = alone["events_per_s"]
+    for source, rate in rates.items():
+        print(
+            f"throughput (--source {source}): job {rate:,.0f} events/s, Spark alone's cap {cap:,.0f} events/s, "
+            f"ratio {rate / cap:.2f} (target ≥ 0.7)",
+            flush=True,
+        )
 
 
 def phase_freshness(kafka: KafkaCluster, workdir: str, rate: float, seconds: float, buckets: int = 2) -> None:
@@ -572,9 +678,11 @@ def phase_storm_restart(
     source: str = "kafka",
     spark: SparkCluster | None = None,
     idle_s: float = 0.0,
-) -> None:
+) -> dict:
     """The load, the storm and (``restart``) a restart, with ``--source source``; ``spark``: on that standalone
-    cluster (snapshot state mode with a --state-dir every executor shares), else local mode."""
+    cluster (snapshot state mode with a --state-dir every executor shares), else local mode. Returns the settled
+    storm's figures: ``storm_s`` (its last record -> gauges), ``floor_s`` (one record -> gauges) and ``lines`` (its
+    records, for Spark alone)."""
     where = f"--source {source}, " + ("2-worker cluster" if spark else "local mode")
     print(f"storm ({where}):", flush=True)
     name = f"storm-{source}-{'cluster' if spark else 'local'}"
@@ -590,7 +698,7 @@ def phase_storm_restart(
     jvm_producer = STORM_PRODUCER[0] == "jvm"
     t = time.monotonic()
     if jvm_producer:
-        res_sent = JvmProducer(kafka.bootstrap, topic).send(gen.bootstrap())[0]
+        res_sent = JvmProducer(kafka.bootstrap, topic, headers=ROUTE_HEADERS[0]).send(gen.bootstrap())[0]
     else:
         res_sent = produce_lines(opts, topic, gen.bootstrap(), out=None, producer=producer).sent
     print(
@@ -623,12 +731,13 @@ def phase_storm_restart(
     # Python workers and a bigger JVM behind: a higher steady state (docs/PERFORMANCE.md, "Tried and dropped").
     job = Job(workdir, name, **options)
     producers: list[JvmProducer] = []
+    settled: dict = {}  # the settled storm's figures and records (returned)
 
     def new_producer() -> JvmProducer | None:
         """A ConsoleProducer JVM started ahead of its (one) burst, so that its start is not timed."""
         if not jvm_producer:
             return None
-        producers.append(JvmProducer(kafka.bootstrap, topic))
+        producers.append(JvmProducer(kafka.bootstrap, topic, headers=ROUTE_HEADERS[0]))
         time.sleep(3)
         return producers[-1]
 
@@ -694,7 +803,12 @@ def phase_storm_restart(
             )
             report(f"  {label}: ratio to the 2 s target", (seen["gauges"] - t_last) / 2.0, "x", "<= 1", None)
             report(f"  {label}: last record produced -> in the store (REST)", seen["store"] - t_last, "s", "-", None)
-            return {"gauges": seen["gauges"] - t_last, "store": seen["store"] - t_last, "lines": len(storm_lines)}
+            return {
+                "gauges": seen["gauges"] - t_last,
+                "store": seen["store"] - t_last,
+                "lines": len(storm_lines),
+                "records": storm_lines,
+            }
 
         # 1. The load (a new checkpoint reading an existing cluster's metadata: one batch of every record), and the
         # first storm as soon as the load shows in the gauges: it must not wait for the load's store write.
@@ -760,6 +874,7 @@ def phase_storm_restart(
         # 3. The storm on a settled job (its store caught up).
         storm_peak = RssPeak(job.proc.pid, baseline_mb=after_load, extra_roots=extra_roots)
         storm = storm_to_gauges(1, 2, "storm", new_producer())
+        settled.update(storm_s=storm["gauges"], floor_s=floor, lines=storm["records"])
         report("  storm: ratio to the floor", storm["gauges"] / max(floor, 1e-3), "x", "-", None)
         storm_peak.sample()
         peak = storm_peak.mb
@@ -783,7 +898,7 @@ def phase_storm_restart(
             report(f"one record after {idle_s:.0f} s idle -> gauges", after_idle, "s", "-", None)
             report("  ratio to the floor", after_idle / max(floor, 1e-3), "x", "-", None)
         if not restart:
-            return
+            return settled
         # Kill the job once Spark has committed the storm's batch (its commit log file): killed before, the
         # restarted job re-runs that whole batch first (correct, exactly once: the store skips it, but it times
         # the storm again rather than the restart).
@@ -831,6 +946,7 @@ def phase_storm_restart(
         job.kill()
         job.print_batches(job.log_path.rsplit("/", 1)[-1].split("-")[0] + " job")
         producer.close()
+    return settled
 
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -929,6 +1045,12 @@ def main() -> None:
         "least 2); each is a read task of every micro-batch",
     )
     parser.add_argument(
+        "--no-route-headers",
+        action="store_true",
+        help="publish the ConsoleProducer's storms without elrwatch's routing headers (the job then reads each "
+        "line's JSON to route it; elrwatch's own producers always set them)",
+    )
+    parser.add_argument(
         "--storm-producer",
         choices=("jvm", "kafka-python"),
         default="jvm",
@@ -958,6 +1080,7 @@ def main() -> None:
     args = parser.parse_args()
     EXTRA_JOB_ARGS.extend(shlex.split(args.job_args))
     STORM_PRODUCER[0] = args.storm_producer
+    ROUTE_HEADERS[0] = not args.no_route_headers
     EVENT_PARTITIONS[0] = args.event_partitions
     phases = set(args.phases.split(","))
     if args.partitions < 1 or args.storm_partitions < 1:
@@ -985,6 +1108,7 @@ def main() -> None:
             if "freshness" in phases:
                 phase_freshness(kafka, workdir, args.rate, args.seconds, args.fresh_buckets)
             if "storm" in phases or "restart" in phases:
+                alone: dict | None = None  # Spark alone over the settled storm, once a run
                 for master in args.masters.split(","):
                     for source in sources:
                         with contextlib.ExitStack() as stack:
@@ -998,7 +1122,7 @@ def main() -> None:
                                         base_dir=os.path.join(workdir, f"spark-{source}"),
                                     )
                                 )
-                            phase_storm_restart(
+                            settled = phase_storm_restart(
                                 kafka,
                                 workdir,
                                 args.partitions,
@@ -1009,6 +1133,10 @@ def main() -> None:
                                 spark=spark,
                                 idle_s=args.idle_seconds,
                             )
+                        if master == "local":  # the job has stopped: Spark alone on the same broker, then ratios
+                            if alone is None:
+                                alone = spark_alone_storm(kafka, workdir, args.partitions, settled["lines"])
+                            print_storm_ratio(source, settled, alone)
     except BaseException:
         print(f"work directory kept for inspection (job logs, store, checkpoint): {workdir}", flush=True)
         raise

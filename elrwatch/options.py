@@ -113,6 +113,23 @@ MetricsHost = Annotated[str, option("--metrics-host", "Address of the metrics en
 Trigger = Annotated[str, option("--trigger", "Micro-batch interval, e.g. 1s, 500 milliseconds.")]
 Buckets = Annotated[int, option("--buckets", "State groups (partitions hashed over them).", min=1)]
 MaxRecordsPerBatch = Annotated[int | None, option("--max-records-per-batch", "Cap on events per micro-batch.", min=1)]
+MinRecordsPerBatch = Annotated[
+    int | None,
+    option(
+        "--min-records-per-batch",
+        "kafka-native: a micro-batch waits for this many events or --max-batch-delay (Spark's minOffsetsPerTrigger; "
+        "default: no wait; not with --available-now).",
+        min=1,
+    ),
+]
+MaxBatchDelay = Annotated[
+    str | None,
+    option(
+        "--max-batch-delay",
+        "kafka-native, with --min-records-per-batch: the longest wait for them, e.g. 1s (Spark's maxTriggerDelay, "
+        "default 15m).",
+    ),
+]
 StartingOffsets = Annotated[
     str, option("--starting-offsets", 'earliest, latest or JSON {"topic":{"0":42}} (new checkpoints only).')
 ]
@@ -378,6 +395,8 @@ JOB_OPTIONS = OptionGroup(
             Opt("checkpoint", Checkpoint, JOB.checkpoint),
             Opt("trigger", Trigger, JOB.trigger),
             Opt("max_records_per_batch", MaxRecordsPerBatch, JOB.max_records_per_batch),
+            Opt("min_records_per_batch", MinRecordsPerBatch, JOB.min_records_per_batch),
+            Opt("max_batch_delay", MaxBatchDelay, JOB.max_batch_delay),
             Opt("available_now", AvailableNow, JOB.available_now),
         ),
         *panel(

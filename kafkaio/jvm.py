@@ -100,8 +100,9 @@ def native_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
         "kafka.max.poll.records": str(NATIVE_MAX_POLL_RECORDS),
         "includeHeaders": "true",  # the routing headers (kafkaio/headers.py): routed without reading the JSON
     }
-    if options.get("maxOffsetsPerTrigger"):
-        out["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]
+    for limit in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if options.get(limit):
+            out[limit] = options[limit]
     # PEM files: Kafka's Java client reads them with type PEM (by location, or the key store as values).
     if cfg.get("ssl_cafile"):
         out["kafka.ssl.truststore.type"] = "PEM"

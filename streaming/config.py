@@ -86,6 +86,8 @@ class JobConfig:
     trigger: str = "1s"
     buckets: int = 2
     max_records_per_batch: int | None = None
+    min_records_per_batch: int | None = None  # kafka-native: Spark's minOffsetsPerTrigger
+    max_batch_delay: str | None = None  # kafka-native, with min_records_per_batch: Spark's maxTriggerDelay
     starting_offsets: str = "earliest"
     available_now: bool = False
     default_min_isr: int | None = None
@@ -158,6 +160,25 @@ class JobConfig:
             opts.update(self.kafka.options(self.topic, startingOffsets=self.starting_offsets))
         if self.max_records_per_batch:
             opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
+        opts.update(self.batch_wait_options())
+        return opts
+
+    def batch_wait_options(self) -> dict[str, str]:
+        """Spark's Kafka source's wait for a fuller batch (``minOffsetsPerTrigger``, ``maxTriggerDelay``): none by
+        default, nor with ``--available-now`` (which reads what is there and stops: a delayed last batch would end it
+        early); ValueError for another source, or a delay without a minimum (Spark would ignore it)."""
+        if self.available_now or (self.min_records_per_batch is None and self.max_batch_delay is None):
+            return {}
+        if self.source != "kafka-native":
+            raise ValueError("--min-records-per-batch and --max-batch-delay need --source kafka-native")
+        if self.min_records_per_batch is None:
+            raise ValueError("--max-batch-delay needs --min-records-per-batch (Spark ignores a delay without it)")
+        opts = {"minOffsetsPerTrigger": str(self.min_records_per_batch)}
+        if self.max_batch_delay is not None:
+            millis = parse_trigger(self.max_batch_delay).removesuffix(" milliseconds")
+            if not millis.isdigit():
+                raise ValueError(f"--max-batch-delay: a duration such as 2s or 500ms, got {self.max_batch_delay!r}")
+            opts["maxTriggerDelay"] = f"{millis}ms"
         return opts
 
 
