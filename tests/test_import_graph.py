@@ -5,6 +5,8 @@ maps."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -78,7 +80,26 @@ def test_the_graph_covers_every_package() -> None:
     for package in ("elrwatch.state", "elrwatch.store", "elrwatch.streaming", "elrwatch.api.routers"):
         assert any(name.startswith(package) for name in graph), package
     assert "elrwatch.store" in graph["elrwatch.api.dependencies"]
-    assert "elrwatch.streaming.bucket" in graph["elrwatch.streaming.accelerators"]
+    assert "elrwatch.streaming.warm" in graph["elrwatch.streaming.accelerators"]
+
+
+def test_spark_s_session_starts_without_the_job_s_heavy_modules() -> None:
+    """`streaming.session` (Spark's JVM started while the rest of the job is imported) reaches neither the status
+    store (SQLAlchemy) nor the buckets (pandas, the core): importing those is what the JVM's start overlaps."""
+    graph = import_graph()
+    reached, todo = set(), ["elrwatch.streaming.session"]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    heavy = {n for n in reached if n.startswith(("elrwatch.store", "elrwatch.state", "elrwatch.streaming.bucket"))}
+    assert heavy == {"elrwatch.store.urls"}, sorted(heavy)  # the store URLs' masking: no SQLAlchemy
+    code = (
+        "import sys, elrwatch.streaming.session; print(sorted({'sqlalchemy', 'pandas', 'pyarrow'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_cycles_are_found() -> None:
