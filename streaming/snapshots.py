@@ -37,10 +37,9 @@ SNAPSHOT_SUFFIX = ".snap"
 #: A delta chunk file: one micro-batch's applied records (`SnapshotDir.write_chunk`).
 CHUNK_SUFFIX = ".delta"
 SNAPSHOTS_KEPT = 3  # per bucket, besides the one the loaded (committed) state references
-# Snapshot mode: when a bucket's delta (records applied since its snapshot) exceeds either bound, the worker
+# Snapshot mode: when a bucket's delta (records applied since its snapshot) would exceed either bound, the worker
 # writes a new snapshot. Rows (`config.DELTA_MAX_RECORDS`) bound the replay on a worker-cache miss (~10 µs per
-# record); bytes bound what every micro-batch ships through Arrow into the state store (~15 B per compressed
-# PartitionChangeRecord).
+# record); bytes bound the delta chunk files a load reads (~15 B per compressed PartitionChangeRecord).
 DELTA_MAX_BYTES = 4 << 20
 # A batch of at most this many records is quiet: past `QUIET_DELTA` records of delta, a quiet batch writes a
 # snapshot, so that a storm does not pay for it and a restart or a cache miss after it replays little. A
