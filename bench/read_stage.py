@@ -589,8 +589,10 @@ def main() -> None:
         tag = uuid.uuid4().hex[:8]
         if args.routing != "json" and args.source != "kafka-native":
             raise SystemExit("--routing headers and both: Spark's Kafka source, --source kafka-native")
-        if args.routing == "both" and args.stages != "batch" and args.stages != "read":
-            raise SystemExit(f"--stages {args.stages} takes --routing json or headers")
+        if args.routing == "both" and args.stages == "live":
+            raise SystemExit("--stages live takes --routing json or headers")
+        if args.routing != "json" and (args.stages == "wait" or args.topic):
+            raise SystemExit(f"--stages {args.stages} publishes or reads its own records: --routing json only")
         if args.stages == "live":
             figures = live_main(args, jars, bootstrap, lines, f"live-{tag}", work)
         elif args.stages == "wait":
