@@ -59,7 +59,7 @@ from elrwatch.kafkaio.headers import ROUTE_HEADER
 from elrwatch.state.eventgen import EventGenerator
 from elrwatch.streaming.accelerators import QUICK_START_OPTIONS
 from elrwatch.streaming.config import parse_trigger
-from elrwatch.streaming.route import route_in_jvm
+from elrwatch.streaming.route import group_keys, route_in_jvm
 from elrwatch.streaming.sources import ROUTE_BUCKETS_OPTION, read_stream
 
 SPARK_JARS = Path(__file__).resolve().parent.parent / ".tools" / "spark" / "jars"
@@ -77,27 +77,52 @@ def storm_lines(partitions: int, storm: int) -> list[bytes]:
     return list(gen.fence(1))
 
 
-def count_rows(key: tuple, frames, state):
-    """The state function of ``--stages batch``: counts its rows (touching the raw lines, as a bucket reads them)
-    and keeps the highest event-topic offset it saw (which tells a freshness run which events a batch held)."""
-    import pandas as pd
+def make_count_rows(cost_us: float = 0.0):
+    """The state function of ``--stages batch`` / ``live``: counts its rows (touching the raw lines, as a bucket reads
+    them), keeps the highest event-topic offset it saw (which tells a freshness run which events a batch held), and
+    names the Python worker that ran it (its pid: which worker Spark gave each bucket). ``cost_us``: pure-Python CPU
+    time spent per row while holding the GIL (``--state-cost-us``), a stand-in for a bucket's apply with none of
+    elrwatch's code."""
 
-    rows, last = 0, -1
-    for frame in frames:
-        rows += len(frame)
-        frame["rec"].to_numpy()
-        if len(frame):
-            last = max(last, int(frame["seq"].max()))
-    state.update(((state.get[0] if state.exists else 0) + rows,))
-    yield pd.DataFrame({"bucket": [int(key[0])], "rows": [rows], "last": [last]})
+    def count_rows(key: tuple, frames, state):
+        import os
+        import time
+
+        import pandas as pd
+
+        rows, last = 0, -1
+        for frame in frames:
+            rows += len(frame)
+            frame["rec"].to_numpy()
+            if len(frame):
+                last = max(last, int(frame["seq"].max()))
+        if cost_us and rows:
+            until = time.thread_time() + rows * cost_us / 1e6
+            while time.thread_time() < until:
+                pass
+        state.update(((state.get[0] if state.exists else 0) + rows,))
+        yield pd.DataFrame({"bucket": [int(key[0])], "rows": [rows], "last": [last], "worker": [os.getpid()]})
+
+    return count_rows
 
 
-def counted_by_bucket(events):
-    """The job's state stage without elrwatch's state: ``groupBy(bucket)`` → ``applyInPandasWithState(count_rows)``."""
+def counted_by_bucket(events, cost_us: float = 0.0, state_tasks: int = 1, buckets: int = BUCKETS):
+    """The job's state stage without elrwatch's state: ``groupBy(bucket)`` → ``applyInPandasWithState`` of a state
+    function that only counts rows (`make_count_rows`). With several state tasks each bucket is grouped by the
+    job's key for it (`route.group_keys`: bucket ``b`` in task ``b % state_tasks``), so the tasks share the buckets
+    evenly, as the job's do."""
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    if state_tasks > 1:
+        keys = group_keys(buckets, state_tasks)  # the output's ``bucket`` is then the bucket's key
+        events = events.withColumn("bucket", F.element_at(F.array(*map(F.lit, keys)), F.col("bucket") + 1))
     return events.groupBy("bucket").applyInPandasWithState(
-        count_rows, "bucket int, rows long, last long", "rows long", "append", GroupStateTimeout.NoTimeout
+        make_count_rows(cost_us),
+        "bucket int, rows long, last long, worker long",
+        "rows long",
+        "append",
+        GroupStateTimeout.NoTimeout,
     )
 
 
@@ -158,17 +183,28 @@ class LiveQuery:
     the job's storm trigger; the end of each non-empty ``foreachBatch`` is recorded as it happens."""
 
     def __init__(
-        self, spark, options: dict[str, str], checkpoint: str, buckets: int = BUCKETS, trigger: str = "250 milliseconds"
+        self,
+        spark,
+        options: dict[str, str],
+        checkpoint: str,
+        buckets: int = BUCKETS,
+        trigger: str = "250 milliseconds",
+        cost_us: float = 0.0,
+        state_tasks: int = 1,
     ) -> None:
-        counted = counted_by_bucket(route_in_jvm(read_stream(spark, "kafka-native", options), buckets))
+        routed = route_in_jvm(read_stream(spark, "kafka-native", options), buckets)
+        counted = counted_by_bucket(routed, cost_us, state_tasks, buckets)
         self.finished: list[tuple[float, int, int]] = []  # (monotonic end of the sink, routed rows, last offset)
+        self.workers: list[dict[int, int]] = []  # per non-empty batch: bucket -> the Python worker (pid) that ran it
 
         def sink(frame, _batch_id: int) -> None:
-            rows, last = 0, -1
+            rows, last, workers = 0, -1, {}
             for row in frame.collect():
                 rows += row["rows"]
                 last = max(last, row["last"])
+                workers[row["bucket"]] = row["worker"]
             if rows:
+                self.workers.append(workers)
                 self.finished.append((time.monotonic(), rows, last))
 
         self.running = (
@@ -213,12 +249,16 @@ def run_live(
     storms: list[list[bytes]],
     buckets: int = BUCKETS,
     headers: bool = False,
+    cost_us: float = 0.0,
+    swaps: list[tuple[int, int]] | None = None,
+    state_tasks: int = 1,
 ) -> list[tuple[float, list[int]]]:
     """For each storm (published while the ``--stages batch`` query runs with a 250 ms trigger): (seconds from its
     last acknowledged record to the end of the foreachBatch holding its last row, the routed rows of each batch it
     took). The first storm also learns how many routed rows a storm makes: its batches until none for 3 s more than
-    the source's ``maxTriggerDelay`` (the longest a batch of its last records may wait)."""
-    query = LiveQuery(spark, options, checkpoint, buckets)
+    the source's ``maxTriggerDelay`` (the longest a batch of its last records may wait). ``swaps`` gets (buckets
+    run by another Python worker than in their previous batch, buckets run) over the query's batches."""
+    query = LiveQuery(spark, options, checkpoint, buckets, cost_us=cost_us, state_tasks=state_tasks)
     quiet_s = 3.0 + trigger_delay_s(options)
     finished = query.finished
     results: list[tuple[float, list[int]]] = []
@@ -250,7 +290,23 @@ def run_live(
             query.wait_quiet()
     finally:
         query.stop()
+    if swaps is not None:
+        swaps.append(worker_swaps(query.workers))
     return results
+
+
+def worker_swaps(batches: list[dict[int, int]]) -> tuple[int, int]:
+    """(buckets run by another Python worker than in their previous batch, buckets run after their first batch):
+    how often a bucket's state would have to move between workers if each worker kept the buckets it ran."""
+    last: dict[int, int] = {}
+    moved = runs = 0
+    for workers in batches:
+        for bucket, worker in workers.items():
+            if bucket in last:
+                runs += 1
+                moved += last[bucket] != worker
+            last[bucket] = worker
+    return moved, runs
 
 
 def trigger_delay_s(options: dict[str, str]) -> float:
@@ -400,19 +456,37 @@ def storm_figures(results: list[tuple[float, list[int]]], label: str) -> dict[st
 def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: list[bytes], topic: str, work: str):
     """``--stages live``: storms and single records published while the query runs; each one's latency."""
     create_topic({"bootstrap.servers": bootstrap}, topic, args.event_partitions)
-    spark = spark_session(jars, args.jit, 1)
+    spark = spark_session(jars, args.jit, args.state_tasks)
     print(
         f"kafka-native, JIT {args.jit}, stages live (trigger 250 ms), {args.routing} routing, "
         f"{len(lines):,} records a storm, "
-        f"{args.event_partitions} event-topic partitions, load {os.getloadavg()[0]:.1f}",
+        f"{args.event_partitions} event-topic partitions, {args.state_tasks} state task(s), state function "
+        f"{args.state_cost_us:g} us of Python CPU a row, load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", "topic": topic}
     headers = args.routing == "headers"
+    swaps: list[tuple[int, int]] = []
     results = run_live(
-        spark, options, f"{work}/live", bootstrap, topic, [lines] * args.storms, args.buckets, headers=headers
+        spark,
+        options,
+        f"{work}/live",
+        bootstrap,
+        topic,
+        [lines] * args.storms,
+        args.buckets,
+        headers=headers,
+        cost_us=args.state_cost_us,
+        swaps=swaps,
+        state_tasks=args.state_tasks,
     )
     figures = storm_figures(results, "storm (live)")
+    moved, runs = swaps[0]
+    figures["worker_swaps"], figures["bucket_runs"] = moved, runs
+    print(
+        f"storm (live): {moved} of {runs} bucket runs on another Python worker than the bucket's previous batch",
+        flush=True,
+    )
     median = figures["storm_median_s"]
     print(f"storm (live): Spark alone, ratio of the median to the 2 s target {median / 2:.2f}", flush=True)
     if args.floor_batches:
@@ -425,6 +499,8 @@ def live_main(args: argparse.Namespace, jars: list[str], bootstrap: str, lines: 
             [lines[:1]] * args.floor_batches,
             args.buckets,
             headers=headers,
+            cost_us=args.state_cost_us,
+            state_tasks=args.state_tasks,
         )
         figures["floor_median_s"] = statistics.median(seconds for seconds, _ in floors)
         print(f"floor (live): one record -> sink median {figures['floor_median_s']:.2f} s", flush=True)
@@ -561,6 +637,19 @@ def main() -> None:
     )
     ap.add_argument("--rate", type=float, default=1000.0, help="wait: freshness events/s")
     ap.add_argument("--seconds", type=float, default=35.0, help="wait: freshness duration (the first 5 s apart)")
+    ap.add_argument(
+        "--state-tasks",
+        type=int,
+        default=1,
+        help="live: spark.sql.shuffle.partitions, the state stage's tasks (the job runs 1 in local mode)",
+    )
+    ap.add_argument(
+        "--state-cost-us",
+        type=float,
+        default=0.0,
+        help="live: pure-Python CPU (µs) the state function spends per row holding the GIL, a stand-in for a "
+        "bucket's apply (elrwatch's: ≈ 15 µs a storm row at 1M partitions)",
+    )
     ap.add_argument("--json-out", help="write the figures here as JSON (live, wait, batch with --topic)")
     args = ap.parse_args()
 
@@ -575,6 +664,8 @@ def main() -> None:
         raise SystemExit("--stages live needs --floor-batches of 0 or 2 or more (the first warms up)")
     if args.topic and args.stages != "batch":
         raise SystemExit("--topic is for --stages batch")
+    if (args.state_tasks != 1 or args.state_cost_us) and args.stages != "live":
+        raise SystemExit("--state-tasks and --state-cost-us are for --stages live")
     kafka = None
     if args.bootstrap_servers is None:
         kafka = KafkaCluster(brokers=1).start()
