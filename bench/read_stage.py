@@ -594,7 +594,7 @@ def cap_main(args: argparse.Namespace, jars: list[str], bootstrap: str, work: st
     batches = run_query(spark, args.source, options, args.batches, f"{work}/cap", "batch", args.buckets)
     summary("batch", batches, "batch")
     later = batches[1:] or batches
-    rate = sum(rows for rows, _, _ in later) / (sum(ms for _, _, ms in later) / 1000)
+    rate = sum(batch[0] for batch in later) / (sum(batch[2] for batch in later) / 1000)  # rows / triggerExecution
     print(f"Spark alone's cap: {rate:,.0f} events/s (the batches after the first)", flush=True)
     spark.stop()
     return {"batches": batches, "events_per_s": rate, "load_end": os.getloadavg()[0]}
