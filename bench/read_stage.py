@@ -39,6 +39,7 @@ the event topic (the floor). Prints each batch's rows and read stage (ms), then 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -124,6 +125,18 @@ def counted_by_bucket(events, cost_us: float = 0.0, state_tasks: int = 1, bucket
         "append",
         GroupStateTimeout.NoTimeout,
     )
+
+
+def all_committed(checkpoint: str) -> bool:
+    """Every micro-batch Spark started on ``checkpoint`` (its offsets file) is committed (its commit file)."""
+
+    def newest(folder: str) -> int:
+        with contextlib.suppress(FileNotFoundError):
+            return max((int(n) for n in os.listdir(os.path.join(checkpoint, folder)) if n.isdigit()), default=-1)
+        return -1
+
+    started = newest("offsets")
+    return started >= 0 and newest("commits") == started
 
 
 def jvm_cpu_ms(spark) -> int:

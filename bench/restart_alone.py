@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from read_stage import BUCKETS, SPARK_JARS, counted_by_bucket, spark_session
+from read_stage import BUCKETS, SPARK_JARS, all_committed, counted_by_bucket, spark_session
 
 from elrwatch.devtools.kafka_cluster import KafkaCluster
 from elrwatch.kafkaio.clients import create_topic
@@ -69,18 +69,6 @@ def child(bootstrap: str, topic: str, checkpoint: str) -> None:
     )
     mark("query started")
     query.awaitTermination()
-
-
-def all_committed(checkpoint: str) -> bool:
-    """Every batch Spark started (its offsets file) has its commit file."""
-
-    def newest(folder: str) -> int:
-        try:
-            return max((int(n) for n in os.listdir(os.path.join(checkpoint, folder)) if n.isdigit()), default=-1)
-        except FileNotFoundError:
-            return -1
-
-    return newest("offsets") >= 0 and newest("offsets") == newest("commits")
 
 
 class Child:

@@ -64,6 +64,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from consume_raw import JvmProducer, consume_all, consume_all_jvm  # noqa: E402
+from read_stage import all_committed  # noqa: E402
 
 from elrwatch.devtools.kafka_cluster import KafkaCluster, free_port  # noqa: E402
 from elrwatch.devtools.processes import cli_options, elrwatch_command, remove_workdir  # noqa: E402
@@ -589,18 +590,6 @@ def phase_throughput(
             f"ratio {rate / cap:.2f} (target ≥ 0.7)",
             flush=True,
         )
-
-
-def all_committed(checkpoint: str) -> bool:
-    """Every micro-batch Spark started on ``checkpoint`` (its offsets file) is committed (its commit file)."""
-
-    def newest(folder: str) -> int:
-        with contextlib.suppress(FileNotFoundError):
-            return max((int(n) for n in os.listdir(os.path.join(checkpoint, folder)) if n.isdigit()), default=-1)
-        return -1
-
-    started = newest("offsets")
-    return started >= 0 and newest("commits") == started
 
 
 def phase_freshness(kafka: KafkaCluster, workdir: str, rate: float, seconds: float, buckets: int = 2) -> None:
